@@ -1,0 +1,32 @@
+"""Curated, guarded distributed-training presets for PyTorch Lightning.
+
+After ``pip install lightning-presets``, ``Trainer(strategy="fsdp_offload_ckpt")`` works with no
+import. ``import lightning_presets`` gives the Python API below.
+"""
+
+from lightning_presets._activate import activate as _activate
+from lightning_presets._api import get_preset, presets, strategy
+from lightning_presets._context import Context, Options
+from lightning_presets._errors import Finding, PresetConfigError, PresetWarning
+from lightning_presets._preset import Preset, Requirement
+from lightning_presets._rules import Problem, Rule, rule
+from lightning_presets._version import __version__
+
+__all__ = [
+    "Context",
+    "Finding",
+    "Options",
+    "Preset",
+    "PresetConfigError",
+    "PresetWarning",
+    "Problem",
+    "Requirement",
+    "Rule",
+    "__version__",
+    "get_preset",
+    "presets",
+    "rule",
+    "strategy",
+]
+
+_activate()

@@ -1,0 +1,226 @@
+"""Loading presets from entry points: provenance, trust filters, name checks, broken plugins."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Generic, Literal, TypeVar
+
+from lightning_presets._errors import Finding, PresetWarning
+
+STRATEGY_GROUP = "lightning_presets.strategies"
+PRECISION_GROUP = "lightning_presets.precision"
+OWN_DISTRIBUTION = "lightning-presets"
+
+# Names Lightning 2.6 registers itself, in either registry (plus "auto"). A preset may not take them.
+LIGHTNING_BUILTIN_NAMES = frozenset(
+    {
+        "auto", "ddp", "ddp_find_unused_parameters_false", "ddp_find_unused_parameters_true",
+        "ddp_fork", "ddp_fork_find_unused_parameters_false", "ddp_fork_find_unused_parameters_true",
+        "ddp_notebook", "ddp_notebook_find_unused_parameters_false",
+        "ddp_notebook_find_unused_parameters_true", "ddp_spawn",
+        "ddp_spawn_find_unused_parameters_false", "ddp_spawn_find_unused_parameters_true",
+        "deepspeed", "deepspeed_stage_1", "deepspeed_stage_1_offload", "deepspeed_stage_2",
+        "deepspeed_stage_2_offload", "deepspeed_stage_3", "deepspeed_stage_3_offload",
+        "deepspeed_stage_3_offload_nvme", "dp", "fsdp", "fsdp_cpu_offload", "single_device",
+        "single_tpu", "single_xla", "xla", "xla_debug", "xla_fsdp",
+    }
+)  # fmt: skip
+_NAME = re.compile(r"[a-z][a-z0-9_\-]*")
+
+Status = Literal["ok", "broken", "conflict", "refused", "denied"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Entry(Generic[T]):
+    """One entry point of a catalog group, loaded or not, with where it came from."""
+
+    name: str
+    distribution: str
+    version: str
+    value: str
+    """The entry point's ``module:attr``."""
+    status: Status
+    item: T | None = None
+    findings: tuple[Finding, ...] = ()
+
+
+def normalize_distribution(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).strip().lower()
+
+
+def _names_from_env(variable: str) -> frozenset[str]:
+    raw = os.environ.get(variable, "")
+    return frozenset(normalize_distribution(name) for name in raw.split(",") if name.strip())
+
+
+def trust_status(distribution: str) -> Status:
+    """``denied`` when ``LIGHTNING_PRESETS_DENY`` names it or an ``ALLOW`` list leaves it out."""
+    name = normalize_distribution(distribution)
+    if name in _names_from_env("LIGHTNING_PRESETS_DENY"):
+        return "denied"
+    allow = _names_from_env("LIGHTNING_PRESETS_ALLOW")
+    if allow and name not in allow and name != OWN_DISTRIBUTION:
+        return "denied"
+    return "ok"
+
+
+def _entry_points(group: str) -> Iterator[metadata.EntryPoint]:
+    seen = set()
+    for entry_point in metadata.entry_points(group=group):
+        dist = entry_point.dist
+        key = (normalize_distribution(dist.metadata["Name"]) if dist else "", entry_point.name, entry_point.value)
+        if key not in seen:
+            seen.add(key)
+            yield entry_point
+
+
+def _distribution_of(entry_point: metadata.EntryPoint) -> tuple[str, str]:
+    dist = entry_point.dist
+    if dist is None:
+        return "unknown", "unknown"
+    return str(dist.metadata["Name"]), str(dist.version)
+
+
+def _suggest_name(name: str) -> str:
+    return re.sub(r"[^a-z0-9_-]", "_", name.lower())
+
+
+def _finding(code: str, message: str, hint: str) -> Finding:
+    return Finding(code=code, severity="error", message=message, hint=hint)
+
+
+def _load_one(entry_point: metadata.EntryPoint, kind: type[T], noun: str) -> Entry[T]:
+    distribution, version = _distribution_of(entry_point)
+    where = f"{noun} entry point {entry_point.name!r} = {entry_point.value!r} from {distribution} {version}"
+    base = {"name": entry_point.name, "distribution": distribution, "version": version, "value": entry_point.value}
+    status = trust_status(distribution)
+    if status == "denied":
+        return Entry(**base, status="denied")
+    try:
+        loaded: Any = entry_point.load()
+        item = loaded if isinstance(loaded, kind) or not callable(loaded) else loaded()
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        finding = _finding(
+            "LP004",
+            f"{where} failed to load: {type(exc).__name__}: {first_line}",
+            f"fix or upgrade {distribution}, or skip it with LIGHTNING_PRESETS_DENY={distribution}",
+        )
+        return Entry(**base, status="broken", findings=(finding,))
+    if not isinstance(item, kind):
+        finding = _finding(
+            "LP005",
+            f"{where} gave a {type(item).__name__}, not a {kind.__name__}",
+            f"point the entry point at a lightning_presets.{kind.__name__} (or a function returning one); "
+            f"skip it meanwhile with LIGHTNING_PRESETS_DENY={distribution}",
+        )
+        return Entry(**base, status="broken", findings=(finding,))
+    item_name = getattr(item, "name", entry_point.name)
+    if item_name != entry_point.name:
+        finding = _finding(
+            "LP009",
+            f"{where} names its {noun} {item_name!r}, but the entry point is called {entry_point.name!r}",
+            f"use one name in both places: {item_name!r}",
+        )
+        return Entry(**base, status="refused", findings=(finding,))
+    if not _NAME.fullmatch(item_name):
+        finding = _finding(
+            "LP001",
+            f"{noun} name {item_name!r} from {distribution} {version} is not lower-case letters, digits, '_' or '-'; "
+            f"Lightning lower-cases strategy names before lookup, so {item_name!r} could never be selected",
+            f"rename it to {_suggest_name(item_name)!r} in {distribution}'s entry points",
+        )
+        return Entry(**base, status="refused", findings=(finding,))
+    if noun == "strategy" and item_name in LIGHTNING_BUILTIN_NAMES:
+        finding = _finding(
+            "LP002",
+            f"strategy preset {item_name!r} from {distribution} {version} takes the name of a Lightning built-in "
+            "strategy; it is not registered and Lightning's own keeps the name",
+            f"rename it in {distribution}, e.g. {(distribution.replace('-', '_') + '_' + item_name)!r}",
+        )
+        return Entry(**base, status="refused", findings=(finding,))
+    if dataclasses.is_dataclass(item) and hasattr(item, "distribution"):
+        item = dataclasses.replace(item, distribution=distribution, version=version)  # type: ignore[type-var]
+    return Entry(**base, status="ok", item=item)
+
+
+def _resolve_duplicates(entries: list[Entry[T]], noun: str) -> list[Entry[T]]:
+    """A name claimed by two distributions: an error naming both. Ours keeps its name; others lose it."""
+    by_name: dict[str, list[Entry[T]]] = {}
+    for entry in entries:
+        if entry.status == "ok":
+            by_name.setdefault(entry.name, []).append(entry)
+    result = []
+    for entry in entries:
+        rivals = [other for other in by_name.get(entry.name, []) if other.distribution != entry.distribution]
+        if entry.status != "ok" or not rivals:
+            result.append(entry)
+            continue
+        owners = sorted({f"{e.distribution} {e.version}" for e in by_name[entry.name]})
+        finding = _finding(
+            "LP003",
+            f"{noun} preset {entry.name!r} is declared by {' and by '.join(owners)}; "
+            + (
+                f"{OWN_DISTRIBUTION}'s built-in keeps the name"
+                if any(normalize_distribution(e.distribution) == OWN_DISTRIBUTION for e in by_name[entry.name])
+                else "neither is registered"
+            ),
+            "uninstall one of them, rename one, or choose with "
+            f"LIGHTNING_PRESETS_DENY={','.join(sorted({e.distribution for e in rivals}))}",
+        )
+        keeps = normalize_distribution(entry.distribution) == OWN_DISTRIBUTION
+        result.append(dataclasses.replace(entry, status="ok" if keeps else "conflict", findings=(finding,)))
+    return result
+
+
+class Catalog(Generic[T]):
+    """Every entry point of one group, loaded once per process; ``presets`` holds the usable ones."""
+
+    def __init__(self, entries: list[Entry[T]]) -> None:
+        self.entries = tuple(entries)
+        self.presets: dict[str, T] = {
+            entry.name: entry.item for entry in entries if entry.status == "ok" and entry.item is not None
+        }
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(dict.fromkeys(finding for entry in self.entries for finding in entry.findings))
+
+    def entry(self, name: str) -> Entry[T] | None:
+        return next((entry for entry in self.entries if entry.name == name), None)
+
+
+def load(group: str, kind: type[T], noun: str) -> Catalog[T]:
+    """Load a group: ours first, then third parties by distribution name; warn about each bad entry."""
+    loaded = [_load_one(entry_point, kind, noun) for entry_point in _entry_points(group)]
+    loaded.sort(key=lambda e: (normalize_distribution(e.distribution) != OWN_DISTRIBUTION, e.distribution, e.name))
+    catalog = Catalog(_resolve_duplicates(loaded, noun))
+    for finding in catalog.findings:
+        warnings.warn(PresetWarning(finding), stacklevel=2)
+    return catalog
+
+
+_lock = threading.Lock()
+_cache: dict[str, Catalog[Any]] = {}
+
+
+def cached(group: str, loader: Callable[[], Catalog[T]]) -> Catalog[T]:
+    """Load a group once per process (thread-safe)."""
+    with _lock:
+        if group not in _cache:
+            _cache[group] = loader()
+        return _cache[group]
+
+
+def clear_cache() -> None:
+    """Forget loaded catalogs, so the next use reads entry points and the trust variables again."""
+    with _lock:
+        _cache.clear()

@@ -1,0 +1,112 @@
+"""The frozen snapshot guards read: the final configuration Lightning handed to the strategy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from lightning_presets._namespaces import Namespace
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _call(caller: str, preset: str, parts: list[str]) -> str:
+    return f"`{caller}({', '.join([f'strategy={preset!r}', *parts])})`"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """The arguments a preset is built with: its defaults merged with the user's overrides."""
+
+    preset: str
+    """The preset's name."""
+    target: str
+    """Where it is built for: ``trainer``, ``fabric``, ``pytorch_lightning`` or ``lightning_fabric``."""
+    values: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Every argument, defaults included."""
+    overrides: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Only what the user passed."""
+
+    def call(self, *keys: str) -> str:
+        """The user's call, e.g. ``lightning_presets.strategy('fsdp_offload_ckpt', sharding_strategy='X')``."""
+        parts = [repr(self.preset), *(f"{key}={self.values.get(key)!r}" for key in keys)]
+        if self.target != "trainer":
+            parts.append(f"target={self.target!r}")
+        return f"`lightning_presets.strategy({', '.join(parts)})`"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Context:
+    """What a Trainer or Fabric is about to run with, taken once the connector has set everything."""
+
+    preset: str
+    """The preset's name."""
+    target: str
+    """``trainer``, ``fabric``, ``pytorch_lightning`` or ``lightning_fabric``."""
+    caller: str
+    """``Trainer`` or ``Fabric``."""
+    accelerator: str
+    """``cpu``, ``cuda``, ``mps``, ``xla`` or the accelerator class name in lower case."""
+    devices_per_node: int
+    """Processes per node (``len(parallel_devices)``)."""
+    num_nodes: int
+    precision: str
+    """The precision plugin's precision, e.g. ``bf16-mixed``."""
+    precision_plugin: str
+    """The precision plugin's class name."""
+    cluster_environment: str
+    """The cluster environment's class name."""
+    options: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """The preset's arguments (defaults merged with overrides)."""
+
+    @property
+    def world_size(self) -> int:
+        return self.devices_per_node * self.num_nodes
+
+    def call(self, *fields: str) -> str:
+        """The user's call with the named fields, e.g. ```Trainer(strategy='x', accelerator='cpu')```."""
+        rendered = {
+            "accelerator": f"accelerator={self.accelerator!r}",
+            "devices": f"devices={self.devices_per_node}",
+            "num_nodes": f"num_nodes={self.num_nodes}",
+            "precision": f"precision={self.precision!r}",
+        }
+        return _call(self.caller, self.preset, [rendered[name] for name in fields])
+
+    @property
+    def world_arithmetic(self) -> str:
+        return f"devices={self.devices_per_node} × num_nodes={self.num_nodes} = {self.world_size}"
+
+
+_ACCELERATOR_NAMES = {
+    "CPUAccelerator": "cpu",
+    "CUDAAccelerator": "cuda",
+    "MPSAccelerator": "mps",
+    "XLAAccelerator": "xla",
+}
+
+
+def accelerator_name(accelerator: object) -> str:
+    name = type(accelerator).__name__
+    return _ACCELERATOR_NAMES.get(name, name.removesuffix("Accelerator").lower() or "none")
+
+
+def snapshot(strategy: Any, preset: str, namespace: Namespace, options: Mapping[str, Any]) -> Context:
+    """Read the final configuration off a strategy whose connector has finished with it."""
+    precision = strategy.precision_plugin if namespace.kind == "trainer" else strategy.precision
+    devices = getattr(strategy, "parallel_devices", None)
+    environment = getattr(strategy, "cluster_environment", None)
+    return Context(
+        preset=preset,
+        target=namespace.target,
+        caller=namespace.caller,
+        accelerator=accelerator_name(strategy.accelerator),
+        devices_per_node=len(devices) if devices else 1,
+        num_nodes=int(getattr(strategy, "num_nodes", 1) or 1),
+        precision=str(getattr(precision, "precision", "32-true")),
+        precision_plugin=type(precision).__name__,
+        cluster_environment=type(environment).__name__ if environment is not None else "none",
+        options=MappingProxyType(dict(options)),
+    )

@@ -1,0 +1,1 @@
+"""Precision presets and the precision plugins they need."""

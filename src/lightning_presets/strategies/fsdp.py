@@ -1,0 +1,231 @@
+"""FSDP (``FSDPStrategy``) presets: ``fsdp_offload_ckpt``."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from torch import nn
+
+from lightning_presets._context import Context, Options
+from lightning_presets._errors import report
+from lightning_presets._preset import Preset
+from lightning_presets._rules import Problem, Rule, rule, run_rules
+from lightning_presets.strategies._blocks import describe_children, find_repeated_blocks
+
+FSDP_PRECISIONS = ("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
+SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
+STATE_DICT_TYPES = ("full", "sharded")
+# Keyword arguments FSDPStrategy forwards to torch's FullyShardedDataParallel.
+TORCH_FSDP_KEYS = frozenset(
+    {
+        "backward_prefetch", "forward_prefetch", "limit_all_gathers", "sync_module_states", "use_orig_params",
+        "ignored_modules", "ignored_states", "param_init_fn", "device_id", "process_group",
+    }
+)  # fmt: skip
+
+
+@rule(
+    "LP101", "error", "construction", "FSDP needs CUDA devices",
+    fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cpu", devices=2)',
+    fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8)',
+)  # fmt: skip
+def fsdp_needs_cuda(ctx: Context) -> Problem | None:
+    if ctx.accelerator == "cuda":
+        return None
+    return Problem(
+        f"{ctx.call('accelerator')}: FSDP needs CUDA devices, got accelerator={ctx.accelerator!r} "
+        f"({ctx.devices_per_node} device(s) × {ctx.num_nodes} node(s)); on CPU it would fail when `fit` starts",
+        "run it with accelerator='cuda'; to test sharding on CPU use strategy='tp2d_hybrid' "
+        "(tensor parallel and FSDP2 over gloo) or strategy='ddp'",
+    )
+
+
+@rule(
+    "LP102", "error", "construction", "precision outside what FSDP supports",
+    fails='Trainer(strategy=lightning_presets.strategy("fsdp_offload_ckpt"), accelerator="cuda", '
+    'precision="64-true")',
+    fixed='Trainer(strategy=lightning_presets.strategy("fsdp_offload_ckpt"), accelerator="cuda", '
+    'precision="bf16-mixed")',
+)  # fmt: skip
+def fsdp_precision_supported(ctx: Context) -> Problem | None:
+    if ctx.precision in FSDP_PRECISIONS:
+        return None
+    return Problem(
+        f"{ctx.call('precision')}: FSDP does not support precision={ctx.precision!r}",
+        f"use one of {', '.join(map(repr, FSDP_PRECISIONS))}; 'bf16-mixed' is the usual choice on Ampere or newer",
+    )
+
+
+@rule(
+    "LP103", "error", "construction", "a precision plugin that is not an FSDPPrecision",
+    fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", plugins=[HalfPrecision("bf16-true")])',
+    fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", precision="bf16-true")',
+)  # fmt: skip
+def fsdp_precision_plugin(ctx: Context) -> Problem | None:
+    if ctx.precision_plugin == "FSDPPrecision":
+        return None
+    return Problem(
+        f"`{ctx.caller}(strategy={ctx.preset!r}, plugins=[{ctx.precision_plugin}(...)])`: FSDP works only with "
+        f"the FSDPPrecision plugin, got {ctx.precision_plugin} (precision={ctx.precision!r})",
+        f"drop the plugin and pass precision={ctx.precision!r} instead, or pass FSDPPrecision({ctx.precision!r})",
+    )
+
+
+@rule(
+    "LP104", "error", "options", "unknown sharding_strategy",
+    fails='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARDED")',
+    fixed='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARD")',
+)  # fmt: skip
+def sharding_strategy_known(options: Options) -> Problem | None:
+    value = options.values.get("sharding_strategy", "FULL_SHARD")
+    if not isinstance(value, str) or value.upper() in SHARDING_STRATEGIES:
+        return None
+    return Problem(
+        f"{options.call('sharding_strategy')}: sharding_strategy={value!r} is not an FSDP sharding strategy",
+        f"use one of {', '.join(map(repr, SHARDING_STRATEGIES))}",
+    )
+
+
+@rule(
+    "LP105", "error", "options", "unknown state_dict_type",
+    fails='lightning_presets.strategy("fsdp_offload_ckpt", state_dict_type="sharding")',
+    fixed='lightning_presets.strategy("fsdp_offload_ckpt", state_dict_type="sharded")',
+)  # fmt: skip
+def state_dict_type_known(options: Options) -> Problem | None:
+    value = options.values.get("state_dict_type", "full")
+    if value in STATE_DICT_TYPES:
+        return None
+    return Problem(
+        f"{options.call('state_dict_type')}: state_dict_type={value!r} is not a checkpoint format; "
+        "Lightning would only fail when the first checkpoint is saved",
+        f"use one of {', '.join(map(repr, STATE_DICT_TYPES))}",
+    )
+
+
+@rule(
+    "LP106", "warning", "construction", "one device in total: sharding buys nothing",
+    fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=1)',
+    fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8)',
+)  # fmt: skip
+def fsdp_has_peers(ctx: Context) -> Problem | None:
+    if ctx.world_size > 1:
+        return None
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')}: one device in total, so FSDP has nothing to shard across "
+        "and only its communication and CPU-offload overhead remain",
+        "use devices>1 (or more nodes); for one GPU, plain precision='bf16-mixed' without a strategy is faster",
+    )
+
+
+@rule(
+    "LP107", "warning", "setup", "no repeated block found to wrap and checkpoint",
+    fails="trainer.fit(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
+    fixed='lightning_presets.strategy("fsdp_offload_ckpt", auto_wrap_policy={MyBlock}, '
+    "activation_checkpointing_policy={MyBlock})",
+)  # fmt: skip
+def repeated_block_found(ctx: Context, model: nn.Module) -> Problem | None:
+    has_policies = all(ctx.options.get(key) is not None for key in ("auto_wrap_policy", "activation_checkpointing_policy"))
+    if has_policies or find_repeated_blocks(model):
+        return None
+    return Problem(
+        f"{ctx.call()}: no repeated block found in {type(model).__name__} (top-level children: "
+        f"{describe_children(model)}); the whole model becomes one FSDP unit and nothing is checkpointed",
+        f"pass the block class: lightning_presets.strategy({ctx.preset!r}, auto_wrap_policy={{MyBlock}}, "
+        "activation_checkpointing_policy={MyBlock}), or hold the blocks in an nn.ModuleList",
+    )
+
+
+RULES: tuple[Rule, ...] = (
+    fsdp_needs_cuda,
+    fsdp_precision_supported,
+    fsdp_precision_plugin,
+    sharding_strategy_known,
+    state_dict_type_known,
+    fsdp_has_peers,
+    repeated_block_found,
+)
+
+
+def _fsdp_precision_class(strategy: Any) -> type:
+    return importlib.import_module(f"{strategy._lp_namespace.package}.plugins.precision").FSDPPrecision  # type: ignore[no-any-return]
+
+
+class _RepeatedBlocks:
+    """Wraps and checkpoints the repeated blocks it finds, unless the user passed a policy."""
+
+    def _lp_apply_blocks(self, model: nn.Module, fsdp_kwargs: dict[str, Any]) -> None:
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        context = getattr(self, "_lp_context", None)
+        if context is not None:
+            report(run_rules(self._lp_preset.rules, "setup", context, model), stacklevel=5)  # type: ignore[attr-defined]
+        blocks = find_repeated_blocks(model)
+        if not blocks:
+            return
+        options = self._lp_options  # type: ignore[attr-defined]
+        if options.get("auto_wrap_policy") is None:
+            fsdp_kwargs["auto_wrap_policy"] = ModuleWrapPolicy(blocks)
+        no_checkpointing = options.get("activation_checkpointing_policy") is None and (
+            options.get("activation_checkpointing") is None
+        )
+        if no_checkpointing:
+            self._activation_checkpointing_kwargs = {"auto_wrap_policy": ModuleWrapPolicy(blocks)}
+        self.lp_blocks = blocks
+
+
+class FSDPTrainerHooks(_RepeatedBlocks):
+    """Trainer side of the FSDP presets.
+
+    The precision setter stores any plugin instead of raising Lightning's TypeError, so that rule
+    LP103 reports it together with every other finding.
+    """
+
+    @property
+    def precision_plugin(self) -> Any:
+        plugin = self._precision_plugin
+        return plugin if plugin is not None else _fsdp_precision_class(self)("32-true")
+
+    @precision_plugin.setter
+    def precision_plugin(self, plugin: Any) -> None:
+        self._precision_plugin = plugin
+
+    def _setup_model(self, model: nn.Module) -> nn.Module:
+        self._lp_apply_blocks(model, self.kwargs)  # type: ignore[attr-defined]
+        return super()._setup_model(model)  # type: ignore[misc,no-any-return]
+
+
+class FSDPFabricHooks(_RepeatedBlocks):
+    """Fabric side of the FSDP presets (same precision setter as the Trainer side)."""
+
+    @property
+    def precision(self) -> Any:
+        plugin = self._precision
+        return plugin if plugin is not None else _fsdp_precision_class(self)("32-true")
+
+    @precision.setter
+    def precision(self, plugin: Any) -> None:
+        self._precision = plugin
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        self._lp_apply_blocks(module, self._fsdp_kwargs)  # type: ignore[attr-defined]
+        return super().setup_module(module)  # type: ignore[misc,no-any-return]
+
+
+FSDP_OFFLOAD_CKPT = Preset(
+    name="fsdp_offload_ckpt",
+    description="FSDP full shard with parameters and gradients offloaded to CPU, auto-wrap and activation "
+    "checkpointing on the model's repeated blocks. For models that do not fit in GPU memory even sharded.",
+    family="fsdp",
+    strategy={"trainer": "FSDPStrategy", "fabric": "FSDPStrategy"},
+    init_params={
+        "sharding_strategy": "FULL_SHARD",
+        "cpu_offload": True,
+        "state_dict_type": "sharded",
+        "auto_wrap_policy": None,
+        "activation_checkpointing_policy": None,
+    },
+    rules=RULES,
+    mixins={"trainer": FSDPTrainerHooks, "fabric": FSDPFabricHooks},
+    extra_keys=TORCH_FSDP_KEYS,
+)

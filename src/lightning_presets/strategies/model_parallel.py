@@ -1,0 +1,224 @@
+"""``ModelParallelStrategy`` presets (tensor parallel and FSDP2): ``tp2d_hybrid``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from lightning_presets._context import Context, Options
+from lightning_presets._namespaces import Kind
+from lightning_presets._preset import Preset
+from lightning_presets._rules import Problem, Rule, rule
+
+MODEL_PARALLEL_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true")
+MODEL_PARALLEL_ACCELERATORS = ("cpu", "cuda")
+_SIZES = ("data_parallel_size", "tensor_parallel_size")
+
+
+def resolved_sizes(ctx: Context) -> tuple[Any, Any]:
+    """(data, tensor) as Lightning resolves ``"auto"``: data = number of nodes, tensor = devices per node."""
+    data = ctx.options.get("data_parallel_size", "auto")
+    tensor = ctx.options.get("tensor_parallel_size", "auto")
+    return (ctx.num_nodes if data == "auto" else data, ctx.devices_per_node if tensor == "auto" else tensor)
+
+
+def valid_splits(world_size: int, devices_per_node: int) -> list[tuple[int, int]]:
+    """(data, tensor) pairs whose product is the world size and whose tensor groups stay inside a node."""
+    return [
+        (world_size // tensor, tensor)
+        for tensor in range(1, devices_per_node + 1)
+        if world_size % tensor == 0 and devices_per_node % tensor == 0
+    ]
+
+
+def _splits_text(ctx: Context) -> str:
+    splits = ", ".join(f"({data}, {tensor})" for data, tensor in valid_splits(ctx.world_size, ctx.devices_per_node))
+    return f"valid (data, tensor) splits for {ctx.world_size} device(s): {splits}"
+
+
+def _size_text(ctx: Context, key: str, value: Any) -> str:
+    return f"{key}={value}" + (" (auto)" if ctx.options.get(key, "auto") == "auto" else "")
+
+
+@rule(
+    "LP202", "error", "options", "a parallel size that is neither 'auto' nor a positive integer",
+    fails='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=0)',
+    fixed='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=2)',
+)  # fmt: skip
+def sizes_are_positive(options: Options) -> Problem | None:
+    bad = [
+        key for key in _SIZES
+        if not (options.values.get(key, "auto") == "auto" or (type(options.values[key]) is int and options.values[key] > 0))
+    ]  # fmt: skip
+    if not bad:
+        return None
+    return Problem(
+        f"{options.call(*bad)}: {' and '.join(bad)} must be 'auto' or a positive integer",
+        "use 'auto' (data = number of nodes, tensor = devices per node) or positive integers whose product "
+        "is devices × num_nodes",
+    )
+
+
+@rule(
+    "LP201", "error", "construction", "data × tensor parallel size differs from the world size",
+    fails='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=2, '
+    'tensor_parallel_size=4), accelerator="cuda", devices=4)',
+    fixed='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=1, '
+    'tensor_parallel_size=4), accelerator="cuda", devices=4)',
+)  # fmt: skip
+def sizes_match_world(ctx: Context) -> Problem | None:
+    data, tensor = resolved_sizes(ctx)
+    if not (isinstance(data, int) and isinstance(tensor, int)) or data * tensor == ctx.world_size:
+        return None
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')}: {_size_text(ctx, 'data_parallel_size', data)} × "
+        f"{_size_text(ctx, 'tensor_parallel_size', tensor)} = {data * tensor}, but the world size is "
+        f"{ctx.world_arithmetic}; Lightning would only fail after every process has started",
+        f"{_splits_text(ctx)}, e.g. lightning_presets.strategy({ctx.preset!r}, "
+        f"data_parallel_size={ctx.world_size // ctx.devices_per_node}, tensor_parallel_size={ctx.devices_per_node})",
+    )
+
+
+@rule(
+    "LP203", "error", "construction", "tensor_parallel_size does not divide the devices per node",
+    fails='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=4, '
+    'tensor_parallel_size=3), accelerator="cuda", devices=6, num_nodes=2)',
+    fixed='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=4, '
+    'tensor_parallel_size=3), accelerator="cuda", devices=3, num_nodes=4)',
+)  # fmt: skip
+def tp_divides_devices_per_node(ctx: Context) -> Problem | None:
+    _, tensor = resolved_sizes(ctx)
+    if not isinstance(tensor, int) or tensor <= 0:
+        return None
+    if ctx.devices_per_node % tensor == 0 or tensor % ctx.devices_per_node == 0:
+        return None
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')}: tensor_parallel_size={tensor} does not divide the "
+        f"{ctx.devices_per_node} devices per node, so tensor-parallel groups would straddle node boundaries unevenly",
+        _splits_text(ctx),
+    )
+
+
+@rule(
+    "LP204", "warning", "construction", "tensor-parallel groups span several nodes",
+    fails='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=1, '
+    'tensor_parallel_size=16), accelerator="cuda", devices=8, num_nodes=2)',
+    fixed='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, num_nodes=2)',
+)  # fmt: skip
+def tp_stays_in_node(ctx: Context) -> Problem | None:
+    _, tensor = resolved_sizes(ctx)
+    if not isinstance(tensor, int) or tensor <= ctx.devices_per_node or tensor % ctx.devices_per_node:
+        return None
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')}: tensor_parallel_size={tensor} is larger than the "
+        f"{ctx.devices_per_node} devices per node, so every layer's all-reduce crosses the inter-node network",
+        f"keep tensor parallelism inside a node: tensor_parallel_size={ctx.devices_per_node} and "
+        f"data_parallel_size={ctx.world_size // ctx.devices_per_node}; {_splits_text(ctx)}",
+    )
+
+
+@rule(
+    "LP205", "error", "construction", "precision outside what ModelParallelStrategy supports",
+    fails='Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2, precision="16-mixed")',
+    fixed='Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2, precision="bf16-mixed")',
+)  # fmt: skip
+def model_parallel_precision(ctx: Context) -> Problem | None:
+    if ctx.precision in MODEL_PARALLEL_PRECISIONS:
+        return None
+    return Problem(
+        f"{ctx.call('precision')}: ModelParallelStrategy does not support precision={ctx.precision!r} "
+        "(16-mixed would need a sharded gradient scaler); the Trainer does not check this for strategy names",
+        f"use one of {', '.join(map(repr, MODEL_PARALLEL_PRECISIONS))}",
+    )
+
+
+@rule(
+    "LP206", "error", "construction", "an accelerator other than cpu or cuda",
+    fails='Trainer(strategy="tp2d_hybrid", accelerator="mps", devices=1)',
+    fixed='Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2)',
+)  # fmt: skip
+def model_parallel_accelerator(ctx: Context) -> Problem | None:
+    if ctx.accelerator in MODEL_PARALLEL_ACCELERATORS:
+        return None
+    return Problem(
+        f"{ctx.call('accelerator')}: {ctx.preset!r} runs on accelerator='cuda' (NCCL) or, for testing, "
+        f"accelerator='cpu' (gloo), not on {ctx.accelerator!r}",
+        "use accelerator='cuda' on GPUs, or accelerator='cpu' to test the sharding on a laptop",
+    )
+
+
+@rule(
+    "LP207", "error", "construction", "Fabric without a parallelize_fn",
+    fails='Fabric(strategy="tp2d_hybrid", accelerator="cpu", devices=2)',
+    fixed='Fabric(strategy=lightning_presets.strategy("tp2d_hybrid", target="fabric", '
+    'parallelize_fn=parallelize), accelerator="cpu", devices=2)',
+)  # fmt: skip
+def fabric_has_parallelize_fn(ctx: Context) -> Problem | None:
+    if ctx.caller != "Fabric" or ctx.options.get("parallelize_fn") is not None:
+        return None
+    return Problem(
+        f"{ctx.call()}: Fabric's ModelParallelStrategy needs a parallelize_fn(module, device_mesh) that applies "
+        "tensor parallelism and fully_shard to your model; a strategy name cannot carry one",
+        f"Fabric(strategy=lightning_presets.strategy({ctx.preset!r}, target={ctx.target!r}, "
+        "parallelize_fn=parallelize), ...)",
+    )
+
+
+def _defines_configure_model(model: nn.Module) -> bool:
+    for klass in type(model).__mro__:
+        if "configure_model" in vars(klass):
+            return klass.__name__ != "LightningModule"
+    return False
+
+
+@rule(
+    "LP208", "error", "model", "a LightningModule without configure_model",
+    fails="trainer.fit(model)  # model does not override configure_model()",
+    fixed="class Model(LightningModule):\n    def configure_model(self):\n"
+    "        parallelize(self.model, self.device_mesh)",
+)  # fmt: skip
+def model_has_configure_model(ctx: Context, model: nn.Module) -> Problem | None:
+    if ctx.caller != "Trainer" or _defines_configure_model(model):
+        return None
+    return Problem(
+        f"{ctx.call()}: {type(model).__name__} does not override configure_model(), so nothing would apply "
+        "tensor parallelism or FSDP2 and the strategy would fail after every process joined",
+        "override configure_model(self) and parallelize there with self.device_mesh['tensor_parallel'] and "
+        "self.device_mesh['data_parallel'] (see examples/quickstart.py)",
+    )
+
+
+RULES: tuple[Rule, ...] = (
+    sizes_are_positive,
+    sizes_match_world,
+    tp_divides_devices_per_node,
+    tp_stays_in_node,
+    model_parallel_precision,
+    model_parallel_accelerator,
+    fabric_has_parallelize_fn,
+    model_has_configure_model,
+)
+
+
+def _missing_parallelize_fn(module: nn.Module, device_mesh: Any) -> nn.Module:
+    raise RuntimeError("tp2d_hybrid was built without a parallelize_fn (rule LP207 should have stopped this)")
+
+
+def prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
+    """Fabric's class needs a ``parallelize_fn``; a missing one is left to rule LP207 to report."""
+    if kind == "fabric" and values.get("parallelize_fn") is None:
+        values["parallelize_fn"] = _missing_parallelize_fn
+    return values
+
+
+TP2D_HYBRID = Preset(
+    name="tp2d_hybrid",
+    description="2D parallelism with ModelParallelStrategy: tensor parallel inside a node, FSDP2 data parallel "
+    "across nodes (data = nodes, tensor = devices per node unless given). Runs on CUDA, and on CPU with gloo.",
+    family="model_parallel",
+    strategy={"trainer": "ModelParallelStrategy", "fabric": "ModelParallelStrategy"},
+    init_params={"data_parallel_size": "auto", "tensor_parallel_size": "auto"},
+    rules=RULES,
+    prepare=prepare,
+)
