@@ -60,6 +60,9 @@ class Preset:
     """Override keys accepted besides the strategy constructor's named parameters."""
     prepare: Callable[[Kind, dict[str, Any]], dict[str, Any]] | None = None
     """Turns the options into constructor arguments for a kind (drop preset-only keys, fill placeholders)."""
+    tested_with: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    """Versions its tests ran on and the evidence level reached, e.g. ``{"lightning": "2.6.6", "torch": "2.13.0",
+    "evidence": "runtime (CPU, gloo, 2 processes)"}``; ``show`` prints it."""
     distribution: str | None = None
     """The distribution that published it (set when loaded from an entry point)."""
     version: str | None = None
