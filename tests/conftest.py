@@ -30,7 +30,9 @@ def fresh_catalog() -> Iterator[None]:
     _catalog.clear_cache()
 
 
-def run_python(code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_python(
+    code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter of this environment and capture its output."""
     full_env = {**os.environ, "PYTHONWARNINGS": "default", **(env or {})}
     return subprocess.run(

@@ -27,9 +27,7 @@ _classes: dict[tuple[str, str, int], type] = {}
 
 def strategy_catalog() -> _catalog.Catalog[Preset]:
     """The strategy presets of every trusted distribution, loaded once per process."""
-    return _catalog.cached(
-        _catalog.STRATEGY_GROUP, lambda: _catalog.load(_catalog.STRATEGY_GROUP, Preset, "strategy")
-    )
+    return _catalog.cached(_catalog.STRATEGY_GROUP, lambda: _catalog.load(_catalog.STRATEGY_GROUP, Preset, "strategy"))
 
 
 def _base_class(preset: Preset, namespace: Namespace) -> type:
@@ -71,7 +69,7 @@ def guarded_class(preset: Preset, namespace: Namespace) -> type:
 def valid_override_keys(preset: Preset, namespace: Namespace) -> frozenset[str]:
     """The strategy constructor's named parameters, the preset's defaults and its extra keys."""
     base = _base_class(preset, namespace)
-    parameters = inspect.signature(base.__init__).parameters.values()
+    parameters = inspect.signature(base).parameters.values()
     named = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "self"}
     return frozenset(named | set(preset.init_params) | preset.extra_keys)
 
@@ -147,8 +145,8 @@ def _factory(preset: Preset, namespace: Namespace) -> Callable[..., Any]:
     return factory
 
 
-def is_ours(registry: Mapping[str, Any], name: str) -> bool:
-    entry = dict.get(registry, name)  # type: ignore[arg-type]
+def is_ours(registry: dict[str, Any], name: str) -> bool:
+    entry = dict.get(registry, name)
     return isinstance(entry, dict) and getattr(entry.get("strategy"), _MARK, None) == name
 
 

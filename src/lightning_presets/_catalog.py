@@ -76,7 +76,11 @@ def _entry_points(group: str) -> Iterator[metadata.EntryPoint]:
     seen = set()
     for entry_point in metadata.entry_points(group=group):
         dist = entry_point.dist
-        key = (normalize_distribution(dist.metadata["Name"]) if dist else "", entry_point.name, entry_point.value)
+        key = (
+            normalize_distribution(dist.metadata["Name"]) if dist else "",
+            entry_point.name,
+            entry_point.value,
+        )
         if key not in seen:
             seen.add(key)
             yield entry_point
@@ -100,7 +104,12 @@ def _finding(code: str, message: str, hint: str) -> Finding:
 def _load_one(entry_point: metadata.EntryPoint, kind: type[T], noun: str) -> Entry[T]:
     distribution, version = _distribution_of(entry_point)
     where = f"{noun} entry point {entry_point.name!r} = {entry_point.value!r} from {distribution} {version}"
-    base = {"name": entry_point.name, "distribution": distribution, "version": version, "value": entry_point.value}
+    base: dict[str, Any] = {
+        "name": entry_point.name,
+        "distribution": distribution,
+        "version": version,
+        "value": entry_point.value,
+    }
     status = trust_status(distribution)
     if status == "denied":
         return Entry(**base, status="denied")

@@ -16,6 +16,8 @@ class Code:
     title: str
     fails: str
     fixed: str
+    stage: str = "catalog"
+    """``catalog`` (entry points load) or ``options`` (the arguments of ``lightning_presets.strategy``)."""
 
 
 CATALOG_CODES: tuple[Code, ...] = (
@@ -48,16 +50,19 @@ CATALOG_CODES: tuple[Code, ...] = (
         code="LP006", severity="error", title="an override key the preset does not take",
         fails='lightning_presets.strategy("fsdp_offload_ckpt", sharding_stratgy="FULL_SHARD")',
         fixed='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARD")',
+        stage="options",
     ),
     Code(
         code="LP007", severity="error", title="an optional dependency the preset needs is missing",
         fails='Trainer(strategy="deepspeed_zero2_offload")   # deepspeed not installed',
         fixed="pip install 'lightning-presets[deepspeed]'",
+        stage="options",
     ),
     Code(
         code="LP008", severity="error", title="a preset used with a target it has no form for",
         fails='lightning_presets.strategy("xla_fsdp_ckpt", target="trainer")',
         fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric")',
+        stage="options",
     ),
     Code(
         code="LP009", severity="error", title="an entry point whose name differs from its preset's name",
@@ -68,5 +73,6 @@ CATALOG_CODES: tuple[Code, ...] = (
         code="LP010", severity="error", title="an unknown preset name",
         fails='lightning_presets.strategy("fsdp_ofload_ckpt")',
         fixed='lightning_presets.strategy("fsdp_offload_ckpt")',
+        stage="options",
     ),
 )  # fmt: skip

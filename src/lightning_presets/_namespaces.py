@@ -54,6 +54,8 @@ def namespace_for_module(module_name: str) -> Namespace | None:
 
 def fabric_package(namespace: Namespace) -> str:
     """The Fabric package that goes with a namespace (precision and accelerator classes live there)."""
-    return "lightning_fabric" if namespace.package.startswith(("pytorch_lightning", "lightning_fabric")) else (
-        "lightning.fabric"
+    return (
+        "lightning_fabric"
+        if namespace.package.startswith(("pytorch_lightning", "lightning_fabric"))
+        else ("lightning.fabric")
     )

@@ -70,7 +70,7 @@ class Preset:
 
     @property
     def kinds(self) -> tuple[Kind, ...]:
-        return tuple(kind for kind in ("trainer", "fabric") if kind in self.strategy)  # type: ignore[misc]
+        return tuple(kind for kind in ("trainer", "fabric") if kind in self.strategy)
 
     @property
     def targets(self) -> tuple[str, ...]:

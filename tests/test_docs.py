@@ -1,0 +1,32 @@
+"""docs/errors.md is generated from the rules; every code is documented with a failing and a fixed example."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lightning_presets import _docs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_errors_md_is_up_to_date() -> None:
+    committed = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    assert committed == _docs.generate(), "docs/errors.md is stale: run `python -m lightning_presets._docs --write`"
+
+
+def test_every_code_has_examples_and_is_unique() -> None:
+    entries = [*_docs._documented_codes(), *_docs._rule_entries()]
+    codes = [entry.code for entry in entries]
+    assert len(codes) == len(set(codes)), sorted(code for code in codes if codes.count(code) > 1)
+    for entry in entries:
+        assert re.fullmatch(r"LP\d{3}", entry.code)
+        assert entry.fails.strip(), entry.code
+        assert entry.fixed.strip(), entry.code
+        assert entry.fails != entry.fixed, entry.code
+
+
+def test_the_foundation_codes_are_documented() -> None:
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    for code in ["LP001", "LP003", "LP006", "LP101", "LP103", "LP107", "LP201", "LP207", "LP208"]:
+        assert f"## {code}" in text
