@@ -2,11 +2,21 @@
 
 It runs at every interpreter start, so it imports nothing: it only puts a small finder on
 ``sys.meta_path``. When one of Lightning's four strategies modules is imported, the finder
-lets the real loader run and then registers the presets into that module's registry.
+lets the real loader run and then registers the presets into that module's registry; if the
+module's package (``lightning.fabric``, ...) is still initializing, registration waits until the
+package is complete, so preset modules that import Lightning never meet a half-initialized one.
 Switch it off with ``LIGHTNING_PRESETS_AUTOLOAD=0``.
 """
 
 import sys
+
+# Annotations only: ``types``/``importlib`` are never imported at start-up (mypy reads this name as typing's).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any
 
 # Keep in sync with lightning_presets._namespaces.NAMESPACES (a test checks it).
 STRATEGY_MODULES = frozenset(
@@ -17,9 +27,11 @@ STRATEGY_MODULES = frozenset(
         "lightning_fabric.strategies",
     }
 )
+PACKAGES = frozenset(name.rpartition(".")[0] for name in STRATEGY_MODULES)
+_initializing: set[str] = set()  # packages of PACKAGES whose ``__init__`` is running
 
 
-def _register(module):
+def _register(module: "ModuleType") -> None:
     try:
         from lightning_presets._bridge import register_module
 
@@ -38,25 +50,37 @@ def _register(module):
 class _RegisteringLoader:
     """Runs the real loader, then registers the presets into the fresh module."""
 
-    def __init__(self, loader):
+    def __init__(self, loader: "Loader") -> None:
         self._loader = loader
 
-    def create_module(self, spec):
+    def create_module(self, spec: "ModuleSpec") -> "ModuleType | None":
         return self._loader.create_module(spec)
 
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        _register(module)
+    def exec_module(self, module: "ModuleType") -> None:
+        name = module.__name__
+        if name not in PACKAGES:
+            self._loader.exec_module(module)
+            if name.rpartition(".")[0] not in _initializing:
+                _register(module)
+            return
+        _initializing.add(name)
+        try:
+            self._loader.exec_module(module)
+        finally:
+            _initializing.discard(name)
+        strategies = sys.modules.get(name + ".strategies")
+        if strategies is not None:
+            _register(strategies)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> "Any":
         return getattr(self._loader, name)
 
 
 class StrategiesFinder:
-    """A meta-path finder that answers only for Lightning's strategies modules."""
+    """A meta-path finder that answers only for Lightning's strategies modules and their packages."""
 
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in STRATEGY_MODULES:
+    def find_spec(self, fullname: str, path: "Any" = None, target: "Any" = None) -> "ModuleSpec | None":
+        if fullname not in STRATEGY_MODULES and fullname not in PACKAGES:
             return None
         for finder in sys.meta_path:
             if finder is self or isinstance(finder, StrategiesFinder):
@@ -64,24 +88,25 @@ class StrategiesFinder:
             find_spec = getattr(finder, "find_spec", None)
             if find_spec is None:
                 continue
-            spec = find_spec(fullname, path, target)
+            spec: ModuleSpec | None = find_spec(fullname, path, target)
             if spec is not None:
                 break
         else:
             return None
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _RegisteringLoader(spec.loader)
+            # A duck-typed Loader: subclassing importlib.abc.Loader would import importlib.abc at start-up.
+            spec.loader = _RegisteringLoader(spec.loader)  # type: ignore[assignment]
         return spec
 
-    def invalidate_caches(self):
+    def invalidate_caches(self) -> None:
         pass
 
 
-def install():
+def install() -> None:
     """Put the finder first on ``sys.meta_path`` (once) and register into modules already imported."""
     if not any(isinstance(finder, StrategiesFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, StrategiesFinder())
     for name in STRATEGY_MODULES:
         module = sys.modules.get(name)
-        if module is not None:
+        if module is not None and name.rpartition(".")[0] not in _initializing:
             _register(module)

@@ -8,6 +8,7 @@ from lightning_presets._activate import activate as _activate
 from lightning_presets._api import get_preset, presets, strategy
 from lightning_presets._context import Context, Options
 from lightning_presets._errors import Finding, PresetConfigError, PresetWarning
+from lightning_presets._precision import PrecisionPreset, precision
 from lightning_presets._preset import Preset, Requirement
 from lightning_presets._rules import Problem, Rule, rule
 from lightning_presets._version import __version__
@@ -16,6 +17,7 @@ __all__ = [
     "Context",
     "Finding",
     "Options",
+    "PrecisionPreset",
     "Preset",
     "PresetConfigError",
     "PresetWarning",
@@ -24,6 +26,7 @@ __all__ = [
     "Rule",
     "__version__",
     "get_preset",
+    "precision",
     "presets",
     "rule",
     "strategy",

@@ -25,9 +25,33 @@ _lock = threading.RLock()
 _classes: dict[tuple[str, str, int], type] = {}
 
 
+# Strategies modules whose hook fired while this thread was loading the catalog (a preset module imported
+# Lightning): they are registered once the catalog is ready, instead of waiting on the catalog's lock.
+_deferred: list[ModuleType] = []
+_loading = threading.local()
+
+
 def strategy_catalog() -> _catalog.Catalog[Preset]:
     """The strategy presets of every trusted distribution, loaded once per process."""
-    return _catalog.cached(_catalog.STRATEGY_GROUP, lambda: _catalog.load(_catalog.STRATEGY_GROUP, Preset, "strategy"))
+    catalog = _catalog.cached(_catalog.STRATEGY_GROUP, _load_strategies)
+    _register_deferred()
+    return catalog
+
+
+def _load_strategies() -> _catalog.Catalog[Preset]:
+    _loading.active = True
+    try:
+        return _catalog.load(_catalog.STRATEGY_GROUP, Preset, "strategy")
+    finally:
+        _loading.active = False
+
+
+def _register_deferred() -> None:
+    with _lock:
+        modules = list(_deferred)
+        _deferred.clear()
+    for module in modules:
+        register_module(module)
 
 
 def _base_class(preset: Preset, namespace: Namespace) -> type:
@@ -93,17 +117,10 @@ def _unknown_keys(preset: Preset, namespace: Namespace, overrides: Mapping[str, 
 
 
 def _requirement_findings(preset: Preset, namespace: Namespace) -> list[Finding]:
-    return [
-        Finding(
-            code="LP007",
-            severity="error",
-            message=f"`{namespace.caller}(strategy={preset.name!r})` needs the optional dependency "
-            f"{requirement.module!r}, which is not installed",
-            hint=f"install it with: {requirement.install_command}",
-        )
-        for requirement in preset.requires
-        if not requirement.is_installed()
-    ]
+    """Missing (LP007), broken or version-mismatched optional dependencies, before Lightning imports them."""
+    from lightning_presets import _requirements
+
+    return _requirements.findings(preset.requires, f"{namespace.caller}(strategy={preset.name!r})")
 
 
 def build(preset: Preset, namespace: Namespace, overrides: Mapping[str, Any]) -> Any:
@@ -176,6 +193,10 @@ def register_module(module: ModuleType) -> None:
     """Called by the start-up hook once a Lightning strategies module has been executed."""
     namespace = namespace_for_module(module.__name__)
     if namespace is None:
+        return
+    if getattr(_loading, "active", False):
+        with _lock:
+            _deferred.append(module)
         return
     registry = getattr(module, namespace.registry_attr, None)
     if registry is not None:

@@ -137,7 +137,7 @@ def _load_one(entry_point: metadata.EntryPoint, kind: type[T], noun: str) -> Ent
         finding = _finding(
             "LP009",
             f"{where} names its {noun} {item_name!r}, but the entry point is called {entry_point.name!r}",
-            f"use one name in both places: {item_name!r}",
+            f"use one name in both places: call the entry point {item_name!r} in {distribution}'s entry points",
         )
         return Entry(**base, status="refused", findings=(finding,))
     if not _NAME.fullmatch(item_name):
@@ -161,6 +161,20 @@ def _load_one(entry_point: metadata.EntryPoint, kind: type[T], noun: str) -> Ent
     return Entry(**base, status="ok", item=item)
 
 
+def _conflict(name: str, claimants: list[Entry[T]], noun: str) -> Finding:
+    """One finding per contested name, identical for every claimant (so it is reported once)."""
+    owners = sorted({f"{e.distribution} {e.version}" for e in claimants})
+    ours = any(normalize_distribution(e.distribution) == OWN_DISTRIBUTION for e in claimants)
+    others = sorted({e.distribution for e in claimants if normalize_distribution(e.distribution) != OWN_DISTRIBUTION})
+    return _finding(
+        "LP003",
+        f"{noun} preset {name!r} is declared by {' and by '.join(owners)}; "
+        + (f"{OWN_DISTRIBUTION}'s built-in keeps the name" if ours else "neither is registered"),
+        "uninstall one of them, rename one, or choose with "
+        + " or ".join(f"LIGHTNING_PRESETS_DENY={distribution}" for distribution in others),
+    )
+
+
 def _resolve_duplicates(entries: list[Entry[T]], noun: str) -> list[Entry[T]]:
     """A name claimed by two distributions: an error naming both. Ours keeps its name; others lose it."""
     by_name: dict[str, list[Entry[T]]] = {}
@@ -173,18 +187,7 @@ def _resolve_duplicates(entries: list[Entry[T]], noun: str) -> list[Entry[T]]:
         if entry.status != "ok" or not rivals:
             result.append(entry)
             continue
-        owners = sorted({f"{e.distribution} {e.version}" for e in by_name[entry.name]})
-        finding = _finding(
-            "LP003",
-            f"{noun} preset {entry.name!r} is declared by {' and by '.join(owners)}; "
-            + (
-                f"{OWN_DISTRIBUTION}'s built-in keeps the name"
-                if any(normalize_distribution(e.distribution) == OWN_DISTRIBUTION for e in by_name[entry.name])
-                else "neither is registered"
-            ),
-            "uninstall one of them, rename one, or choose with "
-            f"LIGHTNING_PRESETS_DENY={','.join(sorted({e.distribution for e in rivals}))}",
-        )
+        finding = _conflict(entry.name, by_name[entry.name], noun)
         keeps = normalize_distribution(entry.distribution) == OWN_DISTRIBUTION
         result.append(dataclasses.replace(entry, status="ok" if keeps else "conflict", findings=(finding,)))
     return result
@@ -217,15 +220,25 @@ def load(group: str, kind: type[T], noun: str) -> Catalog[T]:
     return catalog
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _cache: dict[str, Catalog[Any]] = {}
+_loading: set[str] = set()
 
 
 def cached(group: str, loader: Callable[[], Catalog[T]]) -> Catalog[T]:
-    """Load a group once per process (thread-safe)."""
+    """Load a group once per process (thread-safe; a use from inside its own loading is an error, not a hang)."""
     with _lock:
         if group not in _cache:
-            _cache[group] = loader()
+            if group in _loading:
+                raise RuntimeError(
+                    f"the {group} catalog was used while it was being loaded: a preset module must not "
+                    "look presets up when it is imported"
+                )
+            _loading.add(group)
+            try:
+                _cache[group] = loader()
+            finally:
+                _loading.discard(group)
         return _cache[group]
 
 

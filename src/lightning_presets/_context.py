@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_presets._namespaces import Namespace
+
+if TYPE_CHECKING:
+    from lightning_presets._precision import PrecisionPreset
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -60,6 +63,18 @@ class Context:
     """The cluster environment's class name."""
     options: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     """The preset's arguments (defaults merged with overrides)."""
+    family: str | None = None
+    """The strategy preset's family (``fsdp``, ``deepspeed``, ...), for guards across presets."""
+    precision_classes: tuple[str, ...] = ()
+    """Class names of the precision plugin and its bases, for isinstance-style checks by name."""
+    precision_preset: PrecisionPreset | None = None
+    """The precision preset the plugin came from (``lightning_presets.precision(...)``), if any."""
+    gpu_capability: tuple[int, int] | None = None
+    """Lowest CUDA compute capability among the visible GPUs; ``None`` when unknown or not on CUDA."""
+
+    def precision_is(self, class_name: str) -> bool:
+        """Whether the precision plugin is an instance of a class called ``class_name`` (in any namespace)."""
+        return class_name in self.precision_classes
 
     @property
     def world_size(self) -> int:
@@ -89,8 +104,12 @@ _ACCELERATOR_NAMES = {
 
 
 def accelerator_name(accelerator: object) -> str:
+    """``cpu``/``cuda``/``mps``/``xla`` for Lightning's accelerators and their subclasses, else the class name."""
+    for klass in type(accelerator).__mro__:
+        if klass.__name__ in _ACCELERATOR_NAMES:
+            return _ACCELERATOR_NAMES[klass.__name__]
     name = type(accelerator).__name__
-    return _ACCELERATOR_NAMES.get(name, name.removesuffix("Accelerator").lower() or "none")
+    return name.removesuffix("Accelerator").lower() or "none"
 
 
 def snapshot(strategy: Any, preset: str, namespace: Namespace, options: Mapping[str, Any]) -> Context:
@@ -98,15 +117,25 @@ def snapshot(strategy: Any, preset: str, namespace: Namespace, options: Mapping[
     precision = strategy.precision_plugin if namespace.kind == "trainer" else strategy.precision
     devices = getattr(strategy, "parallel_devices", None)
     environment = getattr(strategy, "cluster_environment", None)
+    accelerator = accelerator_name(strategy.accelerator)
+    capability = None
+    if accelerator == "cuda":
+        from lightning_presets.plugins._capability import observed_capability
+
+        capability = observed_capability()
     return Context(
         preset=preset,
         target=namespace.target,
         caller=namespace.caller,
-        accelerator=accelerator_name(strategy.accelerator),
+        accelerator=accelerator,
         devices_per_node=len(devices) if devices else 1,
         num_nodes=int(getattr(strategy, "num_nodes", 1) or 1),
         precision=str(getattr(precision, "precision", "32-true")),
         precision_plugin=type(precision).__name__,
         cluster_environment=type(environment).__name__ if environment is not None else "none",
         options=MappingProxyType(dict(options)),
+        family=getattr(getattr(strategy, "_lp_preset", None), "family", None),
+        precision_classes=tuple(cls.__name__ for cls in type(precision).__mro__),
+        precision_preset=getattr(precision, "_lp_precision_preset", None),
+        gpu_capability=capability,
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from lightning_presets._catalog import OWN_DISTRIBUTION, normalize_distribution
 
 # Modules that may hold further documented codes as a tuple named ``CODES`` (check and cluster findings).
-_CODE_MODULES = ("lightning_presets._codes", "lightning_presets._check")
+_CODE_MODULES = ("lightning_presets._codes", "lightning_presets._requirements", "lightning_presets._check")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ def _rule_entries() -> list[DocEntry]:
 
 def _fence(code: str) -> str:
     language = "toml" if code.lstrip().startswith("[") or ' = "' in code.splitlines()[0] else "python"
-    if code.lstrip().startswith(("pip ", "LIGHTNING_")):
+    if code.lstrip().startswith(("pip ", "LIGHTNING_", "lightning-presets ")):
         language = "bash"
     return f"```{language}\n{code}\n```"
 

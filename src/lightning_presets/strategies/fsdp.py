@@ -43,10 +43,10 @@ def fsdp_needs_cuda(ctx: Context) -> Problem | None:
 
 @rule(
     "LP102", "error", "construction", "precision outside what FSDP supports",
-    fails='Trainer(strategy=lightning_presets.strategy("fsdp_offload_ckpt"), accelerator="cuda", '
-    'precision="64-true")',
-    fixed='Trainer(strategy=lightning_presets.strategy("fsdp_offload_ckpt"), accelerator="cuda", '
-    'precision="bf16-mixed")',
+    # precision="64-true" as a string is stopped first by Lightning's own FSDPPrecision check (a ValueError);
+    # a plugin reaches the guard.
+    fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", plugins=[DoublePrecision()])',
+    fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", precision="bf16-mixed")',
 )  # fmt: skip
 def fsdp_precision_supported(ctx: Context) -> Problem | None:
     if ctx.precision in FSDP_PRECISIONS:
@@ -63,7 +63,7 @@ def fsdp_precision_supported(ctx: Context) -> Problem | None:
     fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", precision="bf16-true")',
 )  # fmt: skip
 def fsdp_precision_plugin(ctx: Context) -> Problem | None:
-    if ctx.precision_plugin == "FSDPPrecision":
+    if ctx.precision_is("FSDPPrecision"):  # subclasses too, e.g. lightning_presets.precision("bf16-fp32-reduce")
         return None
     return Problem(
         f"`{ctx.caller}(strategy={ctx.preset!r}, plugins=[{ctx.precision_plugin}(...)])`: FSDP works only with "
@@ -125,7 +125,9 @@ def fsdp_has_peers(ctx: Context) -> Problem | None:
     "activation_checkpointing_policy={MyBlock})",
 )  # fmt: skip
 def repeated_block_found(ctx: Context, model: nn.Module) -> Problem | None:
-    has_policies = all(ctx.options.get(key) is not None for key in ("auto_wrap_policy", "activation_checkpointing_policy"))
+    has_policies = all(
+        ctx.options.get(key) is not None for key in ("auto_wrap_policy", "activation_checkpointing_policy")
+    )
     if has_policies or find_repeated_blocks(model):
         return None
     return Problem(
@@ -154,9 +156,15 @@ def _fsdp_precision_class(strategy: Any) -> type:
 class _RepeatedBlocks:
     """Wraps and checkpoints the repeated blocks it finds, unless the user passed a policy."""
 
+    _lp_checkpoint_blocks: bool = True
+    """Whether the blocks found are also activation-checkpointed (presets built for speed turn it off)."""
+
     def _lp_apply_blocks(self, model: nn.Module, fsdp_kwargs: dict[str, Any]) -> None:
+        from torch.distributed.fsdp import FullyShardedDataParallel
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
+        if any(isinstance(module, FullyShardedDataParallel) for module in model.modules()):
+            return  # wrapped by hand (e.g. in configure_model): the user's layout wins, Lightning wraps nothing
         context = getattr(self, "_lp_context", None)
         if context is not None:
             report(run_rules(self._lp_preset.rules, "setup", context, model), stacklevel=5)  # type: ignore[attr-defined]
@@ -169,7 +177,7 @@ class _RepeatedBlocks:
         no_checkpointing = options.get("activation_checkpointing_policy") is None and (
             options.get("activation_checkpointing") is None
         )
-        if no_checkpointing:
+        if no_checkpointing and self._lp_checkpoint_blocks:
             self._activation_checkpointing_kwargs = {"auto_wrap_policy": ModuleWrapPolicy(blocks)}
         self.lp_blocks = blocks
 

@@ -41,16 +41,17 @@ def _size_text(ctx: Context, key: str, value: Any) -> str:
     return f"{key}={value}" + (" (auto)" if ctx.options.get(key, "auto") == "auto" else "")
 
 
+def _is_size(value: Any) -> bool:
+    return value == "auto" or (type(value) is int and value > 0)
+
+
 @rule(
     "LP202", "error", "options", "a parallel size that is neither 'auto' nor a positive integer",
     fails='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=0)',
     fixed='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=2)',
 )  # fmt: skip
 def sizes_are_positive(options: Options) -> Problem | None:
-    bad = [
-        key for key in _SIZES
-        if not (options.values.get(key, "auto") == "auto" or (type(options.values[key]) is int and options.values[key] > 0))
-    ]  # fmt: skip
+    bad = [key for key in _SIZES if not _is_size(options.values.get(key, "auto"))]
     if not bad:
         return None
     return Problem(
@@ -83,7 +84,7 @@ def sizes_match_world(ctx: Context) -> Problem | None:
 @rule(
     "LP203", "error", "construction", "tensor_parallel_size does not divide the devices per node",
     fails='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=4, '
-    'tensor_parallel_size=3), accelerator="cuda", devices=6, num_nodes=2)',
+    'tensor_parallel_size=3), accelerator="cuda", devices=4, num_nodes=3)',
     fixed='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=4, '
     'tensor_parallel_size=3), accelerator="cuda", devices=3, num_nodes=4)',
 )  # fmt: skip
@@ -120,15 +121,16 @@ def tp_stays_in_node(ctx: Context) -> Problem | None:
 
 @rule(
     "LP205", "error", "construction", "precision outside what ModelParallelStrategy supports",
-    fails='Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2, precision="16-mixed")',
-    fixed='Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2, precision="bf16-mixed")',
+    fails='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, precision="16-mixed")',
+    fixed='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, precision="bf16-mixed")',
 )  # fmt: skip
 def model_parallel_precision(ctx: Context) -> Problem | None:
     if ctx.precision in MODEL_PARALLEL_PRECISIONS:
         return None
     return Problem(
-        f"{ctx.call('precision')}: ModelParallelStrategy does not support precision={ctx.precision!r} "
-        "(16-mixed would need a sharded gradient scaler); the Trainer does not check this for strategy names",
+        f"{ctx.call('precision')}: ModelParallelStrategy does not support precision={ctx.precision!r}"
+        + (" (it would need a sharded gradient scaler)" if ctx.precision == "16-mixed" else "")
+        + "; the Trainer does not check this for strategy names",
         f"use one of {', '.join(map(repr, MODEL_PARALLEL_PRECISIONS))}",
     )
 
@@ -165,10 +167,14 @@ def fabric_has_parallelize_fn(ctx: Context) -> Problem | None:
     )
 
 
+_LIGHTNING_PACKAGES = ("lightning.pytorch.", "pytorch_lightning.")
+
+
 def _defines_configure_model(model: nn.Module) -> bool:
+    """Whether a class of the user's (not Lightning's own no-op ``ModelHooks``) defines ``configure_model``."""
     for klass in type(model).__mro__:
         if "configure_model" in vars(klass):
-            return klass.__name__ != "LightningModule"
+            return not klass.__module__.startswith(_LIGHTNING_PACKAGES)
     return False
 
 

@@ -1,0 +1,201 @@
+"""``lightning-presets check``: validate a job for a target cluster without launching anything."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any
+
+from lightning_presets import _check
+from lightning_presets._simulation import CLUSTERS
+from lightning_presets.cli._output import emit_json, table, wrapped
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}  # fmt: skip
+_ARGUMENT_FLAGS = ("accelerator", "devices", "num_nodes", "strategy", "precision")
+_FABRIC_KEYS = ("accelerator", "strategy", "devices", "num_nodes", "precision", "plugins")
+
+
+def memory(text: str) -> int:
+    """``80GiB``, ``80GB``, ``80G`` or a number of bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size such as 80GiB, 80GB or 85899345920")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def capability(text: str) -> tuple[int, int]:
+    """``9.0`` -> ``(9, 0)``."""
+    match = re.fullmatch(r"(\d+)\.(\d+)", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a compute capability such as 8.0 or 9.0")
+    return int(match.group(1)), int(match.group(2))
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key.strip(), value
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def devices(text: str) -> Any:
+    """Like LightningCLI: ``8`` is an int, ``-1``/``auto``/``0,1`` stay as Lightning reads them."""
+    stripped = text.strip()
+    return int(stripped) if re.fullmatch(r"-?\d+", stripped) else stripped
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    job = parser.add_argument_group("the job (as in your script or LightningCLI config)")
+    job.add_argument(
+        "--mode", choices=("trainer", "fabric"), default="trainer", help="Trainer or Fabric (default trainer)"
+    )
+    job.add_argument("--accelerator", help="cpu, cuda, gpu, mps, tpu or auto")
+    job.add_argument("--devices", type=devices, help="devices per node: N, -1, auto or a list such as 0,1")
+    job.add_argument("--num-nodes", dest="num_nodes", type=int, help="number of nodes")
+    job.add_argument("--strategy", help="any registered name: Lightning's (ddp, fsdp, ...) or a preset")
+    job.add_argument("--precision", help="32-true, bf16-mixed, 16-mixed, bf16-true, 16-true, 64-true, ...")
+    job.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="NAME",
+                     help="a precision preset (repeatable)")  # fmt: skip
+    job.add_argument("--set", dest="overrides", action="append", default=[], type=key_value, metavar="KEY=VALUE",
+                     help="a strategy argument override, e.g. --set cpu_offload=False (repeatable)")  # fmt: skip
+    job.add_argument("--config", metavar="FILE", help="a LightningCLI YAML file: its trainer: section is used")
+    target = parser.add_argument_group("the simulated target (nothing is launched)")
+    target.add_argument("--gpus", type=non_negative, default=0, help="GPUs per node (default 0: a CPU node)")
+    target.add_argument("--gpu-capability", dest="gpu_capability", type=capability, default=(9, 0),
+                        metavar="X.Y", help="compute capability (default 9.0)")  # fmt: skip
+    target.add_argument(
+        "--gpu-memory", dest="gpu_memory", type=memory, metavar="SIZE", help="memory per GPU, e.g. 80GiB"
+    )
+    target.add_argument("--cluster", choices=CLUSTERS, default="none",
+                        help="the launcher whose environment variables the job sees (default none)")  # fmt: skip
+    target.add_argument("--env", action="append", default=[], type=key_value, metavar="KEY=VALUE",
+                        help="an environment variable of the job, applied last (repeatable)")  # fmt: skip
+    target.add_argument("--interactive", action="store_true", help="simulate a notebook / interactive session")
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print the report as JSON (schema in docs/check-schema.json)")
+    out.add_argument("--strict", action="store_true", help="warnings reject the configuration too")
+
+
+def request_from(args: argparse.Namespace) -> _check.CheckRequest:
+    """The engine's request from parsed flags: the config file's trainer section under the flags."""
+    arguments: dict[str, Any] = {}
+    notes: list[str] = []
+    if args.config:
+        from lightning_presets.cli._config import trainer_section
+
+        arguments, notes = trainer_section(args.config)
+    for key in _ARGUMENT_FLAGS:
+        value = getattr(args, key)
+        if value is not None:
+            arguments[key] = value
+    if args.mode == "fabric":
+        ignored = sorted(key for key in arguments if key not in _FABRIC_KEYS)
+        if ignored:
+            notes.append(f"Fabric takes no {', '.join(ignored)}; left out")
+        arguments = {key: value for key, value in arguments.items() if key in _FABRIC_KEYS}
+    overrides = {key: _check.parse_value(value) for key, value in args.overrides}
+    request = _check.CheckRequest(
+        mode=args.mode,
+        arguments=arguments,
+        plugins=tuple(args.plugins),
+        overrides=overrides,
+        gpus=args.gpus,
+        gpu_capability=args.gpu_capability,
+        gpu_memory=args.gpu_memory,
+        cluster=args.cluster,
+        env=dict(args.env),
+        interactive=args.interactive,
+        notes=tuple(notes),
+    )
+    return request
+
+
+def _simulated_text(simulated: dict[str, Any]) -> str:
+    gpus = simulated["gpus_per_node"]
+    node = (
+        "a CPU-only node"
+        if not gpus
+        else (
+            f"{gpus} GPU(s) per node of compute capability {simulated['gpu_capability']}"
+            + (f", {simulated['gpu_memory_bytes'] / 2**30:g} GiB each" if simulated["gpu_memory_bytes"] else "")
+            + (f" ({simulated['gpus_visible']} visible)" if simulated["gpus_visible"] != gpus else "")
+        )
+    )
+    cluster = simulated["cluster"]
+    extra = " (interactive session)" if simulated["interactive"] else ""
+    return f"{node}; cluster: {cluster}{extra}"
+
+
+_EVIDENCE = {
+    "import": "import: the packages import; the arguments were not checked",
+    "syntax": "syntax: names and arguments checked; nothing was constructed",
+    "construction": "construction: a real {caller} was built on the simulated hardware; nothing was launched",
+}
+_REJECTED_AT_CONSTRUCTION = (
+    "construction: building a real {caller} on the simulated hardware was attempted and it rejected the "
+    "configuration; nothing was launched"
+)
+
+
+def render(report: _check.CheckReport, strict: bool) -> str:
+    data = report.as_dict(strict)
+    caller = report.request.caller
+    constructed = report.evidence != "construction" or report.constructed
+    evidence = (_EVIDENCE[report.evidence] if constructed else _REJECTED_AT_CONSTRUCTION).format(caller=caller)
+    simulated = _simulated_text(data["evidence"]["simulated"])
+    lines = [f"lightning-presets check: {data['call']}", f"  simulated: {simulated}",
+             f"  evidence:  {evidence}"]  # fmt: skip
+    lines += [f"  note:      {note}" for note in report.request.notes]
+    if report.resolved is not None:
+        r = report.resolved
+        mesh = " × ".join(f"{name}={size}" for name, size in r.device_mesh.items())
+        lines += ["", "resolved"]
+        rows = [
+            ("strategy", r.strategy_class + (f" (preset {r.preset!r})" if r.preset else "")),
+            ("accelerator", r.accelerator),
+            ("precision", f"{r.precision} ({r.precision_plugin})"),
+            ("world size", f"{r.world_size} = {r.devices_per_node} device(s) × {r.num_nodes} node(s)"),
+            ("device mesh", mesh),
+            ("cluster env", r.cluster_environment),
+            ("launcher", r.launcher or "none"),
+        ]
+        lines += [f"  {name:<12} {value}" for name, value in rows]
+    lines.append("")
+    if report.reported:
+        findings = [
+            (each.finding.code, each.finding.severity, f"{each.finding.message}\nhint: {each.finding.hint}")
+            for each in report.reported
+        ]
+        lines += ["findings", table(("code", "severity", "message and hint"), findings, wrap_last=78)]
+    else:
+        lines.append("findings: none")
+    if report.lightning_warnings:
+        lines += ["", "Lightning warned:"]
+        lines += [f"  - {wrapped(text, 4)}" for text in report.lightning_warnings]
+    errors = sum(1 for f in report.findings if f.severity == "error")
+    warnings_ = len(report.findings) - errors
+    verdict = "REJECTED" if report.rejected(strict) else "VALID"
+    lines += ["", f"{verdict}: {errors} error(s), {warnings_} warning(s){' (--strict)' if strict else ''}; "
+              f"exit {report.exit_code(strict)}; checked in {report.elapsed_ms:.1f} ms"]  # fmt: skip
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = _check.run_check(request_from(args))
+    if args.json:
+        emit_json(report.as_dict(args.strict))
+    else:
+        sys.stdout.write(render(report, args.strict) + "\n")
+    return report.exit_code(args.strict)

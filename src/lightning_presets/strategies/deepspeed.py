@@ -1,0 +1,436 @@
+"""DeepSpeed (``DeepSpeedStrategy``) presets: ``deepspeed_zero2_offload`` and ``deepspeed_zero3_offload_ckpt``.
+
+DeepSpeed itself is optional: nothing here imports it. The bridge probes it (missing, broken, known-bad
+torch pair) before Lightning's constructor would import it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from functools import partial
+from types import MappingProxyType
+from typing import Any
+
+from torch import nn
+
+from lightning_presets._context import Context, Options
+from lightning_presets._errors import report
+from lightning_presets._namespaces import Kind
+from lightning_presets._precision import PRECISION_CROSS_RULES
+from lightning_presets._preset import Preset, Requirement
+from lightning_presets._rules import Problem, Rule, rule, run_rules
+from lightning_presets.strategies._blocks import describe_children, find_repeated_blocks
+
+DEEPSPEED = Requirement(module="deepspeed", extra="deepspeed")
+ZERO_STAGES = (0, 1, 2, 3)
+OFFLOAD_DEVICES = ("cpu", "nvme")
+RESOLVED_CONFIG = "_resolved_config"
+"""Options key under which guards see the DeepSpeed config the strategy really holds (loaded from a path too)."""
+_PRESET_ONLY_KEYS = frozenset({"checkpoint_blocks"})
+
+# Top-level config keys Lightning writes when they are absent, and from what.
+_DERIVED = "DeepSpeed derives it as micro-batch × accumulation × world size"
+_FILLED_WHEN_ABSENT = {
+    "trainer": {
+        "train_batch_size": _DERIVED,
+        "train_micro_batch_size_per_gpu": "Lightning uses the train dataloader's batch size",
+        "gradient_accumulation_steps": "Lightning uses Trainer(accumulate_grad_batches=...)",
+        "gradient_clipping": "Lightning uses Trainer(gradient_clip_val=...)",
+        "fp16": "Lightning writes it for precision='16-mixed'",
+        "bf16": "Lightning writes it for precision='bf16-mixed'",
+    },
+    "fabric": {
+        "train_batch_size": _DERIVED,
+        "train_micro_batch_size_per_gpu": "Lightning uses 1",
+        "fp16": "Lightning writes it for precision='16-mixed'",
+        "bf16": "Lightning writes it for precision='bf16-mixed'",
+    },
+}
+
+
+def resolved_config(ctx: Context) -> Mapping[str, Any]:
+    config = ctx.options.get(RESOLVED_CONFIG)
+    return config if isinstance(config, Mapping) else {}
+
+
+def _section(config: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = config.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _kind(ctx: Context) -> str:
+    return "trainer" if ctx.caller == "Trainer" else "fabric"
+
+
+def half_precision_sections(config: Mapping[str, Any], precision: str) -> tuple[bool, bool, str | None]:
+    """(fp16 enabled, bf16 enabled, the section Lightning adds from ``precision`` or ``None``), as Lightning
+    merges them: it adds ``fp16`` for 16-bit precision unless the config has an ``fp16`` section, else ``bf16``
+    for bf16 precision unless the config has a ``bf16`` section."""
+    fp16 = _section(config, "fp16").get("enabled") is True
+    bf16 = _section(config, "bf16").get("enabled") is True
+    added = None
+    if "fp16" not in config and precision in ("16-mixed", "16-true"):
+        fp16, added = True, "fp16"
+    elif "bf16" not in config and precision in ("bf16-mixed", "bf16-true"):
+        bf16, added = True, "bf16"
+    return fp16, bf16, added
+
+
+def auto_keys(config: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+    """Dotted paths of every value that is the string ``"auto"`` (a Hugging Face convention Lightning never fills)."""
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from auto_keys(value, f"{path}.")
+        elif isinstance(value, str) and value.strip().lower() == "auto":
+            yield path
+
+
+def batch_arithmetic(train_batch: int, micro: int, accumulation: int | None, world_size: int) -> str | None:
+    """Why DeepSpeed would reject ``train_batch_size``, or ``None``. ``accumulation=None``: DeepSpeed derives it."""
+    if accumulation is None:
+        if train_batch % (micro * world_size) == 0:
+            return None
+        return (
+            f"train_batch_size={train_batch} is not divisible by train_micro_batch_size_per_gpu={micro} × "
+            f"world size {world_size} = {micro * world_size}, so DeepSpeed cannot derive gradient_accumulation_steps"
+        )
+    product = micro * accumulation * world_size
+    if product == train_batch:
+        return None
+    return (
+        f"train_batch_size={train_batch}, but train_micro_batch_size_per_gpu={micro} × "
+        f"gradient_accumulation_steps={accumulation} × world size {world_size} = {product}"
+    )
+
+
+def _batch_hint(micro: int, accumulation: int, world_size: int, owner: str) -> str:
+    return (
+        f"remove train_batch_size from the config (DeepSpeed derives it), or set it to "
+        f"{micro} × {accumulation} × {world_size} = {micro * accumulation * world_size}; {owner}"
+    )
+
+
+@rule(
+    "LP403", "error", "construction", "DeepSpeed on an accelerator other than CUDA",
+    fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cpu", devices=2)',
+    fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8)',
+)  # fmt: skip
+def deepspeed_needs_cuda(ctx: Context) -> Problem | None:
+    if ctx.accelerator == "cuda":
+        return None
+    return Problem(
+        f"{ctx.call('accelerator', 'devices')}: DeepSpeed runs only on CUDA GPUs, got accelerator="
+        f"{ctx.accelerator!r}; Lightning would accept this and fail only when `fit` starts",
+        "run it with accelerator='cuda'; to try sharded training on CPU use strategy='tp2d_hybrid' "
+        "(FSDP2 over gloo) or strategy='ddp'",
+    )
+
+
+@rule(
+    "LP404", "error", "construction", "parameter offload with a ZeRO stage below 3",
+    fails='lightning_presets.strategy("deepspeed_zero2_offload", offload_parameters=True)',
+    fixed='lightning_presets.strategy("deepspeed_zero3_offload_ckpt")',
+)  # fmt: skip
+def param_offload_needs_stage3(ctx: Context) -> Problem | None:
+    zero = _section(resolved_config(ctx), "zero_optimization")
+    offload = _section(zero, "offload_param")
+    stage = zero.get("stage", 0)
+    if not offload or offload.get("device", "none") == "none" or stage == 3:
+        return None
+    return Problem(
+        f"{ctx.call()}: zero_optimization.offload_param offloads parameters to {offload.get('device')!r} with "
+        f"ZeRO stage {stage}; DeepSpeed partitions (and so offloads) parameters only in stage 3",
+        "drop offload_parameters=True (stage 2 offloads optimizer state only, see offload_optimizer), or use "
+        "strategy='deepspeed_zero3_offload_ckpt' for parameter offload",
+    )
+
+
+@rule(
+    "LP405", "error", "construction", "fp16 and bf16 enabled together",
+    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"fp16": {"enabled": '
+    'True}, "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
+    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"bf16": {"enabled": '
+    'True}, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
+)  # fmt: skip
+def one_half_precision(ctx: Context) -> Problem | None:
+    fp16, bf16, added = half_precision_sections(resolved_config(ctx), ctx.precision)
+    if not (fp16 and bf16):
+        return None
+    origin = (
+        "the config enables both"
+        if added is None
+        else f"the config enables {'fp16' if added == 'bf16' else 'bf16'} and precision={ctx.precision!r} makes "
+        f"Lightning add {added}.enabled=True"
+    )
+    return Problem(
+        f"{ctx.call('precision')}: {origin}; DeepSpeed refuses fp16 and bf16 at the same time",
+        "keep one: delete the fp16 or bf16 section from the config and let precision= choose "
+        "('bf16-mixed' on Ampere or newer, '16-mixed' before)",
+    )
+
+
+@rule(
+    "LP406", "error", "construction", "train_batch_size differs from micro-batch × accumulation × world size",
+    fails='Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config={'
+    '"train_batch_size": 48, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), '
+    'accelerator="cuda", devices=8)',
+    fixed='Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config={'
+    '"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), '
+    'accelerator="cuda", devices=8)',
+)  # fmt: skip
+def fabric_batch_size_adds_up(ctx: Context) -> Problem | None:
+    config = resolved_config(ctx)
+    train_batch = config.get("train_batch_size")
+    if ctx.caller != "Fabric" or type(train_batch) is not int:
+        return None
+    micro = config.get("train_micro_batch_size_per_gpu", 1)  # Fabric sets 1 when absent
+    accumulation = config.get("gradient_accumulation_steps")
+    if type(micro) is not int or not (accumulation is None or type(accumulation) is int):
+        return None
+    problem = batch_arithmetic(train_batch, micro, accumulation, ctx.world_size)
+    if problem is None:
+        return None
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')}: {problem} (world size: {ctx.world_arithmetic})",
+        _batch_hint(micro, accumulation or 1, ctx.world_size, "Fabric takes the micro-batch size from the config"),
+    )
+
+
+@rule(
+    "LP407", "error", "model", "train_batch_size differs from micro-batch × accumulate_grad_batches × world size",
+    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"train_batch_size": 64, '
+    '"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8, '
+    "accumulate_grad_batches=1).fit(model)",
+    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"train_batch_size": 64, '
+    '"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8, '
+    "accumulate_grad_batches=2).fit(model)",
+)  # fmt: skip
+def trainer_batch_size_adds_up(ctx: Context, model: nn.Module) -> Problem | None:
+    config = resolved_config(ctx)
+    train_batch = config.get("train_batch_size")
+    micro = config.get("train_micro_batch_size_per_gpu")
+    accumulation = getattr(getattr(model, "_trainer", None), "accumulate_grad_batches", None)
+    if ctx.caller != "Trainer" or not (type(train_batch) is type(micro) is type(accumulation) is int):
+        return None
+    problem = batch_arithmetic(train_batch, micro, accumulation, ctx.world_size)
+    if problem is None:
+        return None
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')} with accumulate_grad_batches={accumulation}: {problem} "
+        f"(world size: {ctx.world_arithmetic}); DeepSpeed would refuse it after every process has started",
+        _batch_hint(micro, accumulation, ctx.world_size, "the Trainer sets gradient_accumulation_steps"),
+    )
+
+
+@rule(
+    "LP408", "error", "construction", '"auto" values in the DeepSpeed config, which Lightning never fills',
+    fails='lightning_presets.strategy("deepspeed_zero2_offload", config={"train_micro_batch_size_per_gpu": '
+    '"auto", "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})',
+    fixed='lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": {"stage": 2, '
+    '"reduce_bucket_size": 500000000}})',
+)  # fmt: skip
+def no_auto_values(ctx: Context) -> Problem | None:
+    keys = list(auto_keys(resolved_config(ctx)))
+    if not keys:
+        return None
+    filled = _FILLED_WHEN_ABSENT[_kind(ctx)]
+    removable = [key for key in keys if key.split(".")[0] in filled]
+    to_set = [key for key in keys if key not in removable]
+    fixes = []
+    if removable:
+        sections = dict.fromkeys(key.split(".")[0] for key in removable)
+        fixes.append("delete " + ", ".join(f"{section} ({filled[section]})" for section in sections))
+    if to_set:
+        fixes.append(f"give {', '.join(to_set)} a number or true/false")
+    return Problem(
+        f'{ctx.call()}: the DeepSpeed config has "auto" for {", ".join(keys)}; "auto" is filled in by '
+        "Hugging Face's integration, not by Lightning, and DeepSpeed cannot use it",
+        "; ".join(fixes),
+    )
+
+
+@rule(
+    "LP409", "error", "construction", "gradient_accumulation_steps in the config when the Trainer owns accumulation",
+    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
+    '"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
+    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
+    '"zero_optimization": {"stage": 2}}), accelerator="cuda", accumulate_grad_batches=4)',
+)  # fmt: skip
+def trainer_owns_accumulation(ctx: Context) -> Problem | None:
+    steps = resolved_config(ctx).get("gradient_accumulation_steps")
+    if ctx.caller != "Trainer" or steps is None:
+        return None
+    return Problem(
+        f"{ctx.call()}: the DeepSpeed config sets gradient_accumulation_steps={steps!r}, but with the Trainer "
+        "Lightning sets it from accumulate_grad_batches and would refuse the config when `fit` starts",
+        f"delete gradient_accumulation_steps from the config and pass Trainer(..., accumulate_grad_batches={steps})",
+    )
+
+
+@rule(
+    "LP410", "error", "options", "a ZeRO stage or offload device DeepSpeed does not know",
+    fails='lightning_presets.strategy("deepspeed_zero2_offload", offload_optimizer_device="gpu")',
+    fixed='lightning_presets.strategy("deepspeed_zero2_offload", offload_optimizer_device="cpu")',
+)  # fmt: skip
+def zero_values_known(options: Options) -> Problem | None:
+    bad = []
+    if options.values.get("stage", 2) not in ZERO_STAGES:
+        bad.append("stage")
+    bad += [
+        key
+        for key in ("offload_optimizer_device", "offload_params_device")
+        if options.values.get(key, "cpu") not in OFFLOAD_DEVICES
+    ]
+    if not bad:
+        return None
+    return Problem(
+        f"{options.call(*bad)}: Lightning accepts {' and '.join(bad)} as given, DeepSpeed fails on it later",
+        f"stage is one of {', '.join(map(str, ZERO_STAGES))}; offload devices are "
+        f"{' or '.join(map(repr, OFFLOAD_DEVICES))}",
+    )
+
+
+@rule(
+    "LP411", "warning", "setup", "no repeated block found to checkpoint",
+    fails="trainer.fit(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
+    fixed='lightning_presets.strategy("deepspeed_zero3_offload_ckpt", checkpoint_blocks={MyBlock})',
+)  # fmt: skip
+def checkpoint_block_found(ctx: Context, model: nn.Module) -> Problem | None:
+    if ctx.options.get("checkpoint_blocks") or find_repeated_blocks(model):
+        return None
+    return Problem(
+        f"{ctx.call()}: no repeated block found in {type(model).__name__} (top-level children: "
+        f"{describe_children(model)}), so no activation is checkpointed and activation memory is not reduced",
+        f"pass the block class: lightning_presets.strategy({ctx.preset!r}, checkpoint_blocks={{MyBlock}}), "
+        "or hold the blocks in an nn.ModuleList",
+    )
+
+
+RULES: tuple[Rule, ...] = (
+    deepspeed_needs_cuda,
+    param_offload_needs_stage3,
+    one_half_precision,
+    fabric_batch_size_adds_up,
+    trainer_batch_size_adds_up,
+    no_auto_values,
+    trainer_owns_accumulation,
+    zero_values_known,
+    *PRECISION_CROSS_RULES,
+)
+
+
+def checkpoint_blocks(model: nn.Module, blocks: set[type[nn.Module]]) -> int:
+    """Wrap every instance of ``blocks`` in non-reentrant activation checkpointing; returns how many."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    classes = tuple(blocks)
+    count = sum(1 for module in model.modules() if isinstance(module, classes))
+    if count:
+        apply_activation_checkpointing(
+            model,
+            checkpoint_wrapper_fn=partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            check_fn=lambda module: isinstance(module, classes),
+        )
+    return count
+
+
+class _DeepSpeedHooks:
+    """Guards see the config the strategy really holds; the ``_ckpt`` preset checkpoints repeated blocks."""
+
+    config: Any
+
+    @property
+    def _lp_options(self) -> Mapping[str, Any]:
+        values = dict(self.__dict__.get("_lp_given_options", {}))
+        values[RESOLVED_CONFIG] = copy.deepcopy(getattr(self, "config", None))
+        return MappingProxyType(values)
+
+    @_lp_options.setter
+    def _lp_options(self, values: Mapping[str, Any]) -> None:
+        self.__dict__["_lp_given_options"] = values
+
+    def _lp_prepare_model(self, model: nn.Module) -> None:
+        """Setup rules, then activation checkpointing of the repeated blocks (``_ckpt`` presets only)."""
+        context = getattr(self, "_lp_context", None)
+        if context is not None:
+            report(run_rules(self._lp_preset.rules, "setup", context, model), stacklevel=5)  # type: ignore[attr-defined]
+        if not self._lp_preset.name.endswith("_ckpt"):  # type: ignore[attr-defined]
+            return
+        blocks = self._lp_options.get("checkpoint_blocks") or find_repeated_blocks(model)
+        if blocks:
+            checkpoint_blocks(model, set(blocks))
+            self.lp_blocks = set(blocks)
+
+
+class DeepSpeedTrainerHooks(_DeepSpeedHooks):
+    """Trainer side: the model is complete (``configure_model`` has run) when ``setup`` starts."""
+
+    def setup(self, trainer: Any) -> None:
+        self._lp_prepare_model(trainer.lightning_module)
+        super().setup(trainer)  # type: ignore[misc]
+
+
+class DeepSpeedFabricHooks(_DeepSpeedHooks):
+    """Fabric side: DeepSpeed sets the model up with its optimizer, which bypasses ``setup_module``."""
+
+    def setup_module_and_optimizers(self, module: nn.Module, optimizers: list[Any], scheduler: Any = None) -> Any:
+        self._lp_check_model(module)  # type: ignore[attr-defined]
+        self._lp_prepare_model(module)
+        return super().setup_module_and_optimizers(module, optimizers, scheduler)  # type: ignore[misc]
+
+    def setup_module(self, module: nn.Module) -> Any:
+        self._lp_prepare_model(module)
+        return super().setup_module(module)  # type: ignore[misc]
+
+
+def _prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if key not in _PRESET_ONLY_KEYS}
+
+
+TESTED_WITH = {
+    "lightning": "2.6.6",
+    "torch": "2.13.0",
+    "deepspeed": "0.19.8",
+    "evidence": "construction (Trainer and Fabric, simulated CUDA, deepspeed 0.19.8 installed; no GPU run)",
+}
+
+DEEPSPEED_ZERO2_OFFLOAD = Preset(
+    name="deepspeed_zero2_offload",
+    description="DeepSpeed ZeRO stage 2 (optimizer state and gradients sharded) with optimizer state offloaded "
+    "to CPU. For models whose optimizer state does not fit in GPU memory. CUDA only.",
+    family="deepspeed",
+    strategy={"trainer": "DeepSpeedStrategy", "fabric": "DeepSpeedStrategy"},
+    init_params={"stage": 2, "offload_optimizer": True, "offload_optimizer_device": "cpu"},
+    rules=RULES,
+    requires=(DEEPSPEED,),
+    mixins={"trainer": DeepSpeedTrainerHooks, "fabric": DeepSpeedFabricHooks},
+    tested_with=TESTED_WITH,
+)
+
+DEEPSPEED_ZERO3_OFFLOAD_CKPT = Preset(
+    name="deepspeed_zero3_offload_ckpt",
+    description="DeepSpeed ZeRO stage 3 with parameters and optimizer state offloaded to CPU and activation "
+    "checkpointing on the model's repeated blocks. For models that do not fit in GPU memory. CUDA only.",
+    family="deepspeed",
+    strategy={"trainer": "DeepSpeedStrategy", "fabric": "DeepSpeedStrategy"},
+    init_params={
+        "stage": 3,
+        "offload_optimizer": True,
+        "offload_parameters": True,
+        "offload_optimizer_device": "cpu",
+        "offload_params_device": "cpu",
+        "checkpoint_blocks": None,
+    },
+    rules=(*RULES, checkpoint_block_found),
+    requires=(DEEPSPEED,),
+    mixins={"trainer": DeepSpeedTrainerHooks, "fabric": DeepSpeedFabricHooks},
+    extra_keys=_PRESET_ONLY_KEYS,
+    prepare=_prepare,
+    tested_with=TESTED_WITH,
+)

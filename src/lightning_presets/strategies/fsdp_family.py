@@ -1,0 +1,267 @@
+"""More FSDP (``FSDPStrategy``) presets: ``fsdp_hybrid_shard`` (HSDP) and ``fsdp_grad_op`` (ZeRO-2-like).
+
+They share the CUDA and precision rules, the precision setter and the repeated-block auto-wrap of
+``fsdp_offload_ckpt`` (``strategies/fsdp.py``), without its CPU offload and activation checkpointing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any
+
+from torch import nn
+
+from lightning_presets._context import Context, Options
+from lightning_presets._namespaces import Kind
+from lightning_presets._preset import Preset
+from lightning_presets._rules import Problem, Rule, rule
+from lightning_presets.strategies._blocks import describe_children, find_repeated_blocks
+from lightning_presets.strategies.fsdp import (
+    TORCH_FSDP_KEYS,
+    FSDPFabricHooks,
+    FSDPTrainerHooks,
+    fsdp_has_peers,
+    fsdp_needs_cuda,
+    fsdp_precision_plugin,
+    fsdp_precision_supported,
+    state_dict_type_known,
+)
+
+AUTO = "auto"
+# The sharding strategies each preset stands for; anything else is another preset.
+PRESET_SHARDING = {
+    "fsdp_hybrid_shard": ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"),
+    "fsdp_grad_op": ("SHARD_GRAD_OP",),
+}
+TESTED_WITH = {
+    "lightning": "2.6.6",
+    "torch": "2.13.0",
+    "evidence": "construction on simulated CUDA (Trainer and Fabric); never run on a GPU",
+}
+
+
+def _sharding_name(value: Any) -> str:
+    return str(getattr(value, "name", value)).upper()
+
+
+def mesh_shape(value: Any) -> tuple[int, int] | None:
+    """``(replicas, shard size)`` of a ``device_mesh`` given as a pair of positive integers, else ``None``."""
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(type(n) is int and n > 0 for n in value):
+        return (value[0], value[1])
+    return None
+
+
+def resolved_mesh(ctx: Context) -> tuple[int, int] | None:
+    """The mesh the preset runs with: ``auto`` (or ``None``) is (nodes, devices per node); a DeviceMesh is not read."""
+    value = ctx.options.get("device_mesh", AUTO)
+    if value in (AUTO, None) and ctx.options.get("process_group") is None:
+        return (ctx.num_nodes, ctx.devices_per_node)
+    return mesh_shape(value)
+
+
+def _mesh_text(mesh: tuple[int, int]) -> str:
+    return f"device_mesh={mesh}: {mesh[0]} replica(s) × shard size {mesh[1]} = {mesh[0] * mesh[1]}"
+
+
+@rule(
+    "LP114", "error", "options", "a sharding_strategy the preset does not stand for",
+    fails='lightning_presets.strategy("fsdp_grad_op", sharding_strategy="FULL_SHARD")',
+    fixed='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARD")',
+)  # fmt: skip
+def sharding_matches_preset(options: Options) -> Problem | None:
+    allowed = PRESET_SHARDING.get(options.preset)
+    value = options.values.get("sharding_strategy")
+    if allowed is None or value is None or _sharding_name(value) in allowed:
+        return None
+    return Problem(
+        f"{options.call('sharding_strategy')}: {options.preset!r} is {' or '.join(allowed)}, not "
+        f"{_sharding_name(value)!r}",
+        "drop sharding_strategy, or pick the preset for it: strategy='fsdp_offload_ckpt' (FULL_SHARD), "
+        "'fsdp_grad_op' (SHARD_GRAD_OP), 'fsdp_hybrid_shard' (HYBRID_SHARD across nodes)",
+    )
+
+
+@rule(
+    "LP111", "error", "options", "a device_mesh that is neither 'auto' nor (replicas, shard size)",
+    fails='lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 4, 2))',
+    fixed='lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 8))',
+)  # fmt: skip
+def device_mesh_shape(options: Options) -> Problem | None:
+    value = options.values.get("device_mesh", AUTO)
+    if value == AUTO or value is None or mesh_shape(value) is not None or type(value).__name__ == "DeviceMesh":
+        return None
+    return Problem(
+        f"{options.call('device_mesh')}: device_mesh must be 'auto' or (replicas, shard size), two positive "
+        f"integers, got {value!r}",
+        "drop device_mesh ('auto' = (num_nodes, devices per node)), or pass e.g. device_mesh=(2, 8) for 2 nodes "
+        "of 8 devices",
+    )
+
+
+@rule(
+    "LP110", "error", "construction", "hybrid sharding on a single node",
+    fails='Trainer(strategy="fsdp_hybrid_shard", accelerator="cuda", devices=8, num_nodes=1)',
+    fixed='Trainer(strategy="fsdp_hybrid_shard", accelerator="cuda", devices=8, num_nodes=2)',
+)  # fmt: skip
+def hybrid_needs_nodes(ctx: Context) -> Problem | None:
+    if ctx.num_nodes > 1:
+        return None
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')}: hybrid sharding replicates across nodes, and with one node there "
+        "is nothing to replicate across: it would only be full sharding with extra process groups",
+        "on one node use strategy='fsdp_grad_op' (fastest when the model fits) or strategy='fsdp_offload_ckpt' "
+        "(largest models); keep 'fsdp_hybrid_shard' for num_nodes>1",
+    )
+
+
+@rule(
+    "LP112", "error", "construction", "device_mesh does not cover devices × nodes",
+    fails='Trainer(strategy=lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 4)), '
+    'accelerator="cuda", devices=8, num_nodes=2)',
+    fixed='Trainer(strategy=lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 8)), '
+    'accelerator="cuda", devices=8, num_nodes=2)',
+)  # fmt: skip
+def mesh_matches_world(ctx: Context) -> Problem | None:
+    mesh = resolved_mesh(ctx)
+    if mesh is None or mesh[0] * mesh[1] == ctx.world_size:
+        return None
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')}: {_mesh_text(mesh)}, but the world size is {ctx.world_arithmetic}; "
+        "Lightning would only fail once every process has joined",
+        f"drop device_mesh ('auto' = ({ctx.num_nodes}, {ctx.devices_per_node})), or pass "
+        f"device_mesh=({ctx.num_nodes}, {ctx.devices_per_node})",
+    )
+
+
+@rule(
+    "LP113", "error", "construction", "shard groups that cross node boundaries",
+    fails='Trainer(strategy=lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(1, 16)), '
+    'accelerator="cuda", devices=8, num_nodes=2)',
+    fixed='Trainer(strategy=lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(4, 4)), '
+    'accelerator="cuda", devices=8, num_nodes=2)',
+)  # fmt: skip
+def shards_stay_in_node(ctx: Context) -> Problem | None:
+    mesh = resolved_mesh(ctx)
+    if mesh is None or mesh[0] * mesh[1] != ctx.world_size or ctx.devices_per_node % mesh[1] == 0:
+        return None
+    sizes = [size for size in range(1, ctx.devices_per_node + 1) if ctx.devices_per_node % size == 0]
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')}: {_mesh_text(mesh)}; a shard size of {mesh[1]} does not divide the "
+        f"{ctx.devices_per_node} devices per node, so every all-gather would cross the inter-node network",
+        f"use a shard size that divides {ctx.devices_per_node} ({', '.join(map(str, sizes))}), e.g. "
+        f"device_mesh=({ctx.num_nodes}, {ctx.devices_per_node}); for sharding across nodes use "
+        "strategy='fsdp_offload_ckpt'",
+    )
+
+
+@rule(
+    "LP115", "warning", "setup", "no repeated block found to wrap",
+    fails="trainer.fit(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
+    fixed='lightning_presets.strategy("fsdp_grad_op", auto_wrap_policy={MyBlock})',
+)  # fmt: skip
+def blocks_found_to_wrap(ctx: Context, model: nn.Module) -> Problem | None:
+    if ctx.options.get("auto_wrap_policy") is not None or find_repeated_blocks(model):
+        return None
+    return Problem(
+        f"{ctx.call()}: no repeated block found in {type(model).__name__} (top-level children: "
+        f"{describe_children(model)}); the whole model becomes one FSDP unit, so communication cannot overlap "
+        "computation",
+        f"pass the block class: lightning_presets.strategy({ctx.preset!r}, auto_wrap_policy={{MyBlock}}), or hold "
+        "the blocks in an nn.ModuleList",
+    )
+
+
+_COMMON: tuple[Rule, ...] = (
+    fsdp_needs_cuda,
+    fsdp_precision_supported,
+    fsdp_precision_plugin,
+    sharding_matches_preset,
+    state_dict_type_known,
+    blocks_found_to_wrap,
+)
+HYBRID_RULES: tuple[Rule, ...] = (
+    *_COMMON,
+    device_mesh_shape,
+    hybrid_needs_nodes,
+    mesh_matches_world,
+    shards_stay_in_node,
+)
+GRAD_OP_RULES: tuple[Rule, ...] = (*_COMMON, fsdp_has_peers)
+
+
+def _fill_mesh(fsdp_kwargs: MutableMapping[str, Any], context: Context | None) -> None:
+    """Replace ``device_mesh='auto'`` by (nodes, devices per node) before Lightning builds the mesh from it."""
+    if context is not None and fsdp_kwargs.get("device_mesh") == AUTO:
+        fsdp_kwargs["device_mesh"] = (context.num_nodes, context.devices_per_node)
+
+
+class GradOpTrainerHooks(FSDPTrainerHooks):
+    """Auto-wrap on the repeated blocks, no activation checkpointing."""
+
+    _lp_checkpoint_blocks = False
+
+
+class GradOpFabricHooks(FSDPFabricHooks):
+    _lp_checkpoint_blocks = False
+
+
+class HybridTrainerHooks(GradOpTrainerHooks):
+    """Fills the (replicas, shard size) mesh from the final Trainer context; Lightning turns it into a mesh later."""
+
+    def _configure_launcher(self) -> None:
+        _fill_mesh(self.kwargs, getattr(self, "_lp_context", None))  # type: ignore[attr-defined]
+        super()._configure_launcher()  # type: ignore[misc]
+
+
+class HybridFabricHooks(GradOpFabricHooks):
+    def _configure_launcher(self) -> None:
+        _fill_mesh(self._fsdp_kwargs, getattr(self, "_lp_context", None))  # type: ignore[attr-defined]
+        super()._configure_launcher()  # type: ignore[misc]
+
+
+def prepare_hybrid(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
+    """A user's ``process_group`` replaces the automatic mesh (Lightning accepts only one of them).
+
+    ``device_mesh=None`` means the automatic one: torch's own default for hybrid sharding is the same
+    (nodes, devices per node) layout, and Lightning refuses hybrid sharding with neither.
+    """
+    if values.get("process_group") is not None:
+        if values.get("device_mesh") == AUTO:
+            values["device_mesh"] = None
+    elif values.get("device_mesh") is None:
+        values["device_mesh"] = AUTO
+    return values
+
+
+FSDP_HYBRID_SHARD = Preset(
+    name="fsdp_hybrid_shard",
+    description="HSDP: FSDP sharding inside each node and replication across nodes (device mesh = nodes × devices "
+    "per node), auto-wrap on the repeated blocks. For multi-node jobs whose inter-node network is the bottleneck.",
+    family="fsdp",
+    strategy={"trainer": "FSDPStrategy", "fabric": "FSDPStrategy"},
+    init_params={
+        "sharding_strategy": "HYBRID_SHARD",
+        "device_mesh": AUTO,
+        "state_dict_type": "sharded",
+        "auto_wrap_policy": None,
+    },
+    rules=HYBRID_RULES,
+    mixins={"trainer": HybridTrainerHooks, "fabric": HybridFabricHooks},
+    extra_keys=TORCH_FSDP_KEYS,
+    prepare=prepare_hybrid,
+    tested_with=TESTED_WITH,
+)
+
+FSDP_GRAD_OP = Preset(
+    name="fsdp_grad_op",
+    description="FSDP SHARD_GRAD_OP (ZeRO-2-like): gradients and optimizer state sharded, parameters kept whole "
+    "between forward and backward, auto-wrap on the repeated blocks. For models that fit once their optimizer "
+    "state is sharded.",
+    family="fsdp",
+    strategy={"trainer": "FSDPStrategy", "fabric": "FSDPStrategy"},
+    init_params={"sharding_strategy": "SHARD_GRAD_OP", "state_dict_type": "sharded", "auto_wrap_policy": None},
+    rules=GRAD_OP_RULES,
+    mixins={"trainer": GradOpTrainerHooks, "fabric": GradOpFabricHooks},
+    extra_keys=TORCH_FSDP_KEYS,
+    tested_with=TESTED_WITH,
+)

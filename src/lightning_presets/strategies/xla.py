@@ -1,0 +1,182 @@
+"""XLA presets (``XLAFSDPStrategy``, Fabric only): ``xla_fsdp_ckpt``.
+
+Lightning's Trainer has no XLA FSDP strategy (only ``XLAStrategy``, a data-parallel one), so this preset
+has no Trainer form rather than a Trainer form that would not shard. torch_xla is optional and never
+imported here; the bridge probes it first.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from torch import nn
+
+from lightning_presets._context import Context, Options
+from lightning_presets._errors import report
+from lightning_presets._precision import PRECISION_CROSS_RULES
+from lightning_presets._preset import Preset, Requirement
+from lightning_presets._rules import Problem, Rule, rule, run_rules
+from lightning_presets.strategies._blocks import describe_children, find_repeated_blocks
+
+TORCH_XLA = Requirement(module="torch_xla", extra="xla")
+
+
+@rule(
+    "LP503", "error", "construction", "XLA FSDP on an accelerator other than XLA (TPU)",
+    fails='Fabric(strategy="xla_fsdp_ckpt", accelerator="cuda", devices=8)',
+    fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=8)',
+)  # fmt: skip
+def xla_needs_tpu(ctx: Context) -> Problem | None:
+    if ctx.accelerator == "xla":
+        return None
+    return Problem(
+        f"{ctx.call('accelerator', 'devices')}: XLA FSDP shards over XLA devices (TPUs), got accelerator="
+        f"{ctx.accelerator!r}; Lightning would accept this and fail when the processes are launched",
+        "run it with accelerator='tpu' on a TPU host; on CUDA GPUs use strategy='fsdp_offload_ckpt' or "
+        "strategy='tp2d_hybrid'",
+    )
+
+
+@rule(
+    "LP504", "error", "construction", "XLA FSDP on a single device",
+    fails='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=1)',
+    fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices="auto")',
+)  # fmt: skip
+def xla_fsdp_has_peers(ctx: Context) -> Problem | None:
+    if ctx.world_size > 1:
+        return None
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')}: XLA FSDP with the PjRT runtime cannot run on one device "
+        f"({ctx.world_arithmetic}); Lightning would fail only after launching",
+        "use all devices of the TPU host (devices='auto'), or strategy='single_xla' for one device",
+    )
+
+
+@rule(
+    "LP505", "error", "options", "an activation_checkpointing_policy that is not a set of layer classes",
+    fails='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", activation_checkpointing_policy=[Block])',
+    fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", activation_checkpointing_policy={Block})',
+)  # fmt: skip
+def checkpointing_policy_is_set(options: Options) -> Problem | None:
+    policy = options.values.get("activation_checkpointing_policy")
+    if policy is None or (isinstance(policy, set) and all(isinstance(cls, type) for cls in policy)):
+        return None
+    return Problem(
+        f"{options.call('activation_checkpointing_policy')}: the policy must be a set of nn.Module classes, got "
+        f"{type(policy).__name__}; Lightning would only fail when the module is set up",
+        "pass a set, e.g. activation_checkpointing_policy={MyBlock}, or leave it None to checkpoint the "
+        "repeated blocks found in the model",
+    )
+
+
+@rule(
+    "LP506", "error", "options", "auto_wrapper_callable together with activation checkpointing",
+    fails='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", auto_wrapper_callable=my_wrapper)',
+    fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", activation_checkpointing_policy={Block})',
+)  # fmt: skip
+def one_auto_wrapper(options: Options) -> Problem | None:
+    if options.values.get("auto_wrapper_callable") is None:
+        return None
+    return Problem(
+        f"{options.call()}: auto_wrapper_callable= replaces the wrapper this preset uses to checkpoint "
+        "activations; Lightning refuses both together when the module is set up",
+        "drop auto_wrapper_callable and name the blocks with activation_checkpointing_policy={MyBlock}, or use "
+        "Lightning's own strategy='xla_fsdp' for a custom wrapper",
+    )
+
+
+@rule(
+    "LP507", "error", "construction", "a precision plugin that is not an XLAPrecision",
+    fails='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", plugins=[HalfPrecision("bf16-true")])',
+    fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", precision="bf16-true")',
+)  # fmt: skip
+def xla_precision_plugin(ctx: Context) -> Problem | None:
+    if ctx.precision_is("XLAPrecision") or ctx.precision_preset is not None:  # presets: LP606/LP607 say why
+        return None
+    return Problem(
+        f"`{ctx.caller}(strategy={ctx.preset!r}, plugins=[{ctx.precision_plugin}(...)])`: XLA FSDP works only "
+        f"with the XLAPrecision plugin, got {ctx.precision_plugin}",
+        "drop the plugin and pass precision='bf16-true' (or '32-true', '16-true')",
+    )
+
+
+@rule(
+    "LP508", "warning", "setup", "no repeated block found to wrap and checkpoint",
+    fails="fabric.setup_module(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
+    fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", auto_wrap_policy={MyBlock}, '
+    "activation_checkpointing_policy={MyBlock})",
+)  # fmt: skip
+def xla_block_found(ctx: Context, model: nn.Module) -> Problem | None:
+    if ctx.options.get("activation_checkpointing_policy") or find_repeated_blocks(model):
+        return None
+    return Problem(
+        f"{ctx.call()}: no repeated block found in {type(model).__name__} (top-level children: "
+        f"{describe_children(model)}); the whole model becomes one XLA FSDP unit and nothing is checkpointed",
+        "pass the block class: auto_wrap_policy={MyBlock}, activation_checkpointing_policy={MyBlock}, or hold "
+        "the blocks in an nn.ModuleList",
+    )
+
+
+RULES: tuple[Rule, ...] = (
+    xla_needs_tpu,
+    xla_fsdp_has_peers,
+    checkpointing_policy_is_set,
+    one_auto_wrapper,
+    xla_precision_plugin,
+    xla_block_found,
+    *PRECISION_CROSS_RULES,
+)
+
+
+def _xla_precision_class(strategy: Any) -> type:
+    return importlib.import_module(f"{strategy._lp_namespace.package}.plugins.precision").XLAPrecision  # type: ignore[no-any-return]
+
+
+class XLAFSDPFabricHooks:
+    """Stores any precision plugin (LP507/LP607 report it with every other finding instead of a bare
+    TypeError), and wraps and checkpoints the model's repeated blocks when no policy was given."""
+
+    _precision: Any
+    _auto_wrap_policy: Any
+    _activation_checkpointing_policy: Any
+
+    @property
+    def precision(self) -> Any:
+        plugin = self._precision
+        return plugin if plugin is not None else _xla_precision_class(self)("32-true")
+
+    @precision.setter
+    def precision(self, plugin: Any) -> None:
+        self._precision = plugin
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        context = getattr(self, "_lp_context", None)
+        if context is not None:
+            report(run_rules(self._lp_preset.rules, "setup", context, module), stacklevel=5)  # type: ignore[attr-defined]
+        blocks = find_repeated_blocks(module)
+        if blocks and self._activation_checkpointing_policy is None:
+            self._activation_checkpointing_policy = set(blocks)
+            if self._auto_wrap_policy is None:
+                self._auto_wrap_policy = set(blocks)
+        return super().setup_module(module)  # type: ignore[misc,no-any-return]
+
+
+XLA_FSDP_CKPT = Preset(
+    name="xla_fsdp_ckpt",
+    description="XLA FSDP on TPUs with auto-wrap and activation checkpointing on the model's repeated blocks. "
+    "Fabric only: Lightning's Trainer has no XLA FSDP strategy.",
+    family="xla",
+    strategy={"fabric": "XLAFSDPStrategy"},
+    init_params={"auto_wrap_policy": None, "activation_checkpointing_policy": None, "state_dict_type": "sharded"},
+    rules=RULES,
+    requires=(TORCH_XLA,),
+    mixins={"fabric": XLAFSDPFabricHooks},
+    extra_keys=frozenset({"auto_wrapper_callable", "compute_dtype", "flatten_parameters", "reshard_after_forward"}),
+    tested_with={
+        "lightning": "2.6.6",
+        "torch": "2.13.0",
+        "evidence": "construction with a simulated torch_xla module (torch_xla cannot be installed beside torch "
+        "2.13); the missing and broken torch_xla paths for real",
+    },
+)

@@ -1,0 +1,257 @@
+"""Small third-party distributions that publish presets, and the tools to install them.
+
+Two ways to make one visible: ``write_installed`` writes the package and a ``.dist-info`` straight into
+a directory on ``sys.path`` (fast, in-process catalog tests); ``write_project`` writes a hatchling
+project that ``pip_install`` builds and installs into a temporary virtual environment (a real install).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STRATEGY_GROUP = "lightning_presets.strategies"
+
+
+@dataclass(frozen=True)
+class Dist:
+    """A distribution with one package (``package/__init__.py``) and strategy entry points."""
+
+    name: str
+    version: str
+    source: str
+    """The package's ``__init__.py``."""
+    strategies: dict[str, str] = field(default_factory=dict)
+    """Entry-point name to ``module:attr``."""
+
+    @property
+    def package(self) -> str:
+        return self.name.replace("-", "_")
+
+
+def _entry_points_txt(dist: Dist) -> str:
+    lines = [f"[{STRATEGY_GROUP}]"] + [f"{name} = {value}" for name, value in dist.strategies.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_installed(dist: Dist, site: Path) -> None:
+    """Write the package and its ``.dist-info`` into ``site``, as an installer would."""
+    package = site / dist.package
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(textwrap.dedent(dist.source))
+    info = site / f"{dist.package}-{dist.version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.name}\nVersion: {dist.version}\n")
+    (info / "entry_points.txt").write_text(_entry_points_txt(dist))
+
+
+def write_project(dist: Dist, root: Path) -> Path:
+    """Write a hatchling project for ``dist`` under ``root`` and return its directory."""
+    project = root / dist.name
+    (project / dist.package).mkdir(parents=True, exist_ok=True)
+    (project / dist.package / "__init__.py").write_text(textwrap.dedent(dist.source))
+    entry_points = "\n".join(f'"{name}" = "{value}"' for name, value in dist.strategies.items())
+    (project / "pyproject.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            [build-system]
+            requires = ["hatchling"]
+            build-backend = "hatchling.build"
+
+            [project]
+            name = "{dist.name}"
+            version = "{dist.version}"
+
+            [project.entry-points."{STRATEGY_GROUP}"]
+            """
+        )
+        + entry_points
+        + f'\n\n[tool.hatch.build.targets.wheel]\npackages = ["{dist.package}"]\n'
+    )
+    return project
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def make_venv(venv: Path, *, inherit: bool = True) -> Path:
+    """A virtual environment without pip (the outer pip installs into it); returns its python.
+
+    With ``inherit``, the outer environment's site-packages is added through a ``.pth`` line, with its
+    own ``.pth`` files processed (``--system-site-packages`` would only reach the base interpreter's).
+    """
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    python = venv_python(venv)
+    if inherit:
+        outer = sysconfig.get_path("purelib")
+        (site_packages(python) / "_outer_environment.pth").write_text(f"import site; site.addsitedir({outer!r})\n")
+    return python
+
+
+def pip(python: Path, *args: str) -> str:
+    """Run the outer environment's pip against ``python``'s environment, offline."""
+    return _run([sys.executable, "-m", "pip", "--python", str(python), *args])
+
+
+def pip_install(python: Path, *paths: Path | str) -> str:
+    """Build (hatchling, no isolation) and install projects or wheels into ``python``'s environment."""
+    return pip(python, "install", "--no-build-isolation", "--no-deps", "--no-index", *map(str, paths))
+
+
+def build_wheel(project: Path, wheel_dir: Path) -> Path:
+    """Build one wheel of ``project`` into ``wheel_dir`` and return its path."""
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "-w", str(wheel_dir), str(project)]
+    )  # fmt: skip
+    (wheel,) = wheel_dir.glob("*.whl")
+    return wheel
+
+
+def site_packages(python: Path) -> Path:
+    """The environment's purelib directory (asked with ``site`` on: without it, the base interpreter's)."""
+    out = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
+    path = Path(out.strip())
+    venv = python.parent.parent
+    if venv.resolve() not in path.resolve().parents:
+        raise RuntimeError(f"{python} reports site-packages {path}, outside its environment {venv}")
+    return path
+
+
+def _run(command: list[str]) -> str:
+    result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
+    if result.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+# --- The third-party distributions the tests install -------------------------------------------------
+
+ACME = Dist(
+    name="acme-presets",
+    version="1.2.0",
+    source="""\
+        from lightning_presets import Preset
+
+        ACME_DDP = Preset(
+            name="acme_ddp",
+            description="Acme's standard DDP on gloo.",
+            family="ddp",
+            strategy={"trainer": "DDPStrategy", "fabric": "DDPStrategy"},
+            init_params={"process_group_backend": "gloo"},
+        )
+
+
+        def make_fabric_only():
+            return Preset(
+                name="acme_fabric_ddp",
+                description="Acme's Fabric-only DDP, built by a function.",
+                family="ddp",
+                strategy={"fabric": "DDPStrategy"},
+            )
+        """,
+    strategies={"acme_ddp": "acme_presets:ACME_DDP", "acme_fabric_ddp": "acme_presets:make_fabric_only"},
+)
+
+BROKEN_IMPORT = Dist(
+    name="broken-import-presets",
+    version="0.1.0",
+    source="import lightning_presets_no_such_module  # noqa: F401\n",
+    strategies={"broken_import": "broken_import_presets:PRESET"},
+)
+
+RAISING = Dist(
+    name="raising-presets",
+    version="0.2.0",
+    source="""\
+        def make():
+            raise RuntimeError("raising-presets cannot build its preset")
+        """,
+    strategies={"raising": "raising_presets:make"},
+)
+
+WRONG_TYPE = Dist(
+    name="wrong-type-presets",
+    version="0.3.0",
+    source='NOT_A_PRESET = {"strategy": "ddp"}\n',
+    strategies={"wrong_type": "wrong_type_presets:NOT_A_PRESET"},
+)
+
+
+def _preset_source(name: str, attr: str = "PRESET") -> str:
+    return f"""\
+        from lightning_presets import Preset
+
+        {attr} = Preset(
+            name={name!r},
+            description="a DDP preset",
+            family="ddp",
+            strategy={{"trainer": "DDPStrategy", "fabric": "DDPStrategy"}},
+        )
+        """
+
+
+UPPER_CASE = Dist(
+    name="upper-presets",
+    version="0.4.0",
+    source=_preset_source("Upper_Case"),
+    strategies={"Upper_Case": "upper_presets:PRESET"},
+)
+
+BUILTIN_NAME = Dist(
+    name="ddp-name-presets",
+    version="0.5.0",
+    source=_preset_source("ddp"),
+    strategies={"ddp": "ddp_name_presets:PRESET"},
+)
+
+DUP_ONE = Dist(
+    name="dup-one-presets",
+    version="1.0.0",
+    source=_preset_source("team_ddp"),
+    strategies={"team_ddp": "dup_one_presets:PRESET"},
+)
+
+DUP_TWO = Dist(
+    name="dup-two-presets",
+    version="2.0.0",
+    source=_preset_source("team_ddp"),
+    strategies={"team_ddp": "dup_two_presets:PRESET"},
+)
+
+SHADOW = Dist(
+    name="shadow-presets",
+    version="0.6.0",
+    source=_preset_source("tp2d_hybrid"),
+    strategies={"tp2d_hybrid": "shadow_presets:PRESET"},
+)
+
+# A good preset whose module imports Lightning itself: its catalog entry is loaded while Lightning is
+# being imported, so this must neither hang nor meet a half-initialized Lightning package.
+IMPORTER = Dist(
+    name="importer-presets",
+    version="0.8.0",
+    source="""\
+        from lightning.pytorch.strategies import DDPStrategy
+        from lightning_fabric.strategies import DDPStrategy as FabricDDPStrategy
+
+        from lightning_presets import Preset
+
+        BASES = (DDPStrategy, FabricDDPStrategy)
+        PRESET = Preset(
+            name="importer_ddp",
+            description="a DDP preset from a module that imports Lightning",
+            family="ddp",
+            strategy={"trainer": "DDPStrategy", "fabric": "DDPStrategy"},
+        )
+        """,
+    strategies={"importer_ddp": "importer_presets:PRESET"},
+)
+
+BROKEN = (BROKEN_IMPORT, RAISING, WRONG_TYPE, UPPER_CASE, BUILTIN_NAME, DUP_ONE, DUP_TWO, SHADOW)
+ALL = (ACME, IMPORTER, *BROKEN)

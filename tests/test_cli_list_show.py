@@ -1,0 +1,214 @@
+"""``lightning-presets list`` and ``show``: provenance, status, guards and the plain-Lightning equivalent."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from importlib import metadata
+from typing import Any
+
+import pytest
+
+from lightning_presets import _catalog
+from lightning_presets.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+@pytest.fixture
+def broken_entry(monkeypatch: pytest.MonkeyPatch, fresh_catalog: None) -> Iterator[None]:
+    """One more entry point in the strategy group, whose module does not exist."""
+    original = _catalog._entry_points
+
+    def with_broken(group: str) -> Iterator[metadata.EntryPoint]:
+        yield from original(group)
+        if group == _catalog.STRATEGY_GROUP:
+            yield metadata.EntryPoint("acme_broken", "acme_missing_module:PRESET", group)
+
+    monkeypatch.setattr(_catalog, "_entry_points", with_broken)
+    return
+
+
+def test_list_shows_every_builtin_with_provenance(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "list")
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith("fsdp_offload_ckpt "))
+    assert row.split()[:3] == ["fsdp_offload_ckpt", "strategy", "fsdp"]
+    assert "Trainer, Fabric" in row
+    assert "lightning-presets" in row
+    assert row.rstrip().endswith("ok")
+
+
+def test_list_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "list", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["schema"] == "lightning-presets/list"
+    assert data["schema_version"] == 1
+    by_name = {row["name"]: row for row in data["presets"]}
+    tp = by_name["tp2d_hybrid"]
+    assert tp["family"] == "model_parallel"
+    assert tp["status"] == "ok"
+    assert tp["kind"] == "strategy"
+    assert tp["targets"] == ["trainer", "fabric", "pytorch_lightning", "lightning_fabric"]
+    assert tp["distribution"] == "lightning-presets"
+    assert tp["version"]
+    assert tp["entry_point"] == "lightning_presets.strategies.model_parallel:TP2D_HYBRID"
+    assert set(tp) >= {"extras", "description", "findings"}
+
+
+def test_list_includes_broken_entries_with_their_finding(
+    capsys: pytest.CaptureFixture[str], broken_entry: None
+) -> None:
+    code, out = run(capsys, "list", "--json")
+    row = next(row for row in json.loads(out)["presets"] if row["name"] == "acme_broken")
+    assert code == 0
+    assert row["status"] == "broken"
+    assert row["family"] is None
+    assert [finding["code"] for finding in row["findings"]] == ["LP004"]
+    code, out = run(capsys, "list")
+    assert "acme_broken" in out
+    assert "broken" in out
+    assert "[LP004]" in out
+    assert run(capsys, "list", "--strict")[0] == 1
+
+
+def test_list_shows_denied_entries(
+    capsys: pytest.CaptureFixture[str], broken_entry: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LIGHTNING_PRESETS_DENY", "unknown")  # the fake entry point has no distribution
+    _, out = run(capsys, "list", "--json")
+    row = next(row for row in json.loads(out)["presets"] if row["name"] == "acme_broken")
+    assert row["status"] == "denied"
+    assert row["findings"] == []
+
+
+def test_list_imports_neither_lightning_nor_optional_backends() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        from lightning_presets.cli import main
+        assert main(["list"]) == 0
+        heavy = sorted(name for name in sys.modules if name.split(".")[0] in
+                       ("lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "torch_xla",
+                        "transformer_engine", "torchao", "bitsandbytes"))
+        print("HEAVY", heavy)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY []" in result.stdout
+
+
+def test_show_human(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "show", "fsdp_offload_ckpt")
+    assert code == 0
+    assert out.startswith("fsdp_offload_ckpt (strategy preset, family fsdp)")
+    assert 'sharding_strategy = "FULL_SHARD"' in out
+    assert "cpu_offload = True" in out
+    assert "LP101  error     construction  FSDP needs CUDA devices" in out
+    assert "tested with" in out
+    assert 'strategy = FSDPStrategy(sharding_strategy="FULL_SHARD", cpu_offload=True, state_dict_type="sharded")' in out
+    assert "from lightning.pytorch.strategies import FSDPStrategy" in out
+
+
+def _plain(name: str, kind: str, capsys: pytest.CaptureFixture[str]) -> str:
+    code, out = run(capsys, "show", name, "--json")
+    assert code == 0
+    return str(json.loads(out)["preset"]["plain_lightning"][kind])
+
+
+@pytest.mark.parametrize("kind", ["trainer", "fabric"])
+def test_show_plain_lightning_code_builds_the_same_strategy(capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    source = _plain("fsdp_offload_ckpt", kind, capsys)
+    compile(source, "<plain>", "exec")
+    namespace: dict[str, Any] = {}
+    exec(source.split("\n" + kind)[0], namespace)  # everything before the Trainer/Fabric line
+    strategy = namespace["strategy"]
+    assert type(strategy).__name__ == "FSDPStrategy"
+    assert type(strategy).__module__.startswith(f"lightning.{'pytorch' if kind == 'trainer' else 'fabric'}")
+    assert strategy.cpu_offload.offload_params is True
+
+
+def test_show_fabric_model_parallel_names_the_parallelize_function(capsys: pytest.CaptureFixture[str]) -> None:
+    source = _plain("tp2d_hybrid", "fabric", capsys)
+    assert "parallelize_fn=parallelize" in source
+    assert "# parallelize: your function" in source
+    compile(source, "<plain>", "exec")
+
+
+def test_show_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "show", "tp2d_hybrid", "--json")
+    data = json.loads(out)
+    preset = data["preset"]
+    assert code == 0
+    assert data["schema"] == "lightning-presets/show"
+    assert data["schema_version"] == 1
+    assert preset["arguments"] == {"data_parallel_size": '"auto"', "tensor_parallel_size": '"auto"'}
+    assert {"code": "LP201", "severity": "error", "stage": "construction",
+            "title": "data × tensor parallel size differs from the world size"} in preset["guards"]  # fmt: skip
+    assert preset["classes"] == {"trainer": "ModelParallelStrategy", "fabric": "ModelParallelStrategy"}
+    assert isinstance(preset["tested_with"], dict)
+
+
+def test_show_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "show", "fsdp_ofload_ckpt")
+    assert code == 1
+    assert "[LP010]" in out
+    assert "did you mean 'fsdp_offload_ckpt'" in out
+    code, out = run(capsys, "show", "fsdp_ofload_ckpt", "--json")
+    assert code == 1
+    assert json.loads(out)["findings"][0]["code"] == "LP010"
+
+
+def test_show_broken_entry_exits_1(capsys: pytest.CaptureFixture[str], broken_entry: None) -> None:
+    code, out = run(capsys, "show", "acme_broken")
+    assert code == 1
+    assert "status:   broken" in out
+    assert "[LP004]" in out
+
+
+def test_usage_error_exit_code_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["show"])
+    assert exit_.value.code == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["frobnicate"])
+    assert exit_.value.code == 2
+
+
+def test_python_m_and_version() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "lightning_presets", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith("lightning-presets ")
+
+
+def test_list_includes_precision_presets(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out = run(capsys, "list", "--json")
+    kinds = {row["name"]: row["kind"] for row in json.loads(out)["presets"]}
+    assert kinds["fsdp_offload_ckpt"] == "strategy"
+    assert kinds["bf16-fp32-reduce"] == "precision"
+
+
+def test_show_precision_preset_plain_code(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "show", "bf16-fp32-reduce", "--json")
+    preset = json.loads(out)["preset"]
+    assert code == 0
+    assert preset["kind"] == "precision"
+    assert preset["classes"]["trainer"] == "FSDPPrecision"
+    source = preset["plain_lightning"]["trainer"]
+    assert "plugin = FSDPPrecision(" in source
+    assert "trainer = Trainer(plugins=[plugin])" in source
+    compile(source, "<plain>", "exec")

@@ -1,0 +1,299 @@
+"""``ddp_static_graph`` and ``ddp_bf16_compress``: their guards (LP301-LP306), construction in the four
+namespaces, the comm hook on both sides, and a real 2-process ``ddp_static_graph`` fit on CPU (gloo).
+
+``ddp_bf16_compress`` needs CUDA and NCCL: it is built on simulated CUDA only; its hook registration on
+the Fabric side runs on a stand-in for the DDP wrapper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import json
+import math
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook, fp16_compress_hook
+
+import lightning_presets
+from lightning_presets import Context, Options, PresetConfigError, PresetWarning
+from lightning_presets._simulation import SimulatedGPU
+from lightning_presets.strategies import ddp
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+STATIC = "ddp_static_graph"
+BF16 = "ddp_bf16_compress"
+QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
+NAMESPACES = [
+    ("trainer", "lightning.pytorch", "Trainer"),
+    ("fabric", "lightning.fabric", "Fabric"),
+    ("pytorch_lightning", "pytorch_lightning", "Trainer"),
+    ("lightning_fabric", "lightning_fabric", "Fabric"),
+]
+NAMESPACE_IDS = [namespace[0] for namespace in NAMESPACES]
+BASE = Context(
+    preset=BF16,
+    target="trainer",
+    caller="Trainer",
+    accelerator="cuda",
+    devices_per_node=8,
+    num_nodes=1,
+    precision="bf16-mixed",
+    precision_plugin="MixedPrecision",
+    cluster_environment="LightningEnvironment",
+)
+
+
+def ctx(**changes: Any) -> Context:
+    return dataclasses.replace(BASE, **changes)
+
+
+def options(preset: str = STATIC, **values: Any) -> Options:
+    return Options(preset=preset, target="trainer", values=values, overrides=values)
+
+
+def build(namespace: tuple[str, str, str], strategy: Any = STATIC, **kwargs: Any) -> Any:
+    _, package, caller = namespace
+    constructor = getattr(importlib.import_module(package), caller)
+    built = constructor(strategy=strategy, **(QUIET if caller == "Trainer" else {}), **kwargs)
+    return built.strategy if caller == "Trainer" else built._strategy
+
+
+# ---------------------------------------------------------------------------------------------- rules
+
+
+def test_lp301_rejects_find_unused_parameters() -> None:
+    finding = ddp.static_graph_uses_all_parameters(options(find_unused_parameters=True, static_graph=True))
+    assert finding is not None
+    assert (finding.code, finding.severity) == ("LP301", "error")
+    assert "find_unused_parameters=True" in finding.message
+    assert "ddp_find_unused_parameters_true" in finding.hint
+
+
+@pytest.mark.parametrize("value", [False, None])
+def test_lp301_accepts_no_search_for_unused_parameters(value: Any) -> None:
+    assert ddp.static_graph_uses_all_parameters(options(find_unused_parameters=value)) is None
+
+
+@pytest.mark.parametrize("key", ["static_graph", "gradient_as_bucket_view"])
+def test_lp302_rejects_turning_off_what_the_preset_is(key: str) -> None:
+    finding = ddp.static_graph_kept(options(**{"static_graph": True, "gradient_as_bucket_view": True, key: False}))
+    assert finding is not None
+    assert finding.code == "LP302"
+    assert f"{key}=False" in finding.message
+    assert "strategy='ddp'" in finding.hint
+
+
+def test_lp302_accepts_the_presets_flags() -> None:
+    assert ddp.static_graph_kept(options(static_graph=True, gradient_as_bucket_view=True)) is None
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "mps"])
+def test_lp303_rejects_compression_off_cuda(accelerator: str) -> None:
+    finding = ddp.bf16_compress_needs_cuda(ctx(accelerator=accelerator, devices_per_node=2))
+    assert finding is not None
+    assert (finding.code, finding.severity) == ("LP303", "error")
+    assert f"accelerator={accelerator!r}" in finding.message
+    assert "ddp_static_graph" in finding.hint
+
+
+def test_lp303_accepts_cuda() -> None:
+    assert ddp.bf16_compress_needs_cuda(ctx(accelerator="cuda")) is None
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_lp304_rejects_a_backend_other_than_nccl(backend: str) -> None:
+    finding = ddp.bf16_compress_needs_nccl(options(BF16, process_group_backend=backend))
+    assert finding is not None
+    assert finding.code == "LP304"
+    assert f"process_group_backend={backend!r}" in finding.message
+    assert "process_group_backend='nccl'" in finding.hint
+
+
+@pytest.mark.parametrize("backend", ["nccl", None])
+def test_lp304_accepts_nccl_or_the_default(backend: str | None) -> None:
+    assert ddp.bf16_compress_needs_nccl(options(BF16, process_group_backend=backend)) is None
+
+
+def test_lp305_warns_on_one_process_and_accepts_two() -> None:
+    finding = ddp.ddp_has_peers(ctx(devices_per_node=1))
+    assert finding is not None
+    assert (finding.code, finding.severity) == ("LP305", "warning")
+    assert "devices=1, num_nodes=1" in finding.message
+    assert ddp.ddp_has_peers(ctx(devices_per_node=1, num_nodes=2)) is None
+
+
+@pytest.mark.parametrize("precision", ["bf16-true", "16-true"])
+def test_lp306_warns_when_gradients_are_already_low_precision(precision: str) -> None:
+    finding = ddp.bf16_compress_has_fp32_grads(ctx(precision=precision))
+    assert finding is not None
+    assert (finding.code, finding.severity) == ("LP306", "warning")
+    assert f"precision={precision!r}" in finding.message
+    assert ("mantissa" in finding.message) == (precision == "16-true")
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true", "16-mixed"])
+def test_lp306_accepts_fp32_gradients(precision: str) -> None:
+    assert ddp.bf16_compress_has_fp32_grads(ctx(precision=precision)) is None
+
+
+def test_lp307_rejects_removing_the_hook() -> None:
+    finding = ddp.compression_hook_kept(options(BF16, ddp_comm_hook=None))
+    assert finding is not None
+    assert finding.code == "LP307"
+    assert "ddp_comm_hook=None" in finding.message
+    assert "ddp_static_graph" in finding.hint
+
+
+@pytest.mark.parametrize("hook", [bf16_compress_hook, fp16_compress_hook])
+def test_lp307_accepts_a_compression_hook(hook: Any) -> None:
+    assert ddp.compression_hook_kept(options(BF16, ddp_comm_hook=hook)) is None
+
+
+# ---------------------------------------------------------------------------------------------- construction
+
+
+@pytest.mark.parametrize("namespace", NAMESPACES, ids=NAMESPACE_IDS)
+def test_static_graph_constructs_in_every_namespace(namespace: tuple[str, str, str]) -> None:
+    strategy = build(namespace, accelerator="cpu", devices=2)
+    assert strategy._ddp_kwargs == {"static_graph": True, "gradient_as_bucket_view": True}
+
+
+@pytest.mark.parametrize("caller", ["Trainer", "Fabric"])
+def test_lp301_and_lp302_when_the_strategy_is_built(caller: str) -> None:
+    target = caller.lower()
+    with pytest.raises(PresetConfigError) as error:
+        lightning_presets.strategy(STATIC, target=target, find_unused_parameters=True, gradient_as_bucket_view=False)
+    assert error.value.codes == ("LP301", "LP302")
+    strategy = lightning_presets.strategy(STATIC, target=target, find_unused_parameters=False, bucket_cap_mb=50)
+    assert strategy._ddp_kwargs["bucket_cap_mb"] == 50
+
+
+def test_lp305_at_construction() -> None:
+    with pytest.warns(PresetWarning, match="LP305"):
+        build(NAMESPACES[0], accelerator="cpu", devices=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PresetWarning)
+        build(NAMESPACES[0], accelerator="cpu", devices=2)
+
+
+@pytest.mark.parametrize("namespace", NAMESPACES, ids=NAMESPACE_IDS)
+def test_bf16_compress_constructs_on_simulated_cuda(cuda8: SimulatedGPU, namespace: tuple[str, str, str]) -> None:
+    strategy = build(namespace, BF16, accelerator="cuda", devices=8)
+    if namespace[2] == "Trainer":
+        assert strategy._ddp_comm_hook is bf16_compress_hook
+    else:  # Fabric's DDPStrategy has no hook argument: the preset registers it after wrapping
+        assert "ddp_comm_hook" not in strategy._ddp_kwargs
+        assert strategy._lp_options["ddp_comm_hook"] is bf16_compress_hook
+
+
+@pytest.mark.parametrize("namespace", NAMESPACES, ids=NAMESPACE_IDS)
+def test_lp303_at_construction_in_every_namespace(namespace: tuple[str, str, str]) -> None:
+    with pytest.raises(PresetConfigError) as error:
+        build(namespace, BF16, accelerator="cpu", devices=2)
+    assert error.value.codes == ("LP303",)
+    assert "`" + namespace[2] + "(strategy='ddp_bf16_compress', accelerator='cpu')`" in str(error.value)
+
+
+def test_lp304_and_lp307_when_the_strategy_is_built(cuda8: SimulatedGPU) -> None:
+    with pytest.raises(PresetConfigError) as error:
+        lightning_presets.strategy(BF16, process_group_backend="gloo", ddp_comm_hook=None)
+    assert error.value.codes == ("LP307", "LP304")
+    strategy = build(
+        NAMESPACES[0], lightning_presets.strategy(BF16, process_group_backend="nccl"), accelerator="cuda", devices=8
+    )
+    assert strategy.process_group_backend == "nccl"
+
+
+def test_lp306_at_construction(cuda8: SimulatedGPU) -> None:
+    with pytest.warns(PresetWarning, match="LP306"):
+        build(NAMESPACES[0], BF16, accelerator="cuda", devices=8, precision="bf16-true")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PresetWarning)
+        build(NAMESPACES[0], BF16, accelerator="cuda", devices=8, precision="bf16-mixed")
+
+
+class _RecordingDDP(nn.Module):
+    """Stands in for torch's DistributedDataParallel on the Fabric side: records the hook registered on it."""
+
+    def __init__(self, module: nn.Module, **kwargs: Any) -> None:
+        super().__init__()
+        self.module = module
+        self.kwargs = kwargs
+        self.hooks: list[tuple[Any, Any]] = []
+
+    def register_comm_hook(self, state: Any, hook: Any) -> None:
+        self.hooks.append((state, hook))
+
+
+@pytest.mark.parametrize("hook", [None, fp16_compress_hook])
+def test_fabric_registers_the_comm_hook_after_wrapping(cuda8: SimulatedGPU, hook: Any) -> None:
+    overrides = {} if hook is None else {"ddp_comm_hook": hook}
+    strategy = build(
+        NAMESPACES[1], lightning_presets.strategy(BF16, target="fabric", **overrides), accelerator="cuda", devices=8
+    )
+    with (  # the CUDA stream Lightning opens around the wrap is simulated too
+        mock.patch("lightning.fabric.strategies.ddp.DistributedDataParallel", _RecordingDDP),
+        mock.patch("torch.cuda.Stream"),
+        mock.patch("torch.cuda.stream", return_value=contextlib.nullcontext()),
+    ):
+        wrapped = strategy.setup_module(nn.Linear(2, 2))
+    assert isinstance(wrapped, _RecordingDDP)
+    assert "ddp_comm_hook" not in wrapped.kwargs
+    assert wrapped.hooks == [(None, hook or bf16_compress_hook)]
+
+
+def test_tested_with_records_versions_and_evidence() -> None:
+    import lightning
+    import torch
+
+    for preset in (STATIC, BF16):
+        tested = lightning_presets.get_preset(preset).tested_with
+        assert lightning.__version__.startswith(tested["lightning"].rsplit(".", 1)[0])
+        assert torch.__version__.startswith(tested["torch"].rsplit(".", 1)[0])
+    assert "runtime" in lightning_presets.get_preset(STATIC).tested_with["evidence"]
+    assert "runtime" not in lightning_presets.get_preset(BF16).tested_with["evidence"]
+
+
+# ------------------------------------------------------------------- runtime: 2 processes, CPU, gloo
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("api", ["trainer", "fabric"])
+def test_static_graph_fit_on_two_processes(tmp_path: Path, api: str) -> None:
+    process = subprocess.run(
+        [sys.executable, str(SCRIPTS / "ddp_fit.py"), "--api", api],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    decoder = json.JSONDecoder()
+    reports = sorted(
+        (decoder.raw_decode(process.stdout, match.end())[0] for match in re.finditer("RESULT ", process.stdout)),
+        key=lambda report: report["rank"],
+    )
+    assert [report["rank"] for report in reports] == [0, 1]
+    for report in reports:
+        assert report["world_size"] == 2
+        assert report["backend"] == "gloo"
+        assert report["wrapper"] == "DistributedDataParallel"
+        assert report["static_graph"] is True
+        assert report["gradient_as_bucket_view"] is True
+        assert report["find_unused_parameters"] is False
+        assert report["api"] == api
+        assert all(math.isfinite(loss) for loss in report["losses"])
+        assert report["losses"][-1] < report["losses"][0]
+    assert reports[0]["losses"] != reports[1]["losses"]  # each rank saw its own batches
+    assert reports[0]["weights_checksum"] == reports[1]["weights_checksum"]  # yet the weights stayed identical

@@ -1,0 +1,350 @@
+"""DeepSpeed presets: the dependency paths (missing, broken, known-bad pair) and each guard at construction.
+
+Construction runs on simulated CUDA with DeepSpeed installed (it imports on CPU); DeepSpeed needs CUDA at
+run time, so nothing here trains. Tests that need DeepSpeed installed are skipped, with the reason, when
+it is absent; the missing and broken paths run either way.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from lightning.fabric import Fabric
+from lightning.pytorch import LightningModule, Trainer
+from torch import nn
+
+import lightning_presets
+from conftest import run_python
+from lightning_presets import PresetConfigError, PresetWarning
+from lightning_presets import _requirements as requirements
+from lightning_presets._simulation import SimulatedGPU
+from lightning_presets.strategies import deepspeed as ds
+
+needs_deepspeed = pytest.mark.skipif(
+    not requirements.is_importable("deepspeed"),
+    reason="deepspeed is not installed (pip install --no-build-isolation deepspeed); its missing path is tested",
+)
+QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
+
+
+def codes(excinfo: pytest.ExceptionInfo[PresetConfigError]) -> tuple[str, ...]:
+    return excinfo.value.codes
+
+
+def trainer(strategy: Any = "deepspeed_zero2_offload", **kwargs: Any) -> Trainer:
+    return Trainer(strategy=strategy, **{"accelerator": "cuda", "devices": 8, **QUIET, **kwargs})
+
+
+def fabric(config: dict[str, Any], **kwargs: Any) -> Fabric:
+    strategy = lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config=config)
+    return Fabric(strategy=strategy, **{"accelerator": "cuda", "devices": 8, **kwargs})
+
+
+class Blocks(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(3))
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+class NoBlocks(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 2)
+
+
+# --- pure helpers -------------------------------------------------------------------------------------
+
+
+def test_batch_arithmetic_uses_the_real_world_size() -> None:
+    assert ds.batch_arithmetic(64, 4, 2, 8) is None
+    message = ds.batch_arithmetic(64, 4, 1, 8)
+    assert message == (
+        "train_batch_size=64, but train_micro_batch_size_per_gpu=4 × gradient_accumulation_steps=1 × world size 8 = 32"
+    )
+    assert ds.batch_arithmetic(64, 4, None, 8) is None  # DeepSpeed derives accumulation = 2
+    assert "4 × world size 8 = 32" in (ds.batch_arithmetic(48, 4, None, 8) or "")
+
+
+def test_auto_keys_are_listed_with_their_path() -> None:
+    config = {"train_batch_size": "auto", "zero_optimization": {"stage": 2, "reduce_bucket_size": "AUTO"}, "x": 1}
+    assert list(ds.auto_keys(config)) == ["train_batch_size", "zero_optimization.reduce_bucket_size"]
+    assert list(ds.auto_keys({"bf16": {"enabled": True}})) == []
+
+
+@pytest.mark.parametrize(
+    ("config", "precision", "expected"),
+    [
+        ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, "32-true", (True, True, None)),
+        ({"fp16": {"enabled": True}}, "bf16-mixed", (True, True, "bf16")),
+        ({"bf16": {"enabled": True}}, "bf16-mixed", (False, True, None)),
+        ({}, "16-mixed", (True, False, "fp16")),
+        ({"fp16": {"enabled": False}}, "bf16-mixed", (False, True, "bf16")),
+    ],
+)
+def test_half_precision_sections_follow_lightnings_merge(
+    config: dict[str, Any], precision: str, expected: tuple[bool, bool, str | None]
+) -> None:
+    assert ds.half_precision_sections(config, precision) == expected
+
+
+# --- dependency paths ---------------------------------------------------------------------------------
+
+
+def test_missing_deepspeed_is_an_install_hint_before_lightnings_error(
+    cuda8: SimulatedGPU, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # what an environment without deepspeed looks like
+    with pytest.raises(PresetConfigError) as excinfo:
+        trainer()
+    assert codes(excinfo) == ("LP007",)
+    finding = excinfo.value.findings[0]
+    assert "'deepspeed'" in finding.message
+    assert "Trainer(strategy='deepspeed_zero2_offload')" in finding.message
+    assert finding.hint == "install it with: pip install 'lightning-presets[deepspeed]'"
+    with pytest.raises(PresetConfigError) as excinfo:
+        Fabric(strategy="deepspeed_zero3_offload_ckpt", accelerator="cuda", devices=8)
+    assert codes(excinfo) == ("LP007",)
+
+
+def test_broken_deepspeed_reports_its_first_error_line(tmp_path: Path) -> None:
+    package = tmp_path / "deepspeed"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        'raise RuntimeError("CUDA_HOME does not exist, unable to compile CUDA op(s)\\nsecond line")\n'
+    )
+    result = run_python(
+        """
+        import lightning_presets
+        from lightning.pytorch import Trainer
+        from lightning_presets._simulation import simulated_cuda
+        with simulated_cuda(8):
+            try:
+                Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, logger=False)
+            except lightning_presets.PresetConfigError as error:
+                print("CODES", error.codes)
+                print("MESSAGE", error.findings[0].message)
+        """,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert "CODES ('LP401',)" in result.stdout, result.stdout + result.stderr
+    assert "fails to import: RuntimeError: CUDA_HOME does not exist, unable to compile CUDA op(s)" in result.stdout
+    assert "second line" not in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_known_bad_torch_deepspeed_pair_is_refused(cuda8: SimulatedGPU, monkeypatch: pytest.MonkeyPatch) -> None:
+    versions = {"deepspeed": "0.15.4", "torch": "2.6.0"}
+    monkeypatch.setattr(requirements, "installed_version", lambda name: versions.get(name))
+    monkeypatch.setattr(requirements, "is_importable", lambda name: True)
+    with pytest.raises(PresetConfigError) as excinfo:
+        trainer()
+    assert codes(excinfo) == ("LP402",)
+    assert "torch 2.6.0 with deepspeed 0.15.4 is known not to work" in excinfo.value.findings[0].message
+    assert excinfo.value.findings[0].hint == "pip install -U 'deepspeed>=0.16'"
+
+
+@pytest.mark.parametrize(
+    ("torch_version", "deepspeed_version", "bad"),
+    [("2.6.0", "0.15.4", True), ("2.13.0", "0.15.0", True), ("2.5.1", "0.15.4", False), ("2.6.0", "0.16.0", False)],
+)
+def test_deepspeed_pair_table(torch_version: str, deepspeed_version: str, bad: bool) -> None:
+    pair = requirements.known_bad_pair(requirements.DEPENDENCIES["deepspeed"], torch_version, deepspeed_version)
+    assert (pair is not None) is bad
+
+
+# --- construction with DeepSpeed installed ------------------------------------------------------------
+
+
+@needs_deepspeed
+def test_zero2_offload_constructs_on_simulated_cuda(cuda8: SimulatedGPU) -> None:
+    built = trainer(devices=4, num_nodes=2)
+    zero = built.strategy.config["zero_optimization"]
+    assert zero["stage"] == 2
+    assert zero["offload_optimizer"]["device"] == "cpu"
+    assert "offload_param" not in zero
+    assert built.strategy._lp_context.world_size == 8
+    assert built.strategy._lp_context.family == "deepspeed"
+
+
+@needs_deepspeed
+def test_zero3_offload_ckpt_constructs_for_trainer_and_fabric(cuda8: SimulatedGPU) -> None:
+    built = trainer("deepspeed_zero3_offload_ckpt")
+    zero = built.strategy.config["zero_optimization"]
+    assert (zero["stage"], zero["offload_param"]["device"], zero["offload_optimizer"]["device"]) == (3, "cpu", "cpu")
+    fabric_built = Fabric(strategy="deepspeed_zero3_offload_ckpt", accelerator="cuda", devices=8)
+    assert fabric_built.strategy.config["zero_optimization"]["stage"] == 3
+
+
+@needs_deepspeed
+def test_lp403_non_cuda_accelerator_is_refused_at_construction() -> None:
+    with pytest.raises(PresetConfigError) as excinfo:
+        trainer(accelerator="cpu", devices=2)
+    assert codes(excinfo) == ("LP403",)
+    assert "accelerator='cpu', devices=2" in excinfo.value.findings[0].message
+
+
+@needs_deepspeed
+def test_lp403_accepted_on_cuda(cuda8: SimulatedGPU) -> None:
+    assert trainer().strategy._lp_context.accelerator == "cuda"
+
+
+@needs_deepspeed
+def test_lp404_parameter_offload_needs_stage_3(cuda8: SimulatedGPU) -> None:
+    with pytest.raises(PresetConfigError) as excinfo:
+        trainer(lightning_presets.strategy("deepspeed_zero2_offload", offload_parameters=True))
+    assert codes(excinfo) == ("LP404",)
+    assert "ZeRO stage 2" in excinfo.value.findings[0].message
+    config = {"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}
+    trainer(lightning_presets.strategy("deepspeed_zero2_offload", config=config))
+
+
+@needs_deepspeed
+def test_lp405_fp16_and_bf16_together(cuda8: SimulatedGPU) -> None:
+    both = {"fp16": {"enabled": True}, "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}
+    with pytest.raises(PresetConfigError) as excinfo:
+        trainer(lightning_presets.strategy("deepspeed_zero2_offload", config=both))
+    assert codes(excinfo) == ("LP405",)
+    assert "the config enables both" in excinfo.value.findings[0].message
+    fp16 = {"fp16": {"enabled": True}, "zero_optimization": {"stage": 2}}
+    with pytest.raises(PresetConfigError) as excinfo:
+        trainer(lightning_presets.strategy("deepspeed_zero2_offload", config=fp16), precision="bf16-mixed")
+    assert "precision='bf16-mixed' makes Lightning add bf16.enabled=True" in excinfo.value.findings[0].message
+    bf16 = {"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}
+    trainer(lightning_presets.strategy("deepspeed_zero2_offload", config=bf16), precision="bf16-mixed")
+
+
+@needs_deepspeed
+def test_lp405_reads_a_config_file_as_lightning_loaded_it(cuda8: SimulatedGPU, tmp_path: Path) -> None:
+    path = tmp_path / "ds.json"
+    path.write_text('{"fp16": {"enabled": true}, "bf16": {"enabled": true}}')
+    with pytest.raises(PresetConfigError) as excinfo:
+        trainer(lightning_presets.strategy("deepspeed_zero2_offload", config=str(path)))
+    assert codes(excinfo) == ("LP405",)
+
+
+@needs_deepspeed
+def test_lp406_fabric_batch_size_shows_the_arithmetic(cuda8: SimulatedGPU) -> None:
+    config = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}
+    with pytest.raises(PresetConfigError) as excinfo:
+        fabric(config, devices=4, num_nodes=2)
+    assert codes(excinfo) == ("LP406",)
+    message = excinfo.value.findings[0].message
+    assert "train_micro_batch_size_per_gpu=4 × gradient_accumulation_steps=4 × world size 8 = 128" in message
+    assert "devices=4 × num_nodes=2 = 8" in message
+    assert "set it to 4 × 4 × 8 = 128" in excinfo.value.findings[0].hint
+    with pytest.raises(PresetConfigError):
+        fabric({"train_batch_size": 48, "train_micro_batch_size_per_gpu": 4})
+    fabric({"train_batch_size": 128, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4})
+    fabric({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4})  # accumulation derived: 2
+
+
+@needs_deepspeed
+def test_lp407_trainer_batch_size_is_checked_with_accumulate_grad_batches(cuda8: SimulatedGPU) -> None:
+    config = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}
+    strategy = lightning_presets.strategy("deepspeed_zero2_offload", config=config)
+    built = trainer(strategy, accumulate_grad_batches=1)
+    model = Blocks()
+    model.trainer = built
+    with pytest.raises(PresetConfigError) as excinfo:
+        built.strategy.connect(model)
+    assert codes(excinfo) == ("LP407",)
+    assert "= 32" in excinfo.value.findings[0].message
+    assert "accumulate_grad_batches=1" in excinfo.value.findings[0].message
+    strategy = lightning_presets.strategy("deepspeed_zero2_offload", config=config)
+    built = trainer(strategy, accumulate_grad_batches=2)
+    model.trainer = built
+    built.strategy.connect(model)
+
+
+@needs_deepspeed
+def test_lp408_auto_values_are_listed(cuda8: SimulatedGPU) -> None:
+    config = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}
+    with pytest.raises(PresetConfigError) as excinfo:
+        trainer(lightning_presets.strategy("deepspeed_zero2_offload", config=config))
+    assert codes(excinfo) == ("LP408",)
+    finding = excinfo.value.findings[0]
+    assert "train_micro_batch_size_per_gpu, zero_optimization.reduce_bucket_size" in finding.message
+    assert "delete train_micro_batch_size_per_gpu (Lightning uses the train dataloader's batch size)" in finding.hint
+    assert "give zero_optimization.reduce_bucket_size a number" in finding.hint
+    trainer(lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": {"stage": 2}}))
+
+
+@needs_deepspeed
+def test_lp409_accumulation_in_the_config_only_with_the_trainer(cuda8: SimulatedGPU) -> None:
+    config = {"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}
+    with pytest.raises(PresetConfigError) as excinfo:
+        trainer(lightning_presets.strategy("deepspeed_zero2_offload", config=config))
+    assert codes(excinfo) == ("LP409",)
+    assert "accumulate_grad_batches=4" in excinfo.value.findings[0].hint
+    fabric(config)  # Fabric leaves accumulation to the config
+
+
+@needs_deepspeed
+def test_lp410_unknown_stage_or_offload_device() -> None:
+    with pytest.raises(PresetConfigError) as excinfo:
+        lightning_presets.strategy("deepspeed_zero2_offload", stage=5, offload_optimizer_device="gpu")
+    assert codes(excinfo) == ("LP410",)
+    assert "stage=5, offload_optimizer_device='gpu'" in excinfo.value.findings[0].message
+    lightning_presets.strategy("deepspeed_zero2_offload", stage=1, offload_optimizer_device="nvme")
+
+
+@needs_deepspeed
+def test_errors_are_reported_together(cuda8: SimulatedGPU) -> None:
+    config = {"gradient_accumulation_steps": 2, "train_batch_size": "auto", "fp16": {"enabled": True}}
+    strategy = lightning_presets.strategy("deepspeed_zero2_offload", config=config)
+    with pytest.raises(PresetConfigError) as excinfo:
+        Trainer(strategy=strategy, accelerator="cpu", devices=2, precision="bf16-mixed", **QUIET)
+    assert codes(excinfo) == ("LP403", "LP405", "LP408", "LP409")
+
+
+# --- activation checkpointing of the _ckpt preset -----------------------------------------------------
+
+
+@pytest.fixture
+def zero3(cuda8: SimulatedGPU) -> Any:
+    if not requirements.is_importable("deepspeed"):
+        pytest.skip("deepspeed is not installed")
+    return trainer("deepspeed_zero3_offload_ckpt").strategy
+
+
+def test_checkpoint_blocks_wraps_each_block_and_keeps_gradients() -> None:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    model, reference = Blocks(), Blocks()
+    reference.load_state_dict(model.state_dict())
+    assert ds.checkpoint_blocks(model, {nn.Sequential}) == 3
+    assert sum(isinstance(module, CheckpointWrapper) for module in model.modules()) == 3
+    assert set(model.state_dict()) == set(reference.state_dict())
+    x = torch.randn(4, 8)
+    model(x).sum().backward()
+    reference(x).sum().backward()
+    for (name, ours), theirs in zip(model.named_parameters(), reference.parameters(), strict=True):
+        assert torch.allclose(ours.grad, theirs.grad), name
+
+
+def test_lp411_no_repeated_block_warns(zero3: Any) -> None:
+    with pytest.warns(PresetWarning, match=r"\[LP411\].*no repeated block found in NoBlocks"):
+        zero3._lp_prepare_model(NoBlocks())
+    model = Blocks()
+    zero3._lp_prepare_model(model)
+    assert zero3.lp_blocks == {nn.Sequential}
+
+
+def test_checkpoint_blocks_override_is_used_and_not_passed_to_deepspeed(cuda8: SimulatedGPU) -> None:
+    if not requirements.is_importable("deepspeed"):
+        pytest.skip("deepspeed is not installed")
+    strategy = lightning_presets.strategy("deepspeed_zero3_offload_ckpt", checkpoint_blocks={nn.Linear})
+    model = NoBlocks()
+    trainer(strategy).strategy._lp_prepare_model(model)
+    assert strategy.lp_blocks == {nn.Linear}
