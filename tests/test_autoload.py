@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-import _lightning_presets_autoload as hook  # type: ignore[import-untyped]  # an untyped top-level module
+import _lightning_presets_autoload as hook  # type: ignore[import-untyped, unused-ignore]  # installed copy: no py.typed
 from _dists import IMPORTER, build_wheel, make_venv, pip, pip_install, site_packages, write_installed
 from conftest import run_python
 from lightning_presets import _bridge

@@ -30,3 +30,18 @@ def test_the_foundation_codes_are_documented() -> None:
     text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
     for code in ["LP001", "LP003", "LP006", "LP101", "LP103", "LP107", "LP201", "LP207", "LP208"]:
         assert f"## {code}" in text
+
+
+def test_readme_lists_every_code() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [entry.code for entry in [*_docs._documented_codes(), *_docs._rule_entries()] if entry.code not in readme]
+    assert not missing, f"README.md's error-code table lacks {missing}"
+
+
+def test_readme_lists_every_builtin_preset() -> None:
+    import lightning_presets
+    from lightning_presets._precision import precision_catalog
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    names = [*lightning_presets.presets(), *precision_catalog().presets]
+    assert [name for name in names if f"`{name}`" not in readme] == []

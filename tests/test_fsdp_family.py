@@ -223,8 +223,10 @@ def test_lp112_user_mesh_of_the_wrong_size_at_construction(cuda8: SimulatedGPU) 
     assert "`Trainer(strategy='fsdp_hybrid_shard', devices=8, num_nodes=2)`" in str(error.value)
 
 
-def test_lp112_neighbour_a_user_mesh_is_kept(cuda8: SimulatedGPU) -> None:
-    strategy = trainer_strategy(lightning_presets.strategy(HYBRID, device_mesh=(4, 4)), **TWO_NODES)
+@pytest.mark.parametrize("mesh", [(4, 4), [4, 4]])
+def test_lp112_neighbour_a_user_mesh_is_kept_as_a_tuple(cuda8: SimulatedGPU, mesh: Any) -> None:
+    """A list (LightningCLI YAML) too: Lightning builds the mesh from tuples only."""
+    strategy = trainer_strategy(lightning_presets.strategy(HYBRID, device_mesh=mesh), **TWO_NODES)
     assert strategy.kwargs["device_mesh"] == (4, 4)
 
 

@@ -4,7 +4,7 @@ After ``pip install lightning-presets``, ``Trainer(strategy="fsdp_offload_ckpt")
 import. ``import lightning_presets`` gives the Python API below.
 """
 
-from lightning_presets._activate import activate as _activate
+from lightning_presets._activate import activate as _activate_presets
 from lightning_presets._api import get_preset, presets, strategy
 from lightning_presets._context import Context, Options
 from lightning_presets._errors import Finding, PresetConfigError, PresetWarning
@@ -32,4 +32,4 @@ __all__ = [
     "strategy",
 ]
 
-_activate()
+_activate_presets()

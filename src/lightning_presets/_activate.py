@@ -19,7 +19,7 @@ def activate() -> None:
         except ImportError:  # running from a source tree without the start-up hook
             pass
         else:
-            _lightning_presets_autoload.install()  # type: ignore[no-untyped-call]
+            _lightning_presets_autoload.install()
             return
     from lightning_presets._bridge import register_all
 

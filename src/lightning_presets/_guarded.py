@@ -64,7 +64,7 @@ def _rebuild(name: str, target: str) -> Any:
     from lightning_presets._bridge import guarded_class
     from lightning_presets._namespaces import namespace_for_target
 
-    cls = guarded_class(get_preset(name), namespace_for_target(target))
+    cls: Any = guarded_class(get_preset(name), namespace_for_target(target))
     return cls.__new__(cls)
 
 

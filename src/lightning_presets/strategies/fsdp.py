@@ -236,4 +236,10 @@ FSDP_OFFLOAD_CKPT = Preset(
     rules=RULES,
     mixins={"trainer": FSDPTrainerHooks, "fabric": FSDPFabricHooks},
     extra_keys=TORCH_FSDP_KEYS,
+    tested_with={
+        "lightning": "2.6.6",
+        "torch": "2.13.0",
+        "evidence": "construction on simulated CUDA (Trainer, Fabric, pytorch_lightning, lightning_fabric); "
+        "block detection and activation checkpointing run on CPU; FSDP1 needs CUDA and never ran on a GPU here",
+    },
 )

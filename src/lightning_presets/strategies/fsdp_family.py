@@ -223,8 +223,11 @@ def prepare_hybrid(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
     """A user's ``process_group`` replaces the automatic mesh (Lightning accepts only one of them).
 
     ``device_mesh=None`` means the automatic one: torch's own default for hybrid sharding is the same
-    (nodes, devices per node) layout, and Lightning refuses hybrid sharding with neither.
+    (nodes, devices per node) layout, and Lightning refuses hybrid sharding with neither. A list (from a
+    YAML config) becomes the tuple Lightning turns into a mesh.
     """
+    if isinstance(values.get("device_mesh"), list):
+        values["device_mesh"] = tuple(values["device_mesh"])
     if values.get("process_group") is not None:
         if values.get("device_mesh") == AUTO:
             values["device_mesh"] = None

@@ -227,4 +227,10 @@ TP2D_HYBRID = Preset(
     init_params={"data_parallel_size": "auto", "tensor_parallel_size": "auto"},
     rules=RULES,
     prepare=prepare,
+    tested_with={
+        "lightning": "2.6.6",
+        "torch": "2.13.0",
+        "evidence": "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, 1×2 and 2×1 meshes; "
+        "construction on simulated CUDA",
+    },
 )
