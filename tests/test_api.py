@@ -43,7 +43,7 @@ def test_strategy_for_every_target(namespace: Namespace, name: str, base: str) -
     instance = lightning_presets.strategy(name, target=namespace.target)
     assert isinstance(instance, getattr(strategies, base))
     assert type(instance)._lp_namespace is namespace
-    assert type(instance)._lp_preset is lightning_presets.get_preset(name)
+    assert type(instance)._lp_preset == lightning_presets.get_preset(name)
 
 
 def test_default_target_is_the_trainer() -> None:

@@ -22,7 +22,7 @@ from lightning_presets._rules import run_rules
 
 _MARK = "__lightning_presets__"
 _lock = threading.RLock()
-_classes: dict[tuple[str, str, int], type] = {}
+_classes: dict[tuple[str, str], type] = {}
 
 
 # Strategies modules whose hook fired while this thread was loading the catalog (a preset module imported
@@ -71,10 +71,14 @@ def _base_class(preset: Preset, namespace: Namespace) -> type:
 
 
 def guarded_class(preset: Preset, namespace: Namespace) -> type:
-    """The preset's strategy class for a namespace: guards, then the family mixin, then Lightning's class."""
-    key = (preset.name, namespace.target, id(preset))
+    """The preset's strategy class for a namespace: guards, then the family mixin, then Lightning's class.
+
+    One class per (name, target) while the preset stays equal, so a strategy pickled for a spawned process
+    comes back as the same class even after the catalog was loaded again.
+    """
+    key = (preset.name, namespace.target)
     with _lock:
-        if key not in _classes:
+        if key not in _classes or _classes[key]._lp_preset != preset:  # type: ignore[attr-defined]
             base = _base_class(preset, namespace)
             guards = GuardedTrainerStrategy if namespace.kind == "trainer" else GuardedFabricStrategy
             mixin = preset.mixins.get(namespace.kind)
