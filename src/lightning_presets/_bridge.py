@@ -16,13 +16,13 @@ from lightning_presets import _catalog
 from lightning_presets._context import Options
 from lightning_presets._errors import Finding, PresetConfigError, PresetWarning, report
 from lightning_presets._guarded import GuardedFabricStrategy, GuardedTrainerStrategy
-from lightning_presets._namespaces import NAMESPACES, Namespace, namespace_for_module
+from lightning_presets._namespaces import NAMESPACES, Namespace, namespace_for_module, resolve_class
 from lightning_presets._preset import Preset
 from lightning_presets._rules import run_rules
 
 _MARK = "__lightning_presets__"
 _lock = threading.RLock()
-_classes: dict[tuple[str, str], type] = {}
+_classes: dict[tuple[str, str], tuple[Preset, type]] = {}
 
 
 # Strategies modules whose hook fired while this thread was loading the catalog (a preset module imported
@@ -56,18 +56,8 @@ def _register_deferred() -> None:
 
 def _base_class(preset: Preset, namespace: Namespace) -> type:
     spec = preset.strategy[namespace.kind]
-    strategies = importlib.import_module(namespace.strategies_module)
-    if ":" in spec:
-        module_name, _, attr = spec.partition(":")
-        cls = getattr(importlib.import_module(module_name), attr)
-    else:
-        cls = getattr(strategies, spec)
-    if not (isinstance(cls, type) and issubclass(cls, strategies.Strategy)):
-        raise TypeError(
-            f"preset {preset.name!r} names {spec!r} as its {namespace.kind} strategy class, "
-            f"which is not a {namespace.strategies_module}.Strategy subclass"
-        )
-    return cls
+    owner = f"preset {preset.name!r} ({namespace.kind} strategy class)"
+    return resolve_class(spec, namespace.strategies_module, "Strategy", owner)
 
 
 def guarded_class(preset: Preset, namespace: Namespace) -> type:
@@ -78,7 +68,7 @@ def guarded_class(preset: Preset, namespace: Namespace) -> type:
     """
     key = (preset.name, namespace.target)
     with _lock:
-        if key not in _classes or _classes[key]._lp_preset != preset:  # type: ignore[attr-defined]
+        if key not in _classes or _classes[key][0] != preset:
             base = _base_class(preset, namespace)
             guards = GuardedTrainerStrategy if namespace.kind == "trainer" else GuardedFabricStrategy
             mixin = preset.mixins.get(namespace.kind)
@@ -90,8 +80,8 @@ def guarded_class(preset: Preset, namespace: Namespace) -> type:
                 "_lp_preset": preset,
                 "_lp_namespace": namespace,
             }
-            _classes[key] = type(base.__name__, bases, attributes)
-        return _classes[key]
+            _classes[key] = (preset, type(base.__name__, bases, attributes))
+        return _classes[key][1]
 
 
 def valid_override_keys(preset: Preset, namespace: Namespace) -> frozenset[str]:

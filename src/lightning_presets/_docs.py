@@ -11,7 +11,12 @@ from pathlib import Path
 from lightning_presets._catalog import OWN_DISTRIBUTION, normalize_distribution
 
 # Modules that may hold further documented codes as a tuple named ``CODES`` (check and cluster findings).
-_CODE_MODULES = ("lightning_presets._codes", "lightning_presets._requirements", "lightning_presets._check")
+_CODE_MODULES = (
+    "lightning_presets._codes",
+    "lightning_presets._requirements",
+    "lightning_presets._check",
+    "lightning_presets._doctor",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +86,7 @@ def render(entries: Iterable[DocEntry]) -> str:
         "code 1 from `lightning-presets check`); `warning` goes through `warnings.warn` as a `PresetWarning`.",
         "The stage says when it fires: `catalog` (entry points are loaded), `options` (the preset's arguments),",
         "`construction` (inside `Trainer(...)`/`Fabric(...)`), `model`/`setup` (the model is known, before the",
-        "first collective), `check` (`lightning-presets check` only).",
+        "first collective), `check` (`lightning-presets check` only), `doctor` (`lightning-presets doctor`).",
         "",
         "| code | severity | stage | what |",
         "| --- | --- | --- | --- |",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -59,3 +60,20 @@ def fabric_package(namespace: Namespace) -> str:
         if namespace.package.startswith(("pytorch_lightning", "lightning_fabric"))
         else ("lightning.fabric")
     )
+
+
+def resolve_class(spec: str, module_name: str, base_name: str, owner: str) -> type:
+    """A class named ``spec`` in ``module_name`` (or ``pkg.module:Class``) that subclasses ``module_name.base_name``.
+
+    ``owner`` names who asked, for the error (e.g. "preset 'x' (trainer strategy class)").
+    """
+    module = importlib.import_module(module_name)
+    if ":" in spec:
+        other_module, _, attr = spec.partition(":")
+        cls = getattr(importlib.import_module(other_module), attr)
+    else:
+        cls = getattr(module, spec)
+    base = getattr(module, base_name)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise TypeError(f"{owner} names {spec!r}, which is not a {module_name}.{base_name} subclass")
+    return cls

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import importlib
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Any
 from lightning_presets import _catalog
 from lightning_presets._context import Context
 from lightning_presets._errors import Finding, PresetConfigError, report
-from lightning_presets._namespaces import NAMESPACES, Kind, Namespace, namespace_for_target
+from lightning_presets._namespaces import NAMESPACES, Kind, Namespace, namespace_for_target, resolve_class
 from lightning_presets._preset import Requirement
 from lightning_presets._rules import Problem, Rule, rule, run_rules
 
@@ -252,32 +251,21 @@ def get_precision_preset(name: str) -> PrecisionPreset:
 
 
 _lock = threading.RLock()
-_classes: dict[tuple[str, str, int], type] = {}
+_classes: dict[tuple[str, str], tuple[PrecisionPreset, type]] = {}
 
 
 def _base_class(preset: PrecisionPreset, namespace: Namespace) -> type:
-    spec = preset.plugin[namespace.kind]
-    plugins = importlib.import_module(f"{namespace.package}.plugins.precision")
-    if ":" in spec:
-        module_name, _, attr = spec.partition(":")
-        cls = getattr(importlib.import_module(module_name), attr)
-    else:
-        cls = getattr(plugins, spec)
-    if not (isinstance(cls, type) and issubclass(cls, plugins.Precision)):
-        raise TypeError(
-            f"precision preset {preset.name!r} names {spec!r} as its {namespace.kind} plugin class, "
-            f"which is not a {namespace.package}.plugins.precision.Precision subclass"
-        )
-    return cls
+    owner = f"precision preset {preset.name!r} ({namespace.kind} plugin class)"
+    return resolve_class(preset.plugin[namespace.kind], f"{namespace.package}.plugins.precision", "Precision", owner)
 
 
 def plugin_class(preset: PrecisionPreset, namespace: Namespace) -> type:
     """The preset's plugin class for a namespace: preset behaviour, the preset's mixin, then Lightning's class."""
     from lightning_presets.plugins._base import PresetPrecision
 
-    key = (preset.name, namespace.target, id(preset))
+    key = (preset.name, namespace.target)
     with _lock:
-        if key not in _classes:
+        if key not in _classes or _classes[key][0] != preset:
             base = _base_class(preset, namespace)
             bases = (PresetPrecision, preset.mixin, base) if preset.mixin else (PresetPrecision, base)
             name = preset.mixin.__name__ if preset.mixin else base.__name__
@@ -286,8 +274,8 @@ def plugin_class(preset: PrecisionPreset, namespace: Namespace) -> type:
                 "__qualname__": name,
                 "__doc__": f"{base.__name__} configured by the {preset.name!r} precision preset.",
             }
-            _classes[key] = type(name, bases, attributes)
-        return _classes[key]
+            _classes[key] = (preset, type(name, bases, attributes))
+        return _classes[key][1]
 
 
 def valid_override_keys(preset: PrecisionPreset) -> frozenset[str]:

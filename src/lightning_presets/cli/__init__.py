@@ -1,4 +1,4 @@
-"""The ``lightning-presets`` command: ``list``, ``show``, ``check`` and ``matrix``.
+"""The ``lightning-presets`` command: ``list``, ``show``, ``check``, ``matrix``, ``doctor`` and ``plan``.
 
 Exit codes: 0 valid, 1 rejected (errors; warnings too with ``--strict``), 2 usage error.
 """
@@ -16,7 +16,7 @@ def _parser() -> object:
     import argparse
 
     from lightning_presets._version import __version__
-    from lightning_presets.cli import _check, _list, _matrix, _show
+    from lightning_presets.cli import _check, _doctor, _list, _matrix, _plan, _show
 
     parser = argparse.ArgumentParser(
         prog="lightning-presets",
@@ -30,6 +30,8 @@ def _parser() -> object:
         ("show", _show, "show one preset: arguments, guards and the equivalent plain Lightning code"),
         ("check", _check, "validate a Trainer/Fabric configuration for a target cluster, without launching"),
         ("matrix", _matrix, "check every strategy × accelerator × devices × precision; write the matrix"),
+        ("doctor", _doctor, "explain this environment: versions, autoload, registries, trust, extras, cluster"),
+        ("plan", _plan, "estimate which preset fits a model on given GPUs (arithmetic only)"),
     ):
         sub = commands.add_parser(name, help=text, description=text)
         module.add_arguments(sub)

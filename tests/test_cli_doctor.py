@@ -1,0 +1,278 @@
+"""``lightning-presets doctor``: each code (LP720–LP724) rejected and accepted, no CUDA context, JSON, exit codes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from importlib import metadata
+
+import pytest
+import torch
+
+from conftest import run_python
+from lightning_presets import _catalog, _doctor, _requirements
+from lightning_presets._bridge import strategy_catalog
+from lightning_presets._errors import Finding
+from lightning_presets._namespaces import NAMESPACES
+from lightning_presets.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def codes(findings: Sequence[Finding]) -> list[str]:
+    return [each.code for each in findings]
+
+
+def test_doctor_in_this_environment_is_clean_and_creates_no_cuda_context(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "doctor", "--json")
+    data = json.loads(out)
+    assert code == data["exit_code"] == 0, data["findings"]
+    assert data["schema"] == "lightning-presets/doctor"
+    assert data["lightning"]["packages"]["lightning"]["supported"] is True
+    assert data["autoload"]["enabled"] is True
+    assert data["autoload"]["pth"].endswith(_doctor.PTH_NAME)
+    trainer = data["registries"]["trainer"]
+    assert trainer["importable"]
+    assert "fsdp2" in trainer["registered"]
+    assert not trainer["missing"]
+    assert "xla_fsdp_ckpt" in data["registries"]["fabric"]["registered"]  # a Fabric-only preset
+    assert set(data["optional_dependencies"]) == set(_requirements.DEPENDENCIES)
+    assert data["torch"]["cuda_initialized"] is False
+    assert torch.cuda.is_initialized() is False  # type: ignore[no-untyped-call]
+
+
+def test_doctor_text(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "doctor")
+    assert code == 0
+    assert "no CUDA context was created" in out
+    assert "registry           lightning.pytorch.strategies: 10 preset(s) registered" in out
+    assert "findings: none" in out
+    assert out.rstrip().endswith("exit 0")
+
+
+def test_doctor_never_imports_optional_dependencies_or_cuda_by_default() -> None:
+    result = run_python(
+        """
+        import sys
+        from lightning_presets._doctor import diagnose
+        report = diagnose()
+        heavy = [m for m in ("deepspeed", "torchao", "bitsandbytes", "transformer_engine", "torch_xla")
+                 if m in sys.modules]
+        import torch
+        print(heavy, torch.cuda.is_initialized(), report.exit_code())
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[] False 0"
+
+
+def test_device_count_is_the_only_cuda_query_on_a_cuda_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+
+    def forbidden() -> bool:
+        raise AssertionError("torch.cuda.is_available must not be called")
+
+    monkeypatch.setattr(torch.cuda, "is_available", forbidden)
+    info = _doctor.torch_section()
+    assert info["build"] == "CUDA 12.4"
+    assert info["cuda_devices"] == 8
+    assert info["cuda_initialized"] is False
+
+
+# LP720 / LP721: Lightning versions
+
+
+def test_lp720_lightning_outside_supported_range(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    versions = {"lightning": "2.5.2", "pytorch-lightning": None, "lightning-fabric": None}
+    monkeypatch.setattr(_doctor, "installed_version", lambda name: versions.get(name, "1.0"))
+    code, out = run(capsys, "doctor", "--json")
+    data = json.loads(out)
+    assert code == 1
+    lp720 = [f for f in data["findings"] if f["code"] == "LP720"]
+    assert len(lp720) == 1
+    assert "lightning 2.5.2" in lp720[0]["message"]
+    assert "pip install 'lightning" in lp720[0]["hint"]
+
+
+def test_lp720_accepts_supported_versions() -> None:
+    assert (
+        _doctor.lightning_findings({"lightning": "2.6.6", "pytorch-lightning": "2.6.0", "lightning-fabric": None}) == []
+    )
+    assert codes(_doctor.lightning_findings({"lightning": "2.7.0"})) == ["LP720"]
+
+
+def test_lp721_no_lightning_installed() -> None:
+    found = _doctor.lightning_findings({"lightning": None, "pytorch-lightning": None, "lightning-fabric": "2.6.6"})
+    assert codes(found) == ["LP721"]
+    assert codes(_doctor.lightning_findings({"lightning": None, "pytorch-lightning": "2.6.6"})) == []
+
+
+# LP722 / LP723: autoload
+
+
+def test_lp722_autoload_turned_off(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("LIGHTNING_PRESETS_AUTOLOAD", "0")
+    info, found = _doctor.autoload_section()
+    assert info["enabled"] is False
+    assert codes(found) == ["LP722"]
+    assert found[0].severity == "warning"
+    assert "LIGHTNING_PRESETS_AUTOLOAD=0" in found[0].message
+    assert run(capsys, "doctor")[0] == 0  # a warning
+    assert run(capsys, "doctor", "--strict")[0] == 1
+
+
+def test_lp722_accepted_when_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIGHTNING_PRESETS_AUTOLOAD", "1")
+    assert _doctor.autoload_section()[1] == []
+
+
+def test_lp723_pth_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    monkeypatch.delenv("LIGHTNING_PRESETS_AUTOLOAD", raising=False)
+    monkeypatch.setattr(_doctor, "site_directories", lambda: [str(tmp_path)])
+    info, found = _doctor.autoload_section()
+    assert info["pth"] is None
+    assert codes(found) == ["LP723"]
+    assert "lightning_presets_autoload.pth is in none of the site directories" in found[0].message
+    assert "--force-reinstall" in found[0].hint
+
+
+def test_lp723_each_cause_and_accepted_neighbour() -> None:
+    pth = "/site/lightning_presets_autoload.pth"
+    assert _doctor.autoload_findings(enabled=True, pth=pth, hook_importable=True, site_enabled=True) == []
+    no_hook = _doctor.autoload_findings(enabled=True, pth=pth, hook_importable=False, site_enabled=True)
+    assert codes(no_hook) == ["LP723"]
+    assert "not importable" in no_hook[0].message
+    no_site = _doctor.autoload_findings(enabled=True, pth=pth, hook_importable=True, site_enabled=False)
+    assert codes(no_site) == ["LP723"]
+    assert "-S" in no_site[0].message
+
+
+# LP724: registration
+
+
+def test_lp724_preset_missing_from_a_registry() -> None:
+    namespace = NAMESPACES[0]
+    presets = strategy_catalog().presets
+    missing = _doctor.unregistered({}, namespace, presets)
+    assert "fsdp2" in missing
+    assert "xla_fsdp_ckpt" not in missing
+    finding = _doctor.registration_finding(namespace, missing)
+    assert finding is not None
+    assert finding.code == "LP724"
+    assert finding.severity == "error"
+    assert "lightning.pytorch.strategies.StrategyRegistry" in finding.message
+
+
+def test_lp724_accepted_with_the_real_registry() -> None:
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    namespace = NAMESPACES[0]
+    assert _doctor.unregistered(StrategyRegistry, namespace, strategy_catalog().presets) == []
+    assert _doctor.registration_finding(namespace, []) is None
+
+
+# catalog, trust, optional dependencies, cluster
+
+
+@pytest.fixture
+def broken_entry(monkeypatch: pytest.MonkeyPatch, fresh_catalog: None) -> None:
+    original = _catalog._entry_points
+
+    def with_broken(group: str) -> Iterator[metadata.EntryPoint]:
+        yield from original(group)
+        if group == _catalog.STRATEGY_GROUP:
+            yield metadata.EntryPoint("acme_broken", "acme_missing_module:PRESET", group)
+
+    monkeypatch.setattr(_catalog, "_entry_points", with_broken)
+
+
+def test_catalog_problem_is_reported(broken_entry: None, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "doctor", "--json")
+    data = json.loads(out)
+    assert code == 1
+    problem = next(row for row in data["catalog"]["problems"] if row["name"] == "acme_broken")
+    assert problem["status"] == "broken"
+    assert problem["findings"][0]["code"] == "LP004"
+    assert "LP004" in [f["code"] for f in data["findings"]]
+
+
+def test_trust_variables_shown(monkeypatch: pytest.MonkeyPatch, fresh_catalog: None) -> None:
+    monkeypatch.setenv("LIGHTNING_PRESETS_DENY", "acme-presets")
+    assert _doctor.trust_section() == {"LIGHTNING_PRESETS_ALLOW": None, "LIGHTNING_PRESETS_DENY": "acme-presets"}
+
+
+def test_broken_optional_dependency_reuses_its_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    def probe(module: str) -> _requirements.Probe:
+        if module == "deepspeed":
+            return _requirements.Probe(module=module, status="broken", version="0.15.0", detail="OSError: CUDA_HOME")
+        return _requirements.Probe(module=module, status="missing")
+
+    monkeypatch.setattr(_requirements, "probe", probe)
+    info, found = _doctor.dependencies_section(import_optional=True)
+    assert info["deepspeed"]["status"] == "broken"
+    assert codes(found) == ["LP401"]
+    assert "Trainer(strategy='deepspeed_zero2_offload')" in found[0].message
+    assert info["torch_xla"]["install"] == "pip install 'lightning-presets[xla]'"
+
+
+def test_working_optional_dependency_has_no_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_requirements, "probe", lambda module: _requirements.Probe(module=module, status="ok"))
+    info, found = _doctor.dependencies_section(import_optional=True)
+    assert found == []
+    assert {row["status"] for row in info.values()} == {"ok"}
+
+
+def test_lookup_only_dependencies(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_doctor, "is_importable", lambda module: module == "torchao")
+    info, found = _doctor.dependencies_section()
+    assert found == []
+    assert info["torchao"]["status"] == "found"
+    assert info["deepspeed"]["status"] == "missing"
+
+
+@pytest.mark.parametrize(
+    ("env", "detected"),
+    [
+        ({"SLURM_NTASKS": "16", "SLURM_JOB_NAME": "train"}, "slurm"),
+        ({"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "bash"}, "none (an interactive SLURM allocation"),
+        ({"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "8"}, "torchelastic"),
+        ({"LSB_JOBID": "1", "LSB_DJOB_RANKFILE": "f", "JSM_NAMESPACE_LOCAL_RANK": "0", "JSM_NAMESPACE_SIZE": "4"},
+         "lsf"),
+        ({}, "none"),
+    ],
+)  # fmt: skip
+def test_cluster_detection(env: dict[str, str], detected: str) -> None:
+    assert _doctor.detected_cluster(env).startswith(detected)
+
+
+def test_cluster_section_lists_variables_and_visible_devices() -> None:
+    env = {"SLURM_NTASKS": "16", "CUDA_VISIBLE_DEVICES": "0,1", "HOME": "/root", "MASTER_PORT": "29500"}
+    info = _doctor.cluster_section(env)
+    assert info["cuda_visible_devices"] == "0,1"
+    assert info["variables"] == {"CUDA_VISIBLE_DEVICES": "0,1", "MASTER_PORT": "29500", "SLURM_NTASKS": "16"}
+
+
+def test_codes_documented() -> None:
+    assert [code.code for code in _doctor.CODES] == ["LP720", "LP721", "LP722", "LP723", "LP724"]
+    assert all(code.fails and code.fixed and code.title for code in _doctor.CODES)
+
+
+def test_cli_import_flag_probes_and_reports_broken(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def probe(module: str) -> _requirements.Probe:
+        if module != "bitsandbytes":
+            return _requirements.Probe(module=module, status="missing")
+        return _requirements.Probe(module=module, status="broken", detail="OSError: libcudart.so not found")
+
+    monkeypatch.setattr(_requirements, "probe", probe)
+    assert run(capsys, "doctor")[0] == 0  # without --import nothing is imported, so nothing is broken
+    code, out = run(capsys, "doctor", "--import")
+    assert code == 1
+    assert "LP601" in out
+    assert "lightning_presets.precision('nf4-bnb')" in out

@@ -1,0 +1,237 @@
+"""``lightning-presets plan``: the documented memory arithmetic, the preference order, JSON and exit codes."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+import torch
+
+from lightning_presets import _plan
+from lightning_presets._plan import GIB, PlanRequest, bytes_per_param, parse_count, plan
+from lightning_presets.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def by_name(result: _plan.Plan) -> dict[str, _plan.Estimate]:
+    return {each.preset: each for each in result.estimates}
+
+
+def tiny_model() -> torch.nn.Module:
+    """A factory for ``--model``: 10*20+20 + 20*5+5 = 325 parameters."""
+    return torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.Linear(20, 5))
+
+
+@pytest.mark.parametrize(
+    ("precision", "optimizer", "deepspeed", "expected"),
+    [
+        ("bf16-mixed", "adamw", False, (4, 4, 8)),  # fp32 weights under autocast: 16 B/param
+        ("bf16-mixed", "adamw", True, (2, 2, 12)),  # the ZeRO paper's 2 + 2 + 12 = 16 B/param
+        ("16-mixed", "sgd", False, (4, 4, 4)),
+        ("32-true", "adamw", False, (4, 4, 8)),
+        ("bf16-true", "adamw", False, (2, 2, 4)),
+        ("bf16-true", "sgd", True, (2, 2, 2)),
+        ("64-true", "adamw", False, (8, 8, 16)),
+    ],
+)
+def test_bytes_per_param(precision: str, optimizer: str, deepspeed: bool, expected: tuple[int, int, int]) -> None:
+    per = bytes_per_param(precision, optimizer, deepspeed=deepspeed)
+    assert (per.weights, per.grads, per.optimizer) == expected
+
+
+@pytest.mark.parametrize(("text", "count"), [("7B", 7 * 10**9), ("1.3b", 1_300_000_000), ("350M", 350 * 10**6),
+                                             ("125k", 125_000), ("7e9", 7 * 10**9), ("42", 42)])  # fmt: skip
+def test_parse_count(text: str, count: int) -> None:
+    assert parse_count(text) == count
+
+
+@pytest.mark.parametrize("text", ["abc", "7X", "0", "-3B", ""])
+def test_parse_count_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="parameter count"):
+        parse_count(text)
+
+
+def test_7b_on_8x80gib_ddp_does_not_fit_sharding_does() -> None:
+    result = plan(PlanRequest(params=7 * 10**9, gpus_per_node=8, gpu_memory=80 * GIB))
+    estimates = by_name(result)
+    assert estimates["ddp_static_graph"].gpu_bytes == 112e9  # 16 B/param, nothing sharded
+    assert not estimates["ddp_static_graph"].fits
+    assert estimates["fsdp2"].gpu_bytes == 14e9  # 112 GB / 8
+    assert estimates["fsdp2"].fits
+    assert estimates["fsdp_grad_op"].gpu_bytes == 28e9 + 84e9 / 8  # whole fp32 weights + (grads + Adam) / 8
+    assert estimates["fsdp_offload_ckpt"].gpu_bytes == 0
+    assert estimates["fsdp_offload_ckpt"].cpu_bytes_per_node == 112e9
+    assert estimates["deepspeed_zero2_offload"].gpu_bytes == 14e9 + 14e9 / 8  # bf16 weights + grads / 8
+    assert estimates["deepspeed_zero2_offload"].cpu_bytes_per_node == 84e9  # fp32 master + 2 moments
+    assert result.recommended is not None
+    assert result.recommended.preset == "fsdp_grad_op"
+    assert result.request.usable_gpu_bytes == pytest.approx(0.7 * 80 * GIB)
+    assert result.exit_code == 0
+
+
+def test_small_model_recommends_ddp_and_orders_fitting_first_by_speed() -> None:
+    result = plan(PlanRequest(params=10**9, gpus_per_node=8, gpu_memory=80 * GIB))
+    names = [each.preset for each in result.estimates]
+    assert names[0] == "ddp_static_graph"
+    fitting = [each.preset for each in result.fitting]
+    assert fitting == ["ddp_static_graph", "ddp_bf16_compress", "fsdp_grad_op", "fsdp2", "tp2d_hybrid",
+                       "deepspeed_zero2_offload", "fsdp2_offload_ckpt", "fsdp_offload_ckpt",
+                       "deepspeed_zero3_offload_ckpt"]  # fmt: skip
+    assert names[-1] == "fsdp_hybrid_shard"  # not applicable on one node (LP110), listed last
+    assert not by_name(result)["fsdp_hybrid_shard"].applicable
+
+
+def test_multi_node_prefers_hybrid_shard_to_full_shard_when_it_fits() -> None:
+    result = plan(PlanRequest(params=13 * 10**9, gpus_per_node=8, num_nodes=2, gpu_memory=80 * GIB))
+    estimates = by_name(result)
+    assert estimates["fsdp_grad_op"].gpu_bytes == 52e9 + 156e9 / 16  # 57.5 GiB > 56 GiB usable
+    assert not estimates["fsdp_grad_op"].fits
+    assert estimates["fsdp_hybrid_shard"].gpu_bytes == 208e9 / 8  # sharded within a node only
+    assert result.recommended is not None
+    assert result.recommended.preset == "fsdp_hybrid_shard"
+    assert [each.preset for each in result.fitting][:2] == ["fsdp_hybrid_shard", "fsdp2"]
+
+
+def test_70b_on_4_nodes_needs_full_shard() -> None:
+    result = plan(PlanRequest(params=70 * 10**9, gpus_per_node=8, num_nodes=4, gpu_memory=80 * GIB))
+    estimates = by_name(result)
+    assert not estimates["fsdp_hybrid_shard"].fits  # 1120 GB / 8 = 140 GB per GPU
+    assert estimates["fsdp2"].gpu_bytes == 1120e9 / 32
+    assert result.recommended is not None
+    assert result.recommended.preset == "fsdp2"
+
+
+def test_tp2d_needs_two_gpus_per_node() -> None:
+    estimates = by_name(plan(PlanRequest(params=10**8, gpus_per_node=1, num_nodes=2)))
+    assert not estimates["tp2d_hybrid"].applicable
+    assert "tensor parallelism needs 2 or more" in estimates["tp2d_hybrid"].why
+    assert by_name(plan(PlanRequest(params=10**8, gpus_per_node=2, num_nodes=2)))["tp2d_hybrid"].applicable
+
+
+def test_headroom_changes_what_fits() -> None:
+    def request(headroom: float) -> PlanRequest:  # DDP: 64 GB = 59.6 GiB of model states
+        return PlanRequest(params=4 * 10**9, gpus_per_node=1, gpu_memory=80 * GIB, headroom=headroom)
+
+    assert not by_name(plan(request(0.3)))["ddp_static_graph"].fits  # 56 GiB usable
+    assert by_name(plan(request(0.2)))["ddp_static_graph"].fits  # 64 GiB usable
+
+
+def test_cpu_memory_limits_offload() -> None:
+    def request(cpu: int) -> PlanRequest:
+        return PlanRequest(params=7 * 10**9, gpus_per_node=1, gpu_memory=24 * GIB, cpu_memory=cpu)
+
+    assert by_name(plan(request(512 * GIB)))["fsdp_offload_ckpt"].fits
+    small = by_name(plan(request(64 * GIB)))["fsdp_offload_ckpt"]
+    assert not small.fits
+    assert "CPU memory per node > 64.0 GiB" in small.why
+
+
+def test_request_rejects_impossible_values() -> None:
+    with pytest.raises(ValueError, match="gpus=0"):
+        PlanRequest(params=10, gpus_per_node=0)
+    with pytest.raises(ValueError, match="headroom"):
+        PlanRequest(params=10, gpus_per_node=1, headroom=1.0)
+    with pytest.raises(ValueError, match="precision"):
+        PlanRequest(params=10, gpus_per_node=1, precision="fp8")
+
+
+def test_cli_text_labels_the_estimate_and_gives_trainer_and_check(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "plan", "--params", "7B", "--gpus", "8", "--gpu-memory", "80GiB")
+    assert code == 0
+    assert "evidence: none" in out
+    assert "ESTIMATE" in out
+    assert "*fsdp_grad_op" in out
+    assert 'Trainer(strategy="fsdp_grad_op", accelerator="cuda", devices=8, num_nodes=1, precision="bf16-mixed")' in out
+    assert "lightning-presets check --strategy fsdp_grad_op" in out
+    assert 'Fabric(strategy="fsdp_grad_op", accelerator="cuda", devices=8' in out
+    assert "not estimated (no memory model): xla_fsdp_ckpt" in out
+    assert out.index("fsdp_grad_op") < out.index("ddp_static_graph")  # recommended first, DDP among the misfits
+
+
+@pytest.mark.parametrize(
+    ("argv", "recommended"),
+    [
+        (("--params", "7B", "--gpus", "8"), "fsdp_grad_op"),
+        (("--params", "1B", "--gpus", "8"), "ddp_static_graph"),
+        (("--params", "13B", "--gpus", "8", "--num-nodes", "2"), "fsdp_hybrid_shard"),
+    ],
+)
+def test_cli_recommended_check_command_passes_check(
+    argv: tuple[str, ...], recommended: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run(capsys, "plan", *argv, "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["recommended"] == recommended
+    check_code, check_out = run(capsys, *shlex.split(data["check"])[1:])
+    assert check_code == 0, check_out
+
+
+def test_every_modelled_preset_is_a_builtin_and_every_gpu_builtin_is_modelled() -> None:
+    from lightning_presets._bridge import strategy_catalog
+
+    builtins = {
+        name for name, preset in strategy_catalog().presets.items() if preset.distribution == "lightning-presets"
+    }
+    modelled = {model.name for model in _plan.PRESET_MODELS}
+    assert modelled <= builtins
+    assert builtins - modelled == {"xla_fsdp_ckpt"}  # TPU: no GPU memory model
+
+
+def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "plan", "--params", "7B", "--gpus", "8", "--json")
+    data = json.loads(out)
+    assert code == data["exit_code"] == 0
+    assert data["schema"] == "lightning-presets/plan"
+    assert data["evidence"].startswith("none")
+    assert data["recommended"] == "fsdp_grad_op"
+    ddp = next(each for each in data["estimates"] if each["preset"] == "ddp_static_graph")
+    assert ddp["gpu_bytes"] == 112_000_000_000
+    assert ddp["fits"] is False
+    assert ddp["bytes_per_param"] == {"weights": 4, "grads": 4, "optimizer": 8}
+
+
+def test_cli_nothing_fits_exits_1_with_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ("plan", "--params", "70B", "--gpus", "1", "--gpu-memory", "24GiB", "--cpu-memory", "64GiB")
+    code, out = run(capsys, *argv)
+    assert code == 1
+    assert "NOTHING FITS" in out
+    assert "--gpus" in out
+    assert "--num-nodes" in out
+    assert "offload" in out
+    code, out = run(capsys, *argv, "--json")
+    data = json.loads(out)
+    assert code == data["exit_code"] == 1
+    assert data["recommended"] is None
+    assert data["trainer"] is None
+    assert "--cpu-memory" in data["hint"]
+
+
+def test_cli_model_counts_parameters_on_meta(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "plan", "--model", f"{__name__}:tiny_model", "--gpus", "1", "--json")
+    assert code == 0
+    assert json.loads(out)["request"]["params"] == 325
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("plan", "--gpus", "8"),  # neither --params nor --model
+        ("plan", "--params", "abc", "--gpus", "8"),
+        ("plan", "--params", "7B", "--gpus", "0"),
+        ("plan", "--params", "7B", "--gpus", "8", "--headroom", "1.5"),
+        ("plan", "--params", "7B", "--gpus", "8", "--precision", "fp8"),
+        ("plan", "--model", "no_such_module_xyz:build", "--gpus", "8"),
+        ("plan", "--model", "nocolon", "--gpus", "8"),
+    ],
+)
+def test_cli_usage_errors_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(list(argv))
+    assert exited.value.code == 2
+    assert "error" in capsys.readouterr().err

@@ -1,0 +1,231 @@
+"""The GPU check harness (benchmarks/gpu/): its no-GPU path, its CPU smoke run and its bookkeeping.
+
+The GPU checks themselves need CUDA and are not run here; these tests prove the harness around them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_DIR = ROOT / "benchmarks" / "gpu"
+RUN_SH = GPU_DIR / "run.sh"
+SCRIPT = GPU_DIR / "gpu_checks.py"
+
+
+def _harness() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_checks", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_checks", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu_checks = _harness()
+
+
+def _env(out: Path) -> dict[str, str]:
+    # No CUDA device even on a machine that has one: this is the path a CPU box takes.
+    return {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "CUDA_VISIBLE_DEVICES": ""}
+
+
+def _report(out: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((out / "gpu_checks.json").read_text())
+    return data
+
+
+def test_no_gpu_path_skips_every_check_and_exits_0(tmp_path: Path) -> None:
+    start = time.monotonic()
+    done = subprocess.run(
+        ["bash", str(RUN_SH)], env=_env(tmp_path), capture_output=True, text=True, timeout=120, check=False
+    )
+    elapsed = time.monotonic() - start
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert elapsed < 60
+    report = _report(tmp_path)
+    assert report["schema"] == "lightning-presets/gpu-checks"
+    assert report["mode"] == "gpu"
+    assert [check["name"] for check in report["checks"]] == [check.name for check in gpu_checks.CHECKS]
+    assert {(check["status"], check["reason"]) for check in report["checks"]} == {("skipped", "no CUDA device")}
+    assert report["summary"] == {"passed": 0, "failed": 0, "skipped": len(gpu_checks.CHECKS)}
+    environment = report["environment"]
+    assert environment["gpus"] == 0
+    for key in ("torch", "lightning", "lightning_presets"):
+        assert environment[key], key
+    assert set(environment["optional"]) == set(gpu_checks.OPTIONAL_PACKAGES)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["gpu_checks.json", "gpu_checks.log"]
+    log = (tmp_path / "gpu_checks.log").read_text()
+    assert "summary: 0 passed, 0 failed, 14 skipped" in log
+
+
+def test_every_check_has_a_distinct_name_and_a_reason_to_exist() -> None:
+    names = [check.name for check in gpu_checks.CHECKS]
+    assert len(names) == len(set(names))
+    assert {check.name for check in gpu_checks.CHECKS if check.cpu_smoke} == {
+        "cli_check", "ddp_static_graph", "fsdp2", "tp2d_hybrid",
+    }  # fmt: skip
+    for check in gpu_checks.CHECKS:
+        assert check.what
+        assert check.timeout_s * 2 < gpu_checks.DEFAULT_BUDGET_S
+
+
+def test_unknown_check_name_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit, match="unknown check"):
+        gpu_checks._selected("fsdp_offload_ckpt,nope", cpu=False)
+
+
+def _gpu_env(capability: str = "9.0", **optional: str) -> dict[str, Any]:
+    packages = {name: "not installed" for name in gpu_checks.OPTIONAL_PACKAGES}
+    packages.update(optional)
+    return {
+        "gpus": 1,
+        "devices": [{"name": "a GPU", "capability": capability}],
+        "lightning": "2.6.6",
+        "lightning_presets": "0.1.0",
+        "optional": packages,
+    }
+
+
+def test_skip_reasons_name_what_is_missing() -> None:
+    by_name = gpu_checks.BY_NAME
+    env = _gpu_env()
+    assert gpu_checks._skip_reason(by_name["fsdp_offload_ckpt"], env, cpu=False) is None
+    assert gpu_checks._skip_reason(by_name["deepspeed_zero2_offload"], env, cpu=False) == "deepspeed not installed"
+    broken = _gpu_env(deepspeed="fails to import: ImportError: no CUDA_HOME")
+    assert "no CUDA_HOME" in gpu_checks._skip_reason(by_name["deepspeed_zero2_offload"], broken, cpu=False)
+    ampere = _gpu_env("8.0", torchao="0.18.0")
+    assert gpu_checks._skip_reason(by_name["precision_fp8_torchao"], ampere, cpu=False) == (
+        "needs compute capability 8.9, the GPU has 8.0"
+    )
+    hopper = _gpu_env("9.0", torchao="0.18.0")
+    assert gpu_checks._skip_reason(by_name["precision_fp8_torchao"], hopper, cpu=False) is None
+    no_lightning = {**_gpu_env(), "lightning_error": "ModuleNotFoundError: No module named 'lightning'"}
+    reason = gpu_checks._skip_reason(by_name["fsdp2"], no_lightning, cpu=False)
+    assert reason == "lightning does not import: ModuleNotFoundError: No module named 'lightning'"
+
+
+def _record(name: str, peak: float) -> Any:
+    return gpu_checks.Record(name=name, status="passed", reason="", duration_s=1.0, figures={"peak_memory_mib": peak})
+
+
+def test_memory_ratio_is_recorded_and_must_be_below_1() -> None:
+    records = {"baseline_auto": _record("baseline_auto", 2000.0), "fsdp_offload_ckpt": _record("x", 500.0)}
+    gpu_checks._memory_ratio(records)
+    assert records["fsdp_offload_ckpt"].figures["memory_ratio_vs_auto"] == 0.25
+    assert records["fsdp_offload_ckpt"].status == "passed"
+    worse = {"baseline_auto": _record("baseline_auto", 500.0), "fsdp_offload_ckpt": _record("x", 800.0)}
+    gpu_checks._memory_ratio(worse)
+    assert worse["fsdp_offload_ckpt"].status == "failed"
+    assert "800.0 MiB is not below the plain run's 500.0 MiB" in worse["fsdp_offload_ckpt"].reason
+
+
+def test_expectations_reject_a_loss_that_does_not_fall() -> None:
+    sizes = gpu_checks.CPU_SIZES
+    check = gpu_checks.BY_NAME["ddp_static_graph"]
+    good = {"losses": [3.4, 3.3, 3.2, 3.1], "static_graph": True, "backend": "gloo"}
+    assert gpu_checks._expectations(check, good, sizes, cpu=True) == []
+    flat = {**good, "losses": [3.0, 3.1, 3.2, 3.3]}
+    assert "never went below its first value" in gpu_checks._expectations(check, flat, sizes, cpu=True)[0]
+    nan = {**good, "losses": [3.0, math.nan, 3.2, 3.3]}
+    assert "finite losses" in gpu_checks._expectations(check, nan, sizes, cpu=True)[0]
+    on_gpu = gpu_checks._expectations(check, good, sizes, cpu=False)
+    assert on_gpu == ["unexpected backend gloo"]
+
+
+def test_a_hanging_check_is_killed_with_its_process_group(tmp_path: Path) -> None:
+    marker = tmp_path / "child.pid"
+    code = (
+        "import os, subprocess, sys, time; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(marker)!r}, 'w').write(str(child.pid)); time.sleep(60)"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    running = gpu_checks.Running(
+        check=gpu_checks.BY_NAME["fsdp2"], process=process, started=time.monotonic(), timeout_s=3, command="hang"
+    )
+    start = time.monotonic()
+    record, _ = gpu_checks._finish(running)
+    assert time.monotonic() - start < 20
+    assert record.status == "failed"
+    assert record.reason == "timed out after 3 s (process group killed)"
+    grandchild = int(marker.read_text())
+    for _ in range(50):  # the grandchild (another rank, say) went down with the group
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"process {grandchild} survived the timeout")
+
+
+@pytest.mark.distributed
+def test_cpu_smoke_runs_the_cpu_capable_checks_through_the_harness(tmp_path: Path) -> None:
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--cpu-smoke", "--out", str(tmp_path)],
+        env=_env(tmp_path), capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    elapsed = time.monotonic() - start
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    report = _report(tmp_path)
+    assert report["mode"] == "cpu-smoke"
+    checks = {check["name"]: check for check in report["checks"]}
+    assert set(checks) == {"cli_check", "ddp_static_graph", "fsdp2", "tp2d_hybrid"}
+    assert {name: check["status"] for name, check in checks.items()} == dict.fromkeys(checks, "passed")
+    for name in ("ddp_static_graph", "fsdp2", "tp2d_hybrid"):
+        figures = checks[name]["figures"]
+        assert figures["accelerator"] == "cpu"
+        assert figures["world_size"] == 2
+        losses = figures["losses"]
+        assert len(losses) == gpu_checks.CPU_SIZES.steps
+        assert all(math.isfinite(loss) for loss in losses)
+        assert min(losses[1:]) < losses[0]
+        assert figures["step_time_ms_median"] > 0
+    assert checks["ddp_static_graph"]["figures"]["static_graph"] is True
+    assert checks["ddp_static_graph"]["figures"]["backend"] == "gloo"
+    assert checks["fsdp2"]["figures"]["fsdp2_modules"] == gpu_checks.CPU_SIZES.layers + 1
+    assert checks["tp2d_hybrid"]["figures"]["dtensor_parameters"] > 0
+    cli = checks["cli_check"]["figures"]
+    assert cli["exit_code"] == 0
+    assert cli["cuda_initialized_after"] is False
+    assert cli["evidence"] == "construction"
+    assert elapsed < 120, f"the smoke run took {elapsed:.0f} s"
+
+
+def test_source_metadata_exposes_the_entry_points_when_not_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from importlib import metadata
+
+    assert gpu_checks.source_metadata(tmp_path / "installed") is None  # installed here: nothing to make
+
+    def not_installed(name: str) -> Any:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", not_installed)
+    folder = gpu_checks.source_metadata(tmp_path / "shim")
+    assert folder == tmp_path / "shim"
+    (dist,) = metadata.distributions(path=[str(folder)])
+    assert dist.metadata["Name"] == "lightning-presets"
+    strategies = {ep.name: ep.value for ep in dist.entry_points if ep.group == "lightning_presets.strategies"}
+    precision = {ep.name for ep in dist.entry_points if ep.group == "lightning_presets.precision"}
+    assert strategies["fsdp_offload_ckpt"] == "lightning_presets.strategies.fsdp:FSDP_OFFLOAD_CKPT"
+    assert {"fsdp2", "tp2d_hybrid", "deepspeed_zero3_offload_ckpt"} <= set(strategies)
+    assert {"fp8-torchao", "nf4-bnb", "bf16-fp32-reduce"} <= precision
