@@ -597,8 +597,10 @@ def source_metadata(folder: Path) -> Path | None:
         pass
     else:
         return None
-    import tomllib
-
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: no TOML reader in the standard library
+        return None
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     match = re.search(r'__version__ = "([^"]+)"', (ROOT / "src/lightning_presets/_version.py").read_text())
     version = match.group(1) if match else "0"
