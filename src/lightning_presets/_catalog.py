@@ -243,6 +243,10 @@ def cached(group: str, loader: Callable[[], Catalog[T]]) -> Catalog[T]:
 
 
 def clear_cache() -> None:
-    """Forget loaded catalogs, so the next use reads entry points and the trust variables again."""
+    """Forget loaded catalogs, so the next use reads entry points and the trust variables again.
+
+    Registries filled earlier keep the factories they got (registration never overrides); this is for
+    tests and tools that read the catalog, not a way to reload presets into a running Lightning.
+    """
     with _lock:
         _cache.clear()
