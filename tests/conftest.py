@@ -1,4 +1,4 @@
-"""Shared fixtures: simulated CUDA, a fresh catalog, and fresh interpreters."""
+"""Shared fixtures: simulated CUDA, a fresh catalog, a broken entry point, a recording FSDP, and fresh interpreters."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from importlib import metadata
+from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -28,6 +31,29 @@ def fresh_catalog() -> Iterator[None]:
     _catalog.clear_cache()
     yield
     _catalog.clear_cache()
+
+
+@pytest.fixture
+def broken_entry(monkeypatch: pytest.MonkeyPatch, fresh_catalog: None) -> None:
+    """One more entry point in the strategy group, whose module does not exist."""
+    original = _catalog._entry_points
+
+    def with_broken(group: str) -> Iterator[metadata.EntryPoint]:
+        yield from original(group)
+        if group == _catalog.STRATEGY_GROUP:
+            yield metadata.EntryPoint("acme_broken", "acme_missing_module:PRESET", group)
+
+    monkeypatch.setattr(_catalog, "_entry_points", with_broken)
+
+
+@pytest.fixture
+def recording_fsdp() -> Iterator[list[dict[str, Any]]]:
+    """torch's ``FullyShardedDataParallel`` replaced by ``helpers.RecordingFSDP``; yields the recorded wrap calls."""
+    from helpers import RecordingFSDP  # here, not at the top: conftest stays free of torch
+
+    RecordingFSDP.calls = []
+    with mock.patch("torch.distributed.fsdp.FullyShardedDataParallel", RecordingFSDP):
+        yield RecordingFSDP.calls
 
 
 def run_python(

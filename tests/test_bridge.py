@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from lightning.fabric.strategies.registry import _StrategyRegistry
 
+from helpers import QUIET
 from lightning_presets import Preset, PresetConfigError, PresetWarning, Requirement, _bridge
 from lightning_presets._catalog import Catalog, Entry
 from lightning_presets._namespaces import NAMESPACES, Namespace, namespace_for_target
 
 BUILTINS = ("fsdp_offload_ckpt", "tp2d_hybrid")
-QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
 OTHER_PACKAGE = {
     "lightning.pytorch": "pytorch_lightning",
     "pytorch_lightning": "lightning.pytorch",

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from importlib import metadata
+from collections.abc import Sequence
 
 import pytest
 import torch
 
 from conftest import run_python
-from lightning_presets import _catalog, _doctor, _requirements
+from helpers import run
+from lightning_presets import _doctor, _requirements
 from lightning_presets._bridge import strategy_catalog
 from lightning_presets._errors import Finding
 from lightning_presets._namespaces import NAMESPACES
-from lightning_presets.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
-    return code, capsys.readouterr().out
 
 
 def codes(findings: Sequence[Finding]) -> list[str]:
@@ -177,18 +171,6 @@ def test_lp724_accepted_with_the_real_registry() -> None:
 
 
 # catalog, trust, optional dependencies, cluster
-
-
-@pytest.fixture
-def broken_entry(monkeypatch: pytest.MonkeyPatch, fresh_catalog: None) -> None:
-    original = _catalog._entry_points
-
-    def with_broken(group: str) -> Iterator[metadata.EntryPoint]:
-        yield from original(group)
-        if group == _catalog.STRATEGY_GROUP:
-            yield metadata.EntryPoint("acme_broken", "acme_missing_module:PRESET", group)
-
-    monkeypatch.setattr(_catalog, "_entry_points", with_broken)
 
 
 def test_catalog_problem_is_reported(broken_entry: None, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,33 +6,12 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
-from importlib import metadata
 from typing import Any
 
 import pytest
 
-from lightning_presets import _catalog
+from helpers import run
 from lightning_presets.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
-    return code, capsys.readouterr().out
-
-
-@pytest.fixture
-def broken_entry(monkeypatch: pytest.MonkeyPatch, fresh_catalog: None) -> Iterator[None]:
-    """One more entry point in the strategy group, whose module does not exist."""
-    original = _catalog._entry_points
-
-    def with_broken(group: str) -> Iterator[metadata.EntryPoint]:
-        yield from original(group)
-        if group == _catalog.STRATEGY_GROUP:
-            yield metadata.EntryPoint("acme_broken", "acme_missing_module:PRESET", group)
-
-    monkeypatch.setattr(_catalog, "_entry_points", with_broken)
-    return
 
 
 def test_list_shows_every_builtin_with_provenance(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,14 +8,10 @@ import shlex
 import pytest
 import torch
 
+from helpers import run
 from lightning_presets import _plan
 from lightning_presets._plan import GIB, PlanRequest, bytes_per_param, parse_count, plan
 from lightning_presets.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
-    return code, capsys.readouterr().out
 
 
 def by_name(result: _plan.Plan) -> dict[str, _plan.Estimate]:

@@ -25,21 +25,13 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook, fp16_compress_hook
 
 import lightning_presets
+from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, SCRIPTS
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets._simulation import SimulatedGPU
 from lightning_presets.strategies import ddp
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
 STATIC = "ddp_static_graph"
 BF16 = "ddp_bf16_compress"
-QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
-NAMESPACES = [
-    ("trainer", "lightning.pytorch", "Trainer"),
-    ("fabric", "lightning.fabric", "Fabric"),
-    ("pytorch_lightning", "pytorch_lightning", "Trainer"),
-    ("lightning_fabric", "lightning_fabric", "Fabric"),
-]
-NAMESPACE_IDS = [namespace[0] for namespace in NAMESPACES]
 BASE = Context(
     preset=BF16,
     target="trainer",

@@ -19,6 +19,7 @@ from torch import nn
 
 import lightning_presets
 from conftest import run_python
+from helpers import QUIET, codes
 from lightning_presets import PresetConfigError, PresetWarning
 from lightning_presets import _requirements as requirements
 from lightning_presets._simulation import SimulatedGPU
@@ -28,11 +29,6 @@ needs_deepspeed = pytest.mark.skipif(
     not requirements.is_importable("deepspeed"),
     reason="deepspeed is not installed (pip install --no-build-isolation deepspeed); its missing path is tested",
 )
-QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
-
-
-def codes(excinfo: pytest.ExceptionInfo[PresetConfigError]) -> tuple[str, ...]:
-    return excinfo.value.codes
 
 
 def trainer(strategy: Any = "deepspeed_zero2_offload", **kwargs: Any) -> Trainer:

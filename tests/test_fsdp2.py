@@ -19,22 +19,14 @@ from typing import Any
 import pytest
 
 import lightning_presets
+from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, SCRIPTS
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets._simulation import SimulatedGPU
 from lightning_presets.strategies import fsdp2
 from models import FlatMLP, TinyTransformer
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
 FSDP2 = "fsdp2"
 OFFLOAD = "fsdp2_offload_ckpt"
-QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
-NAMESPACES = [
-    ("trainer", "lightning.pytorch", "Trainer"),
-    ("fabric", "lightning.fabric", "Fabric"),
-    ("pytorch_lightning", "pytorch_lightning", "Trainer"),
-    ("lightning_fabric", "lightning_fabric", "Fabric"),
-]
-NAMESPACE_IDS = [namespace[0] for namespace in NAMESPACES]
 BASE = Context(
     preset=FSDP2,
     target="trainer",

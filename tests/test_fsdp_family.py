@@ -11,15 +11,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import warnings
-from collections.abc import Iterator
-from typing import Any, ClassVar
-from unittest import mock
+from typing import Any
 
 import pytest
 from torch import nn
 from torch.distributed.fsdp import ShardingStrategy
 
 import lightning_presets
+from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, setup_model, wrapped_modules
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets._simulation import SimulatedGPU
 from lightning_presets.strategies import fsdp_family as family
@@ -27,15 +26,7 @@ from models import Block, FlatMLP, TinyTransformer
 
 HYBRID = "fsdp_hybrid_shard"
 GRAD_OP = "fsdp_grad_op"
-QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
 TWO_NODES = {"accelerator": "cuda", "devices": 8, "num_nodes": 2}
-NAMESPACES = [
-    ("trainer", "lightning.pytorch", "Trainer"),
-    ("fabric", "lightning.fabric", "Fabric"),
-    ("pytorch_lightning", "pytorch_lightning", "Trainer"),
-    ("lightning_fabric", "lightning_fabric", "Fabric"),
-]
-NAMESPACE_IDS = [namespace[0] for namespace in NAMESPACES]
 BASE = Context(
     preset=HYBRID,
     target="trainer",
@@ -299,35 +290,6 @@ def test_tested_with_records_versions_and_construction_evidence() -> None:
 
 
 # ------------------------------------------------------ the hooks: Lightning's real setup path, FSDP replaced
-
-
-class _RecordingFSDP(nn.Module):
-    """Stands in for torch's FullyShardedDataParallel: records the wrap arguments, returns the module."""
-
-    calls: ClassVar[list[dict[str, Any]]] = []
-
-    def __new__(cls, module: nn.Module | None = None, **kwargs: Any) -> Any:
-        if module is None:
-            return super().__new__(cls)
-        cls.calls.append(kwargs)
-        return module
-
-
-@pytest.fixture
-def recording_fsdp() -> Iterator[list[dict[str, Any]]]:
-    _RecordingFSDP.calls = []
-    with mock.patch("torch.distributed.fsdp.FullyShardedDataParallel", _RecordingFSDP):
-        yield _RecordingFSDP.calls
-
-
-def setup_model(strategy: Any, model: nn.Module) -> nn.Module:
-    if hasattr(strategy, "_setup_model"):
-        return strategy._setup_model(model)  # type: ignore[no-any-return]
-    return strategy.setup_module(model)  # type: ignore[no-any-return]
-
-
-def wrapped_modules(policy: Any, model: nn.Module) -> set[nn.Module]:
-    return set(policy._run_policy(model, set(), {}))
 
 
 def checkpoint_wrappers(model: nn.Module) -> int:

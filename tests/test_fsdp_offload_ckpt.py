@@ -11,9 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import warnings
-from collections.abc import Iterator
-from typing import Any, ClassVar
-from unittest import mock
+from typing import Any
 
 # Import every namespace before the first simulated_cuda(): a namespace first imported while the simulation
 # is active would copy the patched device count and keep it afterwards (see the report on _simulation.py).
@@ -26,6 +24,8 @@ from torch import nn
 from torch.distributed.fsdp import ShardingStrategy
 
 import lightning_presets
+from helpers import NAMESPACE_IDS, QUIET, RecordingFSDP, setup_model, wrapped_modules
+from helpers import NAMESPACES as CONSTRUCTORS
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets._simulation import SimulatedGPU
 from lightning_presets.strategies import fsdp
@@ -45,19 +45,12 @@ CUDA_CONTEXT = Context(
     cluster_environment="LightningEnvironment",
     options={"sharding_strategy": "FULL_SHARD", "auto_wrap_policy": None, "activation_checkpointing_policy": None},
 )
-QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
 
 # (target, constructor module, constructor name, strategies package, precision package)
 NAMESPACES = [
     (target, package, caller, f"{package}.strategies", f"{package}.plugins.precision")
-    for target, package, caller in (
-        ("trainer", "lightning.pytorch", "Trainer"),
-        ("fabric", "lightning.fabric", "Fabric"),
-        ("pytorch_lightning", "pytorch_lightning", "Trainer"),
-        ("lightning_fabric", "lightning_fabric", "Fabric"),
-    )
+    for target, package, caller in CONSTRUCTORS
 ]
-NAMESPACE_IDS = [namespace[0] for namespace in NAMESPACES]
 
 
 def ctx(**changes: Any) -> Context:
@@ -79,11 +72,6 @@ def build(namespace: tuple[str, ...], **kwargs: Any) -> Any:
 
 def strategy_of(trainer_kwargs: dict[str, Any], caller: str = "Trainer") -> Any:
     return build(NAMESPACES[0] if caller == "Trainer" else NAMESPACES[1], **trainer_kwargs)
-
-
-def wrapped_modules(policy: Any, model: nn.Module) -> set[nn.Module]:
-    """The modules an FSDP wrap policy selects in ``model`` (what FSDP and checkpointing would wrap)."""
-    return set(policy._run_policy(model, set(), {}))
 
 
 # ---------------------------------------------------------------------------------------------- rules
@@ -402,32 +390,6 @@ def test_documented_examples_fail_and_pass(rule: Any) -> None:
 # ------------------------------------------------------ the hook: Lightning's real setup path, FSDP replaced
 
 
-class _RecordingFSDP(nn.Module):
-    """Stands in for torch's FullyShardedDataParallel: records the wrap arguments, returns the module."""
-
-    calls: ClassVar[list[dict[str, Any]]] = []
-
-    def __new__(cls, module: nn.Module | None = None, **kwargs: Any) -> Any:
-        if module is None:  # a "manually wrapped" marker instance
-            return super().__new__(cls)
-        cls.calls.append(kwargs)
-        return module
-
-
-@pytest.fixture
-def recording_fsdp() -> Iterator[list[dict[str, Any]]]:
-    _RecordingFSDP.calls = []
-    with mock.patch("torch.distributed.fsdp.FullyShardedDataParallel", _RecordingFSDP):
-        yield _RecordingFSDP.calls
-
-
-def setup_model(strategy: Any, model: nn.Module) -> nn.Module:
-    """The hook each side overrides: ``_setup_model`` (Trainer) or ``setup_module`` (Fabric)."""
-    if hasattr(strategy, "_setup_model"):
-        return strategy._setup_model(model)  # type: ignore[no-any-return]
-    return strategy.setup_module(model)  # type: ignore[no-any-return]
-
-
 def checkpointed_blocks(model: nn.Module) -> list[type[nn.Module]]:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
@@ -513,7 +475,7 @@ def test_hook_leaves_a_hand_wrapped_model_alone(cuda8: SimulatedGPU, recording_f
     """A model wrapped in configure_model: no policy is added, so Lightning has nothing to ignore or warn about."""
     strategy = strategy_of({"accelerator": "cuda", "devices": 8})
     model = TinyTransformer()
-    model.add_module("wrapped", _RecordingFSDP())
+    model.add_module("wrapped", RecordingFSDP())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         setup_model(strategy, model)

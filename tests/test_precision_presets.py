@@ -22,6 +22,7 @@ from torch import nn
 
 import lightning_presets
 from conftest import run_python
+from helpers import QUIET, codes
 from lightning_presets import PresetConfigError, PresetWarning
 from lightning_presets import _requirements as requirements
 from lightning_presets._precision import precision_catalog
@@ -31,15 +32,10 @@ from lightning_presets.plugins.torchao_float8 import float8_split
 
 # bitsandbytes and torchao use torch.jit.script_method, which torch 2.13 deprecates.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
-QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
 needs = {
     module: pytest.mark.skipif(not requirements.is_importable(module), reason=f"{module} is not installed")
     for module in ("torchao", "bitsandbytes", "deepspeed")
 }
-
-
-def codes(excinfo: pytest.ExceptionInfo[PresetConfigError]) -> tuple[str, ...]:
-    return excinfo.value.codes
 
 
 @pytest.fixture

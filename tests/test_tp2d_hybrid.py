@@ -26,6 +26,7 @@ from lightning.pytorch import LightningModule, Trainer
 from torch import nn
 
 import lightning_presets
+from helpers import QUIET
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets._simulation import SimulatedGPU
 from lightning_presets.strategies import model_parallel as mp
@@ -34,7 +35,6 @@ from models import TinyTransformer, parallelize
 PRESET = "tp2d_hybrid"
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "scripts" / "train_tp2d.py"
-QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
 CPU_CONTEXT = Context(
     preset=PRESET,
     target="trainer",
