@@ -36,8 +36,8 @@ def fsdp_needs_cuda(ctx: Context) -> Problem | None:
     return Problem(
         f"{ctx.call('accelerator')}: FSDP needs CUDA devices, got accelerator={ctx.accelerator!r} "
         f"({ctx.devices_per_node} device(s) × {ctx.num_nodes} node(s)); on CPU it would fail when `fit` starts",
-        "run it with accelerator='cuda'; to test sharding on CPU use strategy='tp2d_hybrid' "
-        "(tensor parallel and FSDP2 over gloo) or strategy='ddp'",
+        "run it with accelerator='cuda'; to test sharding on CPU use strategy='fsdp2' (FSDP2 over gloo), "
+        "strategy='tp2d_hybrid' (tensor parallel and FSDP2) or strategy='ddp'",
     )
 
 
