@@ -146,3 +146,24 @@ class TwoStacks(nn.Module):
         super().__init__()
         self.small = nn.ModuleList(nn.Linear(4, 4) for _ in range(6))
         self.blocks = nn.Sequential(Block(dim, 2), Block(dim, 2))
+
+
+def fabric_train(
+    fabric: Any, module: nn.Module, steps: int, *, lr: float = 1e-2, batch_size: int = 4
+) -> tuple[Any, list[float]]:
+    """Set up ``module`` with ``fabric``, take ``steps`` Adam steps on counting sequences: (wrapped, losses)."""
+    from torch.utils.data import DataLoader
+
+    wrapped = fabric.setup_module(module)
+    optimizer = fabric.setup_optimizers(torch.optim.Adam(wrapped.parameters(), lr=lr))
+    data = fabric.setup_dataloaders(DataLoader(counting_sequences(32), batch_size=batch_size))  # type: ignore[arg-type]
+    losses: list[float] = []
+    for batch in data:
+        loss = next_token_loss(wrapped, batch)
+        fabric.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+        if len(losses) == steps:
+            break
+    return wrapped, losses

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for `
 import torch
 from torch import nn
 
-from models import TinyTransformer, counting_sequences, next_token_loss
+from models import TinyTransformer, counting_sequences, fabric_train, next_token_loss
 
 PRESET = "ddp_static_graph"
 BATCH_SIZE = 4
@@ -88,24 +88,12 @@ def run_trainer(steps: int) -> None:
 
 def run_fabric(steps: int) -> None:
     from lightning.fabric import Fabric
-    from torch.utils.data import DataLoader
 
     fabric = Fabric(strategy=PRESET, accelerator="cpu", devices=2)
     fabric.launch()
     torch.manual_seed(0)
     model = TinyTransformer()
-    wrapped = fabric.setup_module(model)
-    optimizer = fabric.setup_optimizers(torch.optim.Adam(wrapped.parameters(), lr=LEARNING_RATE))
-    data = fabric.setup_dataloaders(DataLoader(counting_sequences(32), batch_size=BATCH_SIZE))  # type: ignore[arg-type]
-    losses: list[float] = []
-    for batch in data:
-        loss = next_token_loss(wrapped, batch)
-        fabric.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-        if len(losses) == steps:
-            break
+    wrapped, losses = fabric_train(fabric, model, steps, lr=LEARNING_RATE, batch_size=BATCH_SIZE)
     _report(wrapped._forward_module, model, losses, api="fabric", strategy=type(fabric.strategy).__name__)
 
 

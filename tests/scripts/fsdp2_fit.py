@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for `
 import torch
 from torch import nn
 
-from models import Block, TinyTransformer, counting_sequences, next_token_loss
+from models import Block, TinyTransformer, counting_sequences, fabric_train, next_token_loss
 
 BATCH_SIZE = 4
 LEARNING_RATE = 1e-2
@@ -146,25 +146,13 @@ def run_trainer(preset: str, call: str, steps: int, shards_itself: bool, precisi
 
 def run_fabric(preset: str, call: str, steps: int) -> None:
     from lightning.fabric import Fabric
-    from torch.utils.data import DataLoader
 
     fabric = Fabric(strategy=preset, accelerator="cpu", devices=2)
     fabric.launch()
     torch.manual_seed(0)
     model = TinyTransformer()
     total = sum(p.numel() for p in model.parameters())
-    wrapped = fabric.setup_module(model)
-    optimizer = fabric.setup_optimizers(torch.optim.Adam(wrapped.parameters(), lr=LEARNING_RATE))
-    data = fabric.setup_dataloaders(DataLoader(counting_sequences(32), batch_size=BATCH_SIZE))  # type: ignore[arg-type]
-    losses: list[float] = []
-    for batch in data:
-        loss = next_token_loss(wrapped, batch)
-        fabric.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-        if len(losses) == steps:
-            break
+    _, losses = fabric_train(fabric, model, steps, lr=LEARNING_RATE, batch_size=BATCH_SIZE)
     _report(model, total, losses, api="fabric", strategy=type(fabric.strategy).__name__)
 
 
