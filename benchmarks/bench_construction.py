@@ -27,7 +27,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.strategies import FSDPStrategy
 
 import lightning_presets  # noqa: F401  (registers when autoload is off)
-from lightning_presets._simulation import simulated_cuda
+from lightning_presets.tools.simulation import simulated_cuda
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 COMMON: dict[str, Any] = {

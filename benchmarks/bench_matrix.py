@@ -22,7 +22,7 @@ from importlib.metadata import version
 
 
 def _matrix_runs(repeat: int) -> list[tuple[int, float, float]]:
-    from lightning_presets.cli import _matrix
+    from lightning_presets.tools import matrix as _matrix
 
     runs = []
     for _ in range(repeat):
@@ -33,7 +33,7 @@ def _matrix_runs(repeat: int) -> list[tuple[int, float, float]]:
 
 
 def _single_latencies(count: int) -> list[float]:
-    from lightning_presets._check import CheckRequest, run_check
+    from lightning_presets.tools.check import CheckRequest, run_check
 
     request = CheckRequest(
         arguments={
@@ -50,9 +50,9 @@ def _single_latencies(count: int) -> list[float]:
 
 
 def _profile() -> str:
-    from lightning_presets._check import run_check
-    from lightning_presets.cli import _matrix
-    from lightning_presets.cli._construct import session
+    from lightning_presets.tools import matrix as _matrix
+    from lightning_presets.tools.check import run_check
+    from lightning_presets.tools.construct import session
 
     requests = list(_matrix.requests(("trainer",)))[::7]
     profiler = cProfile.Profile()

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-# Keep in sync with lightning_presets._namespaces.NAMESPACES (a test checks it).
+# Keep in sync with lightning_presets.core.namespaces.NAMESPACES (a test checks it).
 STRATEGY_MODULES = frozenset(
     {
         "lightning.pytorch.strategies",
@@ -33,7 +33,7 @@ _initializing: set[str] = set()  # packages of PACKAGES whose ``__init__`` is ru
 
 def _register(module: "ModuleType") -> None:
     try:
-        from lightning_presets._bridge import register_module
+        from lightning_presets._activate import register_module
 
         register_module(module)
     except Exception as exc:  # a broken preset must never break `import lightning`
@@ -95,7 +95,7 @@ class StrategiesFinder:
             return None
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
             # A duck-typed Loader: subclassing importlib.abc.Loader would import importlib.abc at start-up.
-            spec.loader = _RegisteringLoader(spec.loader)  # type: ignore[assignment]
+            spec.loader = _RegisteringLoader(spec.loader)  # type: ignore[assignment]  # duck-typed: see above
         return spec
 
     def invalidate_caches(self) -> None:

@@ -14,8 +14,8 @@ from unittest import mock
 import pytest
 
 import lightning_presets  # noqa: F401  (registers explicitly when autoload is off)
-from lightning_presets import _catalog
-from lightning_presets._simulation import SimulatedGPU, simulated_cuda
+from lightning_presets.registry import catalog as _catalog
+from lightning_presets.tools.simulation import SimulatedGPU, simulated_cuda
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 import lightning_presets
-from lightning_presets import Preset, PresetConfigError, _catalog
-from lightning_presets._catalog import Catalog, Entry
-from lightning_presets._namespaces import NAMESPACES, Namespace
+from lightning_presets import Preset, PresetConfigError
+from lightning_presets.core.namespaces import NAMESPACES, Namespace
+from lightning_presets.registry import catalog as _catalog
+from lightning_presets.registry.catalog import Catalog, Entry
 
 
 def only_error(excinfo: pytest.ExceptionInfo[PresetConfigError]) -> Any:
@@ -23,7 +24,7 @@ def only_error(excinfo: pytest.ExceptionInfo[PresetConfigError]) -> Any:
 def fabric_only(monkeypatch: pytest.MonkeyPatch) -> Preset:
     """The catalog also holds a preset with only a Fabric form (the built-ins have both)."""
     preset = Preset(name="fabric_only_ddp", description="d", family="ddp", strategy={"fabric": "DDPStrategy"})
-    real = lightning_presets._bridge.strategy_catalog()
+    real = lightning_presets.registry.catalog.strategy_catalog()
     extra: Entry[Preset] = Entry(
         name=preset.name, distribution="tests", version="0", value="tests:x", status="ok", item=preset
     )
@@ -179,5 +180,5 @@ def test_all_is_exactly_the_public_names() -> None:
 def test_public_names_resolve() -> None:
     for name in lightning_presets.__all__:
         assert getattr(lightning_presets, name) is not None
-    assert lightning_presets.PresetConfigError.__module__ == "lightning_presets._errors"
+    assert lightning_presets.PresetConfigError.__module__ == "lightning_presets"  # what tracebacks show
     assert isinstance(lightning_presets.__version__, str)

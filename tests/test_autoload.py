@@ -18,9 +18,10 @@ import pytest
 import _lightning_presets_autoload as hook  # type: ignore[import-untyped, unused-ignore]  # installed copy: no py.typed
 from _dists import IMPORTER, build_wheel, make_venv, pip, pip_install, site_packages, write_installed
 from conftest import run_python
-from lightning_presets import _bridge
-from lightning_presets._activate import autoload_enabled
-from lightning_presets._namespaces import NAMESPACES
+from lightning_presets import _activate
+from lightning_presets.core.environment import autoload_enabled
+from lightning_presets.core.namespaces import NAMESPACES
+from lightning_presets.registry import bridge as _bridge
 
 ROOT = Path(__file__).resolve().parents[1]
 PTH = ROOT / "src" / "lightning_presets_autoload.pth"
@@ -237,7 +238,7 @@ def test_a_failing_registration_warns_instead_of_raising(monkeypatch: pytest.Mon
     def broken(module: types.ModuleType) -> None:
         raise RuntimeError("preset module exploded")
 
-    monkeypatch.setattr(_bridge, "register_module", broken)
+    monkeypatch.setattr(_activate, "register_module", broken)
     module = types.ModuleType("lightning.pytorch.strategies")
     with pytest.warns(
         RuntimeWarning, match=r"into lightning\.pytorch\.strategies: RuntimeError: preset module exploded"

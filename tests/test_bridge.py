@@ -15,9 +15,14 @@ import pytest
 from lightning.fabric.strategies.registry import _StrategyRegistry
 
 from helpers import QUIET
-from lightning_presets import Preset, PresetConfigError, PresetWarning, Requirement, _bridge
-from lightning_presets._catalog import Catalog, Entry
-from lightning_presets._namespaces import NAMESPACES, Namespace, namespace_for_target
+from lightning_presets import Preset, PresetConfigError, PresetWarning, Requirement, _activate
+from lightning_presets.core.namespaces import NAMESPACES, Namespace, namespace_for_target
+from lightning_presets.guards.strategy import HEADS
+from lightning_presets.registry import bridge as _bridge
+from lightning_presets.registry import catalog as _catalog
+from lightning_presets.registry.build import build
+from lightning_presets.registry.catalog import Catalog, Entry
+from lightning_presets.registry.classes import compose
 
 BUILTINS = ("fsdp_offload_ckpt", "tp2d_hybrid")
 OTHER_PACKAGE = {
@@ -54,7 +59,7 @@ def catalog_of(monkeypatch: pytest.MonkeyPatch) -> Any:
             Entry(name=p.name, distribution="tests", version="0", value="tests:x", status="ok", item=p) for p in presets
         ]
         catalog = Catalog(entries)
-        monkeypatch.setattr(_bridge, "strategy_catalog", lambda: catalog)
+        monkeypatch.setattr(_catalog, "strategy_catalog", lambda: catalog)
 
     return use
 
@@ -69,7 +74,7 @@ def test_the_four_registries_are_distinct_objects() -> None:
 @pytest.mark.parametrize("namespace", NAMESPACES, ids=lambda ns: ns.target)
 def test_every_preset_is_registered_in_every_registry(namespace: Namespace) -> None:
     registry = registry_of(namespace)
-    for name, preset in _bridge.strategy_catalog().presets.items():
+    for name, preset in _catalog.strategy_catalog().presets.items():
         if namespace.kind in preset.strategy:
             assert _bridge.is_ours(registry, name), f"{name} not registered in {namespace.strategies_module}"
             assert registry[name]["description"] == preset.description
@@ -81,7 +86,7 @@ def test_every_preset_is_registered_in_every_registry(namespace: Namespace) -> N
 def test_registered_factory_builds_that_namespaces_own_class(namespace: Namespace, name: str) -> None:
     strategies = strategies_of(namespace)
     other = importlib.import_module(f"{OTHER_PACKAGE[namespace.package]}.strategies")
-    preset = _bridge.strategy_catalog().presets[name]
+    preset = _catalog.strategy_catalog().presets[name]
     instance = registry_of(namespace).get(name)
     lightning_class = getattr(strategies, preset.strategy[namespace.kind])
     assert isinstance(instance, lightning_class)
@@ -124,7 +129,7 @@ def test_mutable_init_params_are_copied_for_every_strategy() -> None:
 
     environment = LightningEnvironment()
     preset = ddp_preset(init_params={"cluster_environment": environment})
-    factory = _bridge._factory(preset, namespace_for_target("trainer"))
+    factory = _bridge._factory(preset, namespace_for_target("trainer"), HEADS)
     first, second = factory(), factory()
     assert first.cluster_environment is not second.cluster_environment
     assert environment not in (first.cluster_environment, second.cluster_environment)
@@ -149,8 +154,8 @@ def test_overrides_reach_the_strategy() -> None:
 @pytest.mark.parametrize("namespace", NAMESPACES, ids=lambda ns: ns.target)
 def test_register_into_a_fresh_registry(namespace: Namespace) -> None:
     registry = _StrategyRegistry()
-    assert _bridge.register_into(registry, namespace) == []
-    expected = {n for n, p in _bridge.strategy_catalog().presets.items() if namespace.kind in p.strategy}
+    assert _bridge.register_into(registry, namespace, HEADS) == []
+    expected = {n for n, p in _catalog.strategy_catalog().presets.items() if namespace.kind in p.strategy}
     assert set(registry) == expected
     assert all(_bridge.is_ours(registry, name) for name in registry)
 
@@ -158,9 +163,9 @@ def test_register_into_a_fresh_registry(namespace: Namespace) -> None:
 def test_registration_is_idempotent() -> None:
     namespace = NAMESPACES[0]
     registry = _StrategyRegistry()
-    assert _bridge.register_into(registry, namespace) == []
+    assert _bridge.register_into(registry, namespace, HEADS) == []
     before = dict(registry)
-    assert _bridge.register_into(registry, namespace) == []
+    assert _bridge.register_into(registry, namespace, HEADS) == []
     assert list(registry) == list(before)
     assert all(registry[name] is before[name] for name in before)  # the same entries, not replaced
 
@@ -175,7 +180,7 @@ def test_registration_is_thread_safe() -> None:
     def register() -> None:
         barrier.wait()
         try:
-            results.append(_bridge.register_into(registry, namespace))
+            results.append(_bridge.register_into(registry, namespace, HEADS))
         except BaseException as exc:  # collected and asserted below
             errors.append(exc)
 
@@ -198,7 +203,7 @@ def test_a_foreign_entry_is_never_overridden() -> None:
         return None
 
     registry.register("tp2d_hybrid", foreign, description="someone else's")
-    findings = _bridge.register_into(registry, namespace)
+    findings = _bridge.register_into(registry, namespace, HEADS)
     assert [finding.code for finding in findings] == ["LP002"]
     assert "'tp2d_hybrid'" in findings[0].message
     assert "lightning.pytorch.strategies" in findings[0].message
@@ -214,7 +219,7 @@ def test_register_module_warns_about_a_taken_name_and_keeps_going() -> None:
     module = types.ModuleType(namespace.strategies_module)
     setattr(module, namespace.registry_attr, registry)
     with pytest.warns(PresetWarning) as caught:
-        _bridge.register_module(module)
+        _activate.register_module(module)
     assert [w.message.finding.code for w in caught if isinstance(w.message, PresetWarning)] == ["LP002"]
     assert registry["fsdp_offload_ckpt"]["strategy"] is dict
     assert _bridge.is_ours(registry, "tp2d_hybrid")
@@ -226,14 +231,14 @@ def test_a_module_imported_while_the_catalog_loads_is_registered_after() -> None
     registry = _StrategyRegistry()
     module = types.ModuleType(namespace.strategies_module)
     setattr(module, namespace.registry_attr, registry)
-    _bridge._loading.active = True
+    _catalog._thread.depth = 1
     try:
-        _bridge.register_module(module)
+        _activate.register_module(module)
         assert registry == {}
     finally:
-        _bridge._loading.active = False
-    _bridge.strategy_catalog()
-    assert _bridge._deferred == []
+        _catalog._thread.depth = 0
+    _catalog.strategy_catalog()
+    assert _catalog._deferred == []
     assert set(BUILTINS) <= set(registry)
 
 
@@ -241,14 +246,14 @@ def test_register_module_ignores_other_modules() -> None:
     registry = _StrategyRegistry()
     unrelated = types.ModuleType("somebody.strategies")
     unrelated.StrategyRegistry = registry  # type: ignore[attr-defined]
-    _bridge.register_module(unrelated)
+    _activate.register_module(unrelated)
     assert registry == {}
-    _bridge.register_module(types.ModuleType(NAMESPACES[0].strategies_module))  # no registry attribute: no-op
+    _activate.register_module(types.ModuleType(NAMESPACES[0].strategies_module))  # no registry attribute: no-op
 
 
 def test_is_ours_needs_our_mark_and_the_same_name() -> None:
     registry = _StrategyRegistry()
-    _bridge.register_into(registry, NAMESPACES[0])
+    _bridge.register_into(registry, NAMESPACES[0], HEADS)
     registry["copy"] = registry["tp2d_hybrid"]
     registry.register("plain", dict)
     assert _bridge.is_ours(registry, "tp2d_hybrid")
@@ -261,8 +266,8 @@ def test_only_presets_with_a_form_for_the_kind_are_registered(catalog_of: Any) -
     fabric_only = ddp_preset("fabric_only_ddp", strategy={"fabric": "DDPStrategy"})
     catalog_of(fabric_only, ddp_preset())
     trainer, fabric = _StrategyRegistry(), _StrategyRegistry()
-    _bridge.register_into(trainer, namespace_for_target("trainer"))
-    _bridge.register_into(fabric, namespace_for_target("fabric"))
+    _bridge.register_into(trainer, namespace_for_target("trainer"), HEADS)
+    _bridge.register_into(fabric, namespace_for_target("fabric"), HEADS)
     assert set(trainer) == {"test_ddp"}
     assert set(fabric) == {"test_ddp", "fabric_only_ddp"}
 
@@ -272,11 +277,11 @@ def test_only_presets_with_a_form_for_the_kind_are_registered(catalog_of: Any) -
 
 @pytest.mark.parametrize("namespace", NAMESPACES, ids=lambda ns: ns.target)
 def test_guarded_class_layers_and_cache(namespace: Namespace) -> None:
-    from lightning_presets._guarded import GuardedFabricStrategy, GuardedTrainerStrategy
+    from lightning_presets.guards.strategy import GuardedFabricStrategy, GuardedTrainerStrategy
 
-    preset = _bridge.strategy_catalog().presets["fsdp_offload_ckpt"]
-    cls = _bridge.guarded_class(preset, namespace)
-    assert _bridge.guarded_class(preset, namespace) is cls
+    preset = _catalog.strategy_catalog().presets["fsdp_offload_ckpt"]
+    cls = compose(preset, namespace, HEADS[namespace.kind])
+    assert compose(preset, namespace, HEADS[namespace.kind]) is cls
     guards = GuardedTrainerStrategy if namespace.kind == "trainer" else GuardedFabricStrategy
     mixin = preset.mixins[namespace.kind]
     base = strategies_of(namespace).FSDPStrategy
@@ -288,12 +293,12 @@ def test_guarded_class_layers_and_cache(namespace: Namespace) -> None:
 def test_a_class_outside_lightnings_strategies_is_refused() -> None:
     preset = ddp_preset(strategy={"trainer": "torch.nn:Linear"})
     with pytest.raises(TypeError, match=r"'torch\.nn:Linear'.*not a lightning\.pytorch\.strategies\.Strategy"):
-        _bridge.build(preset, namespace_for_target("trainer"), {})
+        build(preset, namespace_for_target("trainer"), {}, HEADS)
 
 
 def test_module_attr_class_spec_is_resolved() -> None:
     preset = ddp_preset(strategy={"trainer": "lightning.pytorch.strategies.ddp:DDPStrategy"})
-    instance = _bridge.build(preset, namespace_for_target("trainer"), {})
+    instance = build(preset, namespace_for_target("trainer"), {}, HEADS)
     from lightning.pytorch.strategies import DDPStrategy
 
     assert isinstance(instance, DDPStrategy)
@@ -302,7 +307,7 @@ def test_module_attr_class_spec_is_resolved() -> None:
 def test_missing_optional_dependency_is_an_install_hint() -> None:
     preset = ddp_preset(requires=(Requirement(module="lightning_presets_no_such_dependency", extra="nothing"),))
     with pytest.raises(PresetConfigError) as excinfo:
-        _bridge.build(preset, namespace_for_target("trainer"), {})
+        build(preset, namespace_for_target("trainer"), {}, HEADS)
     (finding,) = excinfo.value.findings
     assert finding.code == "LP007"
     assert "'lightning_presets_no_such_dependency'" in finding.message
@@ -312,7 +317,7 @@ def test_missing_optional_dependency_is_an_install_hint() -> None:
 
 def test_installed_optional_dependency_passes() -> None:
     preset = ddp_preset(requires=(Requirement(module="json", extra="nothing"),))
-    assert _bridge.build(preset, namespace_for_target("fabric"), {}) is not None
+    assert build(preset, namespace_for_target("fabric"), {}, HEADS) is not None
 
 
 def test_prepare_turns_options_into_constructor_arguments() -> None:
@@ -323,7 +328,7 @@ def test_prepare_turns_options_into_constructor_arguments() -> None:
         return {key: value for key, value in values.items() if key != "note"}
 
     preset = ddp_preset(init_params={"note": "preset only"}, extra_keys=frozenset({"note"}), prepare=prepare)
-    instance = _bridge.build(preset, namespace_for_target("fabric"), {"process_group_backend": "gloo"})
+    instance = build(preset, namespace_for_target("fabric"), {"process_group_backend": "gloo"}, HEADS)
     assert seen == [("fabric", {"note": "preset only", "process_group_backend": "gloo"})]
     assert instance._process_group_backend == "gloo"
     assert instance._lp_options["note"] == "preset only"

@@ -29,8 +29,9 @@ from _dists import (
     Dist,
     write_installed,
 )
-from lightning_presets import Preset, PresetWarning, _catalog
-from lightning_presets._catalog import OWN_DISTRIBUTION, STRATEGY_GROUP, Catalog, Entry
+from lightning_presets import Preset, PresetWarning
+from lightning_presets.registry import catalog as _catalog
+from lightning_presets.registry.catalog import OWN_DISTRIBUTION, STRATEGY_GROUP, Catalog, Entry
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -78,7 +79,7 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 def load() -> Catalog[Preset]:
     with pytest.warns() as caught:
-        catalog = _catalog.load(STRATEGY_GROUP, Preset, "strategy")
+        catalog = _catalog.load(Preset)
     warned = [w.message.finding for w in caught if isinstance(w.message, PresetWarning)]
     assert warned == list(catalog.findings)  # every finding is warned, once
     return catalog
@@ -92,14 +93,14 @@ def entries_of(catalog: Catalog[Any], distribution: str) -> list[Entry[Any]]:
 
 
 def test_builtins_are_the_entry_points_of_our_pyproject() -> None:
-    catalog = _catalog.load(STRATEGY_GROUP, Preset, "strategy")
+    catalog = _catalog.load(Preset)
     ours = {entry.name: entry.value for entry in entries_of(catalog, OWN_DISTRIBUTION)}
     assert ours == declared_builtins(), "installed metadata differs from pyproject.toml: reinstall the package"
     assert {"fsdp_offload_ckpt", "tp2d_hybrid"} <= set(ours)
 
 
 def test_builtins_carry_provenance() -> None:
-    catalog = _catalog.load(STRATEGY_GROUP, Preset, "strategy")
+    catalog = _catalog.load(Preset)
     for entry in entries_of(catalog, OWN_DISTRIBUTION):
         assert (entry.status, entry.version) == ("ok", lightning_presets.__version__)
         assert entry.item is not None
@@ -112,7 +113,7 @@ def test_builtins_carry_provenance() -> None:
 
 def test_builtins_obey_the_trust_variables_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LIGHTNING_PRESETS_DENY", OWN_DISTRIBUTION)
-    catalog = _catalog.load(STRATEGY_GROUP, Preset, "strategy")
+    catalog = _catalog.load(Preset)
     assert {entry.status for entry in entries_of(catalog, OWN_DISTRIBUTION)} == {"denied"}
     assert catalog.presets == {}
 
@@ -122,7 +123,7 @@ def test_builtins_obey_the_trust_variables_too(monkeypatch: pytest.MonkeyPatch) 
 
 def test_third_party_preset_loads_with_its_provenance(install: Any) -> None:
     install(ACME)
-    catalog = _catalog.load(STRATEGY_GROUP, Preset, "strategy")
+    catalog = _catalog.load(Preset)
     entry = catalog.entry("acme_ddp")
     assert entry is not None
     assert (entry.distribution, entry.version, entry.status, entry.value) == (
@@ -137,7 +138,7 @@ def test_third_party_preset_loads_with_its_provenance(install: Any) -> None:
 
 def test_entry_point_may_be_a_function_returning_a_preset(install: Any) -> None:
     install(ACME)
-    catalog = _catalog.load(STRATEGY_GROUP, Preset, "strategy")
+    catalog = _catalog.load(Preset)
     preset = catalog.presets["acme_fabric_ddp"]
     assert (preset.name, preset.distribution, preset.kinds) == ("acme_fabric_ddp", "acme-presets", ("fabric",))
 
@@ -212,7 +213,7 @@ def test_builtin_names_cover_both_lightning_registries() -> None:
 
 
 def _is_ours(name: str) -> bool:
-    from lightning_presets._bridge import strategy_catalog
+    from lightning_presets.registry.catalog import strategy_catalog
 
     return name in strategy_catalog().presets
 
@@ -248,7 +249,7 @@ def test_duplicate_of_a_builtin_keeps_ours(install: Any) -> None:
 def test_denied_distribution_is_never_imported(install: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     install(RAISING, ACME)
     monkeypatch.setenv("LIGHTNING_PRESETS_DENY", "raising-presets")
-    catalog = _catalog.load(STRATEGY_GROUP, Preset, "strategy")
+    catalog = _catalog.load(Preset)
     (entry,) = entries_of(catalog, RAISING.name)
     assert (entry.status, entry.findings) == ("denied", ())
     assert "raising_presets" not in sys.modules
@@ -259,7 +260,7 @@ def test_denied_distribution_is_never_imported(install: Any, monkeypatch: pytest
 def test_allow_list_keeps_ours_and_the_listed(install: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     install(ACME, WRONG_TYPE)
     monkeypatch.setenv("LIGHTNING_PRESETS_ALLOW", " ACME_presets , ")
-    catalog = _catalog.load(STRATEGY_GROUP, Preset, "strategy")
+    catalog = _catalog.load(Preset)
     assert {"acme_ddp", "fsdp_offload_ckpt", "tp2d_hybrid"} <= set(catalog.presets)
     assert [entry.status for entry in entries_of(catalog, WRONG_TYPE.name)] == ["denied"]
     assert catalog.findings == ()
@@ -347,7 +348,7 @@ def test_using_a_catalog_while_it_loads_is_an_error_not_a_hang() -> None:
 
 @pytest.mark.usefixtures("fresh_catalog")
 def test_clear_cache_reads_trust_variables_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lightning_presets._bridge import strategy_catalog
+    from lightning_presets.registry.catalog import strategy_catalog
 
     assert "tp2d_hybrid" in strategy_catalog().presets
     monkeypatch.setenv("LIGHTNING_PRESETS_DENY", OWN_DISTRIBUTION)

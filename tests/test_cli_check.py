@@ -17,8 +17,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lightning_presets._check import CODES, CheckRequest, run_check
 from lightning_presets.cli import main
+from lightning_presets.tools.check import CODES, CheckRequest, run_check
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "docs" / "check-schema.json").read_text(encoding="utf-8"))

@@ -10,10 +10,11 @@ import torch
 
 from conftest import run_python
 from helpers import run
-from lightning_presets import _doctor, _requirements
-from lightning_presets._bridge import strategy_catalog
-from lightning_presets._errors import Finding
-from lightning_presets._namespaces import NAMESPACES
+from lightning_presets.core.findings import Finding
+from lightning_presets.core.namespaces import NAMESPACES
+from lightning_presets.registry import requirements as _requirements
+from lightning_presets.registry.catalog import strategy_catalog
+from lightning_presets.tools import doctor as _doctor
 
 
 def codes(findings: Sequence[Finding]) -> list[str]:
@@ -51,7 +52,7 @@ def test_doctor_never_imports_optional_dependencies_or_cuda_by_default() -> None
     result = run_python(
         """
         import sys
-        from lightning_presets._doctor import diagnose
+        from lightning_presets.tools.doctor import diagnose
         report = diagnose()
         heavy = [m for m in ("deepspeed", "torchao", "bitsandbytes", "transformer_engine", "torch_xla")
                  if m in sys.modules]

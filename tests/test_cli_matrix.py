@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from lightning_presets.cli import _matrix, main
+from lightning_presets.cli import main
+from lightning_presets.tools import matrix as _matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED_MD = ROOT / "docs" / "matrix.md"

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from helpers import run
-from lightning_presets import _plan
-from lightning_presets._plan import GIB, PlanRequest, bytes_per_param, parse_count, plan
 from lightning_presets.cli import main
+from lightning_presets.tools import plan as _plan
+from lightning_presets.tools.plan import GIB, PlanRequest, bytes_per_param, parse_count, plan
 
 
 def by_name(result: _plan.Plan) -> dict[str, _plan.Estimate]:
@@ -169,7 +169,7 @@ def test_cli_recommended_check_command_passes_check(
 
 
 def test_every_modelled_preset_is_a_builtin_and_every_gpu_builtin_is_modelled() -> None:
-    from lightning_presets._bridge import strategy_catalog
+    from lightning_presets.registry.catalog import strategy_catalog
 
     builtins = {
         name for name, preset in strategy_catalog().presets.items() if preset.distribution == "lightning-presets"

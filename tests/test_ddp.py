@@ -27,8 +27,8 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compr
 import lightning_presets
 from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, SCRIPTS
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
-from lightning_presets._simulation import SimulatedGPU
 from lightning_presets.strategies import ddp
+from lightning_presets.tools.simulation import SimulatedGPU
 
 STATIC = "ddp_static_graph"
 BF16 = "ddp_bf16_compress"

@@ -21,9 +21,9 @@ import lightning_presets
 from conftest import run_python
 from helpers import QUIET, codes
 from lightning_presets import PresetConfigError, PresetWarning
-from lightning_presets import _requirements as requirements
-from lightning_presets._simulation import SimulatedGPU
+from lightning_presets.registry import requirements
 from lightning_presets.strategies import deepspeed as ds
+from lightning_presets.tools.simulation import SimulatedGPU
 
 needs_deepspeed = pytest.mark.skipif(
     not requirements.is_importable("deepspeed"),
@@ -123,7 +123,7 @@ def test_broken_deepspeed_reports_its_first_error_line(tmp_path: Path) -> None:
         """
         import lightning_presets
         from lightning.pytorch import Trainer
-        from lightning_presets._simulation import simulated_cuda
+        from lightning_presets.tools.simulation import simulated_cuda
         with simulated_cuda(8):
             try:
                 Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, logger=False)

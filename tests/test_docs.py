@@ -5,14 +5,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lightning_presets import _docs
+from lightning_presets.tools import docs as _docs
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_errors_md_is_up_to_date() -> None:
     committed = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
-    assert committed == _docs.generate(), "docs/errors.md is stale: run `python -m lightning_presets._docs --write`"
+    assert committed == _docs.generate(), (
+        "docs/errors.md is stale: run `python -m lightning_presets.tools.docs --write`"
+    )
 
 
 def test_every_code_has_examples_and_is_unique() -> None:
@@ -40,7 +42,7 @@ def test_readme_lists_every_code() -> None:
 
 def test_readme_lists_every_builtin_preset() -> None:
     import lightning_presets
-    from lightning_presets._precision import precision_catalog
+    from lightning_presets.registry.catalog import precision_catalog
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     names = [*lightning_presets.presets(), *precision_catalog().presets]

@@ -21,8 +21,8 @@ import pytest
 import lightning_presets
 from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, SCRIPTS
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
-from lightning_presets._simulation import SimulatedGPU
 from lightning_presets.strategies import fsdp2
+from lightning_presets.tools.simulation import SimulatedGPU
 from models import FlatMLP, TinyTransformer
 
 FSDP2 = "fsdp2"

@@ -20,8 +20,8 @@ from torch.distributed.fsdp import ShardingStrategy
 import lightning_presets
 from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, setup_model, wrapped_modules
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
-from lightning_presets._simulation import SimulatedGPU
 from lightning_presets.strategies import fsdp_family as family
+from lightning_presets.tools.simulation import SimulatedGPU
 from models import Block, FlatMLP, TinyTransformer
 
 HYBRID = "fsdp_hybrid_shard"

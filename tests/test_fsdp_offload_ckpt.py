@@ -27,9 +27,9 @@ import lightning_presets
 from helpers import NAMESPACE_IDS, QUIET, RecordingFSDP, setup_model, wrapped_modules
 from helpers import NAMESPACES as CONSTRUCTORS
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
-from lightning_presets._simulation import SimulatedGPU
+from lightning_presets.guards.blocks import describe_children, find_repeated_blocks
 from lightning_presets.strategies import fsdp
-from lightning_presets.strategies._blocks import describe_children, find_repeated_blocks
+from lightning_presets.tools.simulation import SimulatedGPU
 from models import Attention, Block, FeedForward, FlatMLP, TinyTransformer, TwoStacks, next_token_loss
 
 PRESET = "fsdp_offload_ckpt"
@@ -367,7 +367,7 @@ def example_namespace() -> dict[str, Any]:
 
 def codes_raised_or_warned(example: str, namespace: dict[str, Any]) -> set[str]:
     """Evaluate one documented example on 8 simulated GPUs; the codes it raised or warned."""
-    from lightning_presets._simulation import simulated_cuda
+    from lightning_presets.tools.simulation import simulated_cuda
 
     with simulated_cuda(8), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

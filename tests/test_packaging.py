@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from lightning_presets import __version__, _doctor
+from lightning_presets import __version__
+from lightning_presets.tools import doctor as _doctor
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

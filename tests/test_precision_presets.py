@@ -24,11 +24,11 @@ import lightning_presets
 from conftest import run_python
 from helpers import QUIET, codes
 from lightning_presets import PresetConfigError, PresetWarning
-from lightning_presets import _requirements as requirements
-from lightning_presets._precision import precision_catalog
-from lightning_presets._simulation import SimulatedGPU, simulated_cuda
-from lightning_presets.plugins import _capability
+from lightning_presets.core import hardware as _capability
 from lightning_presets.plugins.torchao_float8 import float8_split
+from lightning_presets.registry import requirements
+from lightning_presets.registry.catalog import precision_catalog
+from lightning_presets.tools.simulation import SimulatedGPU, simulated_cuda
 
 # bitsandbytes and torchao use torch.jit.script_method, which torch 2.13 deprecates.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
@@ -120,7 +120,7 @@ def test_plugins_survive_pickling_for_spawned_workers(cuda8: SimulatedGPU) -> No
     plugin = lightning_presets.precision("bf16-fp32-reduce", target="fabric")
     copy = pickle.loads(pickle.dumps(plugin))
     assert type(copy) is type(plugin)
-    assert copy._lp_precision_preset is plugin._lp_precision_preset
+    assert copy._lp_preset is plugin._lp_preset
     assert copy.mixed_precision_config.reduce_dtype == torch.float32
     assert copy._lp_precision_context == plugin._lp_precision_context
 
@@ -285,7 +285,7 @@ def test_broken_transformer_engine_reports_its_first_error_line(tmp_path: Path) 
     result = run_python(
         """
         import lightning_presets
-        from lightning_presets._simulation import simulated_cuda
+        from lightning_presets.tools.simulation import simulated_cuda
         with simulated_cuda(1):
             try:
                 lightning_presets.precision("fp8-te")

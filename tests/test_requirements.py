@@ -9,10 +9,8 @@ import pytest
 
 from conftest import run_python
 from lightning_presets import Requirement
-from lightning_presets import _requirements as requirements
-from lightning_presets._bridge import _requirement_findings
-from lightning_presets._namespaces import namespace_for_target
-from lightning_presets._preset import Preset
+from lightning_presets.core.preset import Preset
+from lightning_presets.registry import requirements
 
 OPTIONAL = ("deepspeed", "transformer_engine", "torchao", "bitsandbytes", "torch_xla")
 
@@ -87,7 +85,7 @@ def test_a_third_party_requirement_keeps_the_missing_check() -> None:
         strategy={"trainer": "DDPStrategy"},
         requires=(Requirement(module="lp_acme_missing_dep", extra="acme"),),
     )
-    findings = _requirement_findings(preset, namespace_for_target("trainer"))
+    findings = requirements.findings(preset.requires, "Trainer(strategy='acme_fast')")
     assert [finding.code for finding in findings] == ["LP007"]
     assert "`Trainer(strategy='acme_fast')` needs the optional dependency 'lp_acme_missing_dep'" in findings[0].message
 
@@ -98,7 +96,7 @@ def test_importing_and_listing_never_import_optional_dependencies() -> None:
         import sys
         import lightning_presets
         import lightning.pytorch, lightning.fabric
-        from lightning_presets._precision import precision_catalog
+        from lightning_presets.registry.catalog import precision_catalog
         strategies, precisions = lightning_presets.presets(), precision_catalog().presets
         print("COUNTS", len(strategies) > 0, sorted(precisions))
         print("IMPORTED", [name for name in {OPTIONAL!r} if name in sys.modules])

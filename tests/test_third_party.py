@@ -66,7 +66,7 @@ PROBE = textwrap.dedent(
     trainer_names = ["acme_ddp", "acme_fabric_ddp", "importer_ddp", "tp2d_hybrid", "team_ddp", "upper_case", "ddp",
                      "broken_import", "raising", "wrong_type"]
     fabric_names = ["acme_ddp", "acme_fabric_ddp", "importer_ddp"]
-    from lightning_presets._bridge import strategy_catalog
+    from lightning_presets.registry.catalog import strategy_catalog
 
     result = {
         "trainer": {n: attempt(lambda: Trainer(strategy=n, accelerator="cpu", devices=2, **QUIET))
@@ -255,7 +255,7 @@ def test_deny_applies_to_our_own_distribution(venv: Path) -> None:
 
 def test_venv_sees_no_third_party_dist_outside(default: dict[str, Any]) -> None:
     """The outer environment is untouched: its catalog has none of the test distributions."""
-    from lightning_presets._bridge import strategy_catalog
+    from lightning_presets.registry.catalog import strategy_catalog
 
     outer = {entry.distribution for entry in strategy_catalog().entries}
     assert not outer & {dist.name for dist in ALL}

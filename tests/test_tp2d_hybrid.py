@@ -28,8 +28,8 @@ from torch import nn
 import lightning_presets
 from helpers import QUIET
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
-from lightning_presets._simulation import SimulatedGPU
 from lightning_presets.strategies import model_parallel as mp
+from lightning_presets.tools.simulation import SimulatedGPU
 from models import TinyTransformer, parallelize
 
 PRESET = "tp2d_hybrid"
@@ -434,7 +434,7 @@ def codes_raised_or_warned(example: str) -> set[str]:
     """Evaluate one documented example on 8 simulated GPUs; the codes it raised or warned."""
     from lightning.fabric import Fabric
 
-    from lightning_presets._simulation import simulated_cuda
+    from lightning_presets.tools.simulation import simulated_cuda
 
     names = {"Trainer": Trainer, "Fabric": Fabric, "lightning_presets": lightning_presets, "parallelize": keep_model}
     with simulated_cuda(8), warnings.catch_warnings(record=True) as caught:

@@ -22,7 +22,7 @@ from torch import nn
 import lightning_presets
 from conftest import run_python
 from lightning_presets import PresetConfigError, PresetWarning
-from lightning_presets import _requirements as requirements
+from lightning_presets.registry import requirements
 
 _XLA_MODULES = (
     "torch_xla",

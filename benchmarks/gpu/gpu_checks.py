@@ -431,8 +431,8 @@ def _cli_check() -> dict[str, Any]:
     """``lightning-presets check`` through its own parser and engine; afterwards CUDA must still be untouched."""
     import torch
 
-    from lightning_presets import _check
     from lightning_presets.cli import _check as cli_check
+    from lightning_presets.tools import check as _check
 
     parser = argparse.ArgumentParser(prog="lightning-presets check")
     cli_check.add_arguments(parser)

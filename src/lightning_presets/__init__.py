@@ -5,13 +5,12 @@ import. ``import lightning_presets`` gives the Python API below.
 """
 
 from lightning_presets._activate import activate as _activate_presets
-from lightning_presets._api import get_preset, presets, strategy
-from lightning_presets._context import Context, Options
-from lightning_presets._errors import Finding, PresetConfigError, PresetWarning
-from lightning_presets._precision import PrecisionPreset, precision
-from lightning_presets._preset import Preset, Requirement
-from lightning_presets._rules import Problem, Rule, rule
+from lightning_presets._api import get_preset, precision, presets, strategy
 from lightning_presets._version import __version__
+from lightning_presets.core.context import Context, Options
+from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning
+from lightning_presets.core.preset import PrecisionPreset, Preset, Requirement
+from lightning_presets.core.rules import Problem, Rule, rule
 
 __all__ = [
     "Context",

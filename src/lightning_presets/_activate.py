@@ -1,14 +1,22 @@
-"""What ``import lightning_presets`` does to make preset names resolvable."""
+"""Where the layers meet Lightning: registration of the strategy presets, from the start-up hook or explicitly."""
 
 from __future__ import annotations
 
-import os
+from types import ModuleType
 
-AUTOLOAD_VARIABLE = "LIGHTNING_PRESETS_AUTOLOAD"
+from lightning_presets.core.environment import autoload_enabled
+from lightning_presets.guards.strategy import HEADS
+from lightning_presets.registry import bridge
 
 
-def autoload_enabled() -> bool:
-    return os.environ.get(AUTOLOAD_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+def register_module(module: ModuleType) -> None:
+    """Register the presets into one of Lightning's strategies modules (the start-up hook calls this)."""
+    bridge.register_module(module, HEADS)
+
+
+def register_all() -> None:
+    """Register into every importable Lightning namespace."""
+    bridge.register_all(HEADS)
 
 
 def activate() -> None:
@@ -21,6 +29,4 @@ def activate() -> None:
         else:
             _lightning_presets_autoload.install()
             return
-    from lightning_presets._bridge import register_all
-
     register_all()

@@ -1,40 +1,20 @@
-"""The Python API: build a guarded strategy from a preset name, and look presets up."""
+"""The Python API: build a guarded strategy or precision plugin from a preset name, and look presets up."""
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
-from lightning_presets import _bridge
-from lightning_presets._errors import Finding, PresetConfigError
-from lightning_presets._namespaces import namespace_for_target
-from lightning_presets._preset import Preset
-
-
-def _unknown_name(name: str, available: list[str], noun: str, function: str) -> PresetConfigError:
-    close = difflib.get_close_matches(name, available, n=3)
-    maybe = f"did you mean {', '.join(map(repr, close))}? " if close else ""
-    return PresetConfigError(
-        [
-            Finding(
-                code="LP010",
-                severity="error",
-                message=f"`lightning_presets.{function}({name!r})`: no {noun} preset is called {name!r}",
-                hint=f"{maybe}available: {', '.join(available) or 'none'} (`lightning-presets list` shows all)",
-            )
-        ]
-    )
+from lightning_presets.core.namespaces import namespace_for_target
+from lightning_presets.core.preset import PrecisionPreset, Preset
+from lightning_presets.guards import precision as precision_guards
+from lightning_presets.guards import strategy as strategy_guards
+from lightning_presets.registry import catalog
+from lightning_presets.registry.build import build
 
 
 def get_preset(name: str) -> Preset:
     """The strategy preset called ``name``; an unknown or unusable name raises :class:`PresetConfigError`."""
-    catalog = _bridge.strategy_catalog()
-    if name in catalog.presets:
-        return catalog.presets[name]
-    entry = catalog.entry(name)
-    if entry is not None and entry.findings:
-        raise PresetConfigError(list(entry.findings))
-    raise _unknown_name(name, sorted(catalog.presets), "strategy", "strategy")
+    return catalog.get(Preset, name)
 
 
 def strategy(name: str, *, target: str = "trainer", **overrides: Any) -> Any:
@@ -45,9 +25,20 @@ def strategy(name: str, *, target: str = "trainer", **overrides: Any) -> Any:
     once the Trainer or Fabric has set the accelerator, devices, nodes and precision.
     """
     namespace = namespace_for_target(target)
-    return _bridge.build(get_preset(name), namespace, overrides)
+    return build(get_preset(name), namespace, overrides, strategy_guards.HEADS)
+
+
+def precision(name: str, *, target: str = "trainer", **overrides: Any) -> Any:
+    """A precision plugin instance of preset ``name`` for ``target``, for ``Trainer(plugins=[...])``.
+
+    ``target`` is ``"trainer"``, ``"fabric"``, ``"pytorch_lightning"`` or ``"lightning_fabric"``. Raises
+    :class:`PresetConfigError` for a missing dependency, an unknown argument, or hardware the preset cannot
+    use; combined with a strategy preset, the guards across both run again while the Trainer is built.
+    """
+    namespace = namespace_for_target(target)
+    return build(catalog.get(PrecisionPreset, name), namespace, overrides, precision_guards.HEADS)
 
 
 def presets() -> dict[str, Preset]:
     """Every usable strategy preset by name (built-in and third-party)."""
-    return dict(_bridge.strategy_catalog().presets)
+    return dict(catalog.strategy_catalog().presets)

@@ -5,6 +5,7 @@ Exit codes: 0 valid, 1 rejected (errors; warnings too with ``--strict``), 2 usag
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 
 __all__ = ["main"]
@@ -12,9 +13,7 @@ __all__ = ["main"]
 USAGE_ERROR = 2
 
 
-def _parser() -> object:
-    import argparse
-
+def _parser() -> argparse.ArgumentParser:
     from lightning_presets._version import __version__
     from lightning_presets.cli import _check, _doctor, _list, _matrix, _plan, _show
 
@@ -43,14 +42,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     import sys
 
-    from lightning_presets._check import UsageError
+    from lightning_presets.core.findings import UsageError
 
     parser = _parser()
-    args = parser.parse_args(argv)  # type: ignore[attr-defined]
+    args = parser.parse_args(argv)
     try:
         return int(args.run(args))
     except UsageError as error:
-        parser.exit(USAGE_ERROR, f"lightning-presets {args.command}: error: {error}\n")  # type: ignore[attr-defined]
+        parser.exit(USAGE_ERROR, f"lightning-presets {args.command}: error: {error}\n")
     except BrokenPipeError:  # `lightning-presets list | head`
         sys.stderr.close()
         return 0

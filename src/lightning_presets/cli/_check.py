@@ -7,14 +7,13 @@ import re
 import sys
 from typing import Any
 
-from lightning_presets import _check
-from lightning_presets._simulation import CLUSTERS
 from lightning_presets.cli._output import emit_json, table, wrapped
+from lightning_presets.tools import check as _check
+from lightning_presets.tools.simulation import CLUSTERS
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
           "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}  # fmt: skip
 _ARGUMENT_FLAGS = ("accelerator", "devices", "num_nodes", "strategy", "precision")
-_FABRIC_KEYS = ("accelerator", "strategy", "devices", "num_nodes", "precision", "plugins")
 
 
 def memory(text: str) -> int:
@@ -93,7 +92,7 @@ def request_from(args: argparse.Namespace) -> _check.CheckRequest:
     arguments: dict[str, Any] = {}
     notes: list[str] = []
     if args.config:
-        from lightning_presets.cli._config import trainer_section
+        from lightning_presets.tools.config import trainer_section
 
         arguments, notes = trainer_section(args.config)
     for key in _ARGUMENT_FLAGS:
@@ -101,10 +100,10 @@ def request_from(args: argparse.Namespace) -> _check.CheckRequest:
         if value is not None:
             arguments[key] = value
     if args.mode == "fabric":
-        ignored = sorted(key for key in arguments if key not in _FABRIC_KEYS)
+        ignored = sorted(key for key in arguments if key not in _check.FABRIC_KEYS)
         if ignored:
             notes.append(f"Fabric takes no {', '.join(ignored)}; left out")
-        arguments = {key: value for key, value in arguments.items() if key in _FABRIC_KEYS}
+        arguments = {key: value for key, value in arguments.items() if key in _check.FABRIC_KEYS}
     overrides = {key: _check.parse_value(value) for key, value in args.overrides}
     request = _check.CheckRequest(
         mode=args.mode,

@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from lightning_presets import _doctor
-from lightning_presets._activate import AUTOLOAD_VARIABLE as _VARIABLE
 from lightning_presets.cli._output import emit_json, table, wrapped
+from lightning_presets.core.environment import AUTOLOAD_VARIABLE as _VARIABLE
+from lightning_presets.tools import doctor as _doctor
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

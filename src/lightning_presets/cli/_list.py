@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lightning_presets.cli._catalogs import all_entries
 from lightning_presets.cli._output import emit_json, table
+from lightning_presets.tools.catalogs import all_entries
 
 LIST_SCHEMA = "lightning-presets/list"
 LIST_SCHEMA_VERSION = 1

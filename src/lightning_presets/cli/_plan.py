@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lightning_presets import _plan
-from lightning_presets._check import UsageError
 from lightning_presets.cli._check import memory
 from lightning_presets.cli._output import emit_json, table
+from lightning_presets.core.findings import UsageError
+from lightning_presets.tools import plan as _plan
 
 _EVIDENCE = (
     "evidence: none. An ESTIMATE of model states (weights, grads, optimizer) per GPU by arithmetic; activations "
@@ -111,20 +111,8 @@ def render(result: _plan.Plan) -> str:
     return "\n".join(lines)
 
 
-def unmodelled() -> tuple[str, ...]:
-    """A note naming installed strategy presets the memory model does not cover (third-party, TPU)."""
-    import warnings
-
-    from lightning_presets._bridge import strategy_catalog
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        names = sorted(set(strategy_catalog().presets) - {model.name for model in _plan.PRESET_MODELS})
-    return (f"not estimated (no memory model): {', '.join(names)}",) if names else ()
-
-
 def run(args: argparse.Namespace) -> int:
-    result = _plan.plan(request_from(args), notes=unmodelled())
+    result = _plan.plan(request_from(args), notes=_plan.unmodelled())
     if args.json:
         emit_json(result.as_dict())
     else:

@@ -9,10 +9,12 @@ from typing import Any
 
 from torch import nn
 
-from lightning_presets._namespaces import Kind
-from lightning_presets._precision import HARDWARE_RULES, PrecisionContext, PrecisionPreset
-from lightning_presets._preset import Requirement
-from lightning_presets._rules import Problem, rule
+from lightning_presets.core.context import PrecisionContext
+from lightning_presets.core.namespaces import Kind
+from lightning_presets.core.preset import PrecisionPreset, Requirement
+from lightning_presets.core.rules import Problem, rule
+from lightning_presets.core.versions import tested
+from lightning_presets.guards.precision_rules import HARDWARE_RULES
 from lightning_presets.plugins.fsdp_reduce import BF16FP32ReducePrecision
 from lightning_presets.plugins.torchao_float8 import (
     FLOAT8_DIVISOR,
@@ -136,8 +138,6 @@ def _fsdp_prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
     return {"precision": "bf16-mixed"}
 
 
-_TESTED = {"lightning": "2.6.6", "torch": "2.13.0"}
-
 FP8_TE = PrecisionPreset(
     name="fp8-te",
     description="FP8 training with NVIDIA Transformer Engine (Linear and LayerNorm replaced by TE layers, "
@@ -159,7 +159,7 @@ FP8_TE = PrecisionPreset(
         "around TE's bf16 weights",
         "xla": _NOT_CUDA,
     },
-    tested_with={**_TESTED, "evidence": "construction (simulated CUDA, simulated transformer_engine module)"},
+    tested_with=tested("construction (simulated CUDA, simulated transformer_engine module)"),
 )
 
 FP8_TORCHAO = PrecisionPreset(
@@ -181,12 +181,10 @@ FP8_TORCHAO = PrecisionPreset(
         "call torchao.float8.convert_to_float8_training at the start of configure_model instead",
         "xla": _NOT_CUDA,
     },
-    tested_with={
-        **_TESTED,
-        "torchao": "0.18.0",
-        "evidence": "construction (simulated CUDA); float8 conversion of Linear layers run on CPU, no float8 "
-        "matmul run",
-    },
+    tested_with=tested(
+        "construction (simulated CUDA); float8 conversion of Linear layers run on CPU, no float8 matmul run",
+        torchao="0.18.0",
+    ),
 )
 
 NF4_BNB = PrecisionPreset(
@@ -204,11 +202,7 @@ NF4_BNB = PrecisionPreset(
         "fsdp": _FSDP1_PLUGIN,
         "xla": _NOT_CUDA,
     },
-    tested_with={
-        **_TESTED,
-        "bitsandbytes": "0.50.2",
-        "evidence": "construction (simulated CUDA, bitsandbytes 0.50.2 installed on CPU)",
-    },
+    tested_with=tested("construction (simulated CUDA, bitsandbytes 0.50.2 installed on CPU)", bitsandbytes="0.50.2"),
 )
 
 BF16_FP32_REDUCE = PrecisionPreset(
@@ -229,5 +223,5 @@ BF16_FP32_REDUCE = PrecisionPreset(
         'use precision="bf16-mixed" with "communication_data_type": "fp32" in the DeepSpeed config',
         "xla": _NOT_CUDA,
     },
-    tested_with={**_TESTED, "evidence": "construction (simulated CUDA); the FSDP policy object is checked on CPU"},
+    tested_with=tested("construction (simulated CUDA); the FSDP policy object is checked on CPU"),
 )

@@ -7,7 +7,7 @@ divisible by 16 (what the float8 matmul needs) are left in high precision and na
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
@@ -63,4 +63,4 @@ class TorchaoFloat8Precision:
                 module_filter_fn=lambda _, name: name in convertible,
                 config=Float8LinearConfig.from_recipe_name(self.recipe),
             )
-        return super().convert_module(module)  # type: ignore[misc,no-any-return]
+        return cast(nn.Module, cast(Any, super()).convert_module(module))

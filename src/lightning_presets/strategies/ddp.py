@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 
-from lightning_presets._context import Context, Options
-from lightning_presets._namespaces import Kind
-from lightning_presets._preset import Preset
-from lightning_presets._rules import Problem, Rule, rule
+from lightning_presets.core.context import Context, Options
+from lightning_presets.core.namespaces import Kind
+from lightning_presets.core.preset import Preset
+from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.core.versions import tested
+from lightning_presets.guards.builders import needs_cuda, one_device
+from lightning_presets.guards.strategy import PresetHooks
 
 # Keyword arguments DDPStrategy forwards to torch's DistributedDataParallel that the presets accept.
 TORCH_DDP_KEYS = frozenset(
@@ -17,16 +20,10 @@ TORCH_DDP_KEYS = frozenset(
 )
 _STATIC_GRAPH_KEYS = ("static_graph", "gradient_as_bucket_view")
 _LOW_PRECISION_WEIGHTS = ("bf16-true", "16-true")
-TESTED_WITH_STATIC_GRAPH = {
-    "lightning": "2.6.6",
-    "torch": "2.13.0",
-    "evidence": "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA",
-}
-TESTED_WITH_BF16_COMPRESS = {
-    "lightning": "2.6.6",
-    "torch": "2.13.0",
-    "evidence": "construction on simulated CUDA (Trainer and Fabric); never run on a GPU",
-}
+TESTED_WITH_STATIC_GRAPH = tested(
+    "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA"
+)
+TESTED_WITH_BF16_COMPRESS = tested("construction on simulated CUDA (Trainer and Fabric); never run on a GPU")
 
 
 @rule(
@@ -61,19 +58,14 @@ def static_graph_kept(options: Options) -> Problem | None:
     )
 
 
-@rule(
-    "LP303", "error", "construction", "bf16 gradient compression off CUDA",
+bf16_compress_needs_cuda = needs_cuda(
+    "LP303", "bf16 gradient compression off CUDA",
+    why="the bf16 compression hook halves NCCL gradient traffic between CUDA devices; with "
+    "accelerator={accelerator!r} there is no NCCL to compress for",
+    hint="run it with accelerator='cuda'; on CPU use strategy='ddp_static_graph' or strategy='ddp'",
     fails='Trainer(strategy="ddp_bf16_compress", accelerator="cpu", devices=2)',
     fixed='Trainer(strategy="ddp_bf16_compress", accelerator="cuda", devices=8)',
 )  # fmt: skip
-def bf16_compress_needs_cuda(ctx: Context) -> Problem | None:
-    if ctx.accelerator == "cuda":
-        return None
-    return Problem(
-        f"{ctx.call('accelerator')}: the bf16 compression hook halves NCCL gradient traffic between CUDA "
-        f"devices; with accelerator={ctx.accelerator!r} there is no NCCL to compress for",
-        "run it with accelerator='cuda'; on CPU use strategy='ddp_static_graph' or strategy='ddp'",
-    )
 
 
 @rule(
@@ -92,19 +84,13 @@ def bf16_compress_needs_nccl(options: Options) -> Problem | None:
     )
 
 
-@rule(
-    "LP305", "warning", "construction", "one process in total: nothing to synchronise",
+ddp_has_peers = one_device(
+    "LP305", "one process in total: nothing to synchronise",
+    why="one process in total, so DDP has no gradients to exchange and only its bucketing overhead remains",
+    hint="use devices>1 (or more nodes); for one device, train without a strategy",
     fails='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=1)',
     fixed='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2)',
 )  # fmt: skip
-def ddp_has_peers(ctx: Context) -> Problem | None:
-    if ctx.world_size > 1:
-        return None
-    return Problem(
-        f"{ctx.call('devices', 'num_nodes')}: one process in total, so DDP has no gradients to exchange and "
-        "only its bucketing overhead remains",
-        "use devices>1 (or more nodes); for one device, train without a strategy",
-    )
 
 
 @rule(
@@ -148,13 +134,11 @@ BF16_COMPRESS_RULES: tuple[Rule, ...] = (
 )
 
 
-class CommHookFabricHooks:
+class CommHookFabricHooks(PresetHooks):
     """Fabric's DDPStrategy has no ``ddp_comm_hook`` argument: register the hook once the module is wrapped."""
 
-    _lp_options: Any
-
     def setup_module(self, module: Any) -> Any:
-        wrapped = super().setup_module(module)  # type: ignore[misc]
+        wrapped = cast(Any, super()).setup_module(module)
         hook = self._lp_options.get("ddp_comm_hook")
         if hook is not None:
             wrapped.register_comm_hook(state=self._lp_options.get("ddp_comm_state"), hook=hook)

@@ -1,6 +1,6 @@
 """DeepSpeed (``DeepSpeedStrategy``) presets: ``deepspeed_zero2_offload`` and ``deepspeed_zero3_offload_ckpt``.
 
-DeepSpeed itself is optional: nothing here imports it. The bridge probes it (missing, broken, known-bad
+DeepSpeed itself is optional: nothing here imports it. The registry probes it (missing, broken, known-bad
 torch pair) before Lightning's constructor would import it.
 """
 
@@ -10,17 +10,19 @@ import copy
 from collections.abc import Iterator, Mapping
 from functools import partial
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
-from lightning_presets._context import Context, Options
-from lightning_presets._errors import report
-from lightning_presets._namespaces import Kind
-from lightning_presets._precision import PRECISION_CROSS_RULES
-from lightning_presets._preset import Preset, Requirement
-from lightning_presets._rules import Problem, Rule, rule, run_rules
-from lightning_presets.strategies._blocks import describe_children, find_repeated_blocks
+from lightning_presets.core.context import Context, Options
+from lightning_presets.core.namespaces import Kind
+from lightning_presets.core.preset import Preset, Requirement
+from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.core.versions import tested
+from lightning_presets.guards.blocks import find_repeated_blocks
+from lightning_presets.guards.builders import needs_cuda, repeated_block
+from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES
+from lightning_presets.guards.strategy import PresetHooks
 
 DEEPSPEED = Requirement(module="deepspeed", extra="deepspeed")
 ZERO_STAGES = (0, 1, 2, 3)
@@ -112,20 +114,16 @@ def _batch_hint(micro: int, accumulation: int, world_size: int, owner: str) -> s
     )
 
 
-@rule(
-    "LP403", "error", "construction", "DeepSpeed on an accelerator other than CUDA",
+deepspeed_needs_cuda = needs_cuda(
+    "LP403", "DeepSpeed on an accelerator other than CUDA",
+    why="DeepSpeed runs only on CUDA GPUs, got accelerator={accelerator!r}; Lightning would accept this and fail "
+    "only when `fit` starts",
+    hint="run it with accelerator='cuda'; to try sharded training on CPU use strategy='tp2d_hybrid' "
+    "(FSDP2 over gloo) or strategy='ddp'",
+    show=("accelerator", "devices"),
     fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cpu", devices=2)',
     fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8)',
 )  # fmt: skip
-def deepspeed_needs_cuda(ctx: Context) -> Problem | None:
-    if ctx.accelerator == "cuda":
-        return None
-    return Problem(
-        f"{ctx.call('accelerator', 'devices')}: DeepSpeed runs only on CUDA GPUs, got accelerator="
-        f"{ctx.accelerator!r}; Lightning would accept this and fail only when `fit` starts",
-        "run it with accelerator='cuda'; to try sharded training on CPU use strategy='tp2d_hybrid' "
-        "(FSDP2 over gloo) or strategy='ddp'",
-    )
 
 
 @rule(
@@ -292,20 +290,15 @@ def zero_values_known(options: Options) -> Problem | None:
     )
 
 
-@rule(
-    "LP411", "warning", "setup", "no repeated block found to checkpoint",
+checkpoint_block_found = repeated_block(
+    "LP411", "no repeated block found to checkpoint",
+    consequence="so no activation is checkpointed and activation memory is not reduced",
+    hint="pass the block class: lightning_presets.strategy({preset!r}, checkpoint_blocks={{MyBlock}}), "
+    "or hold the blocks in an nn.ModuleList",
+    unless_given=("checkpoint_blocks",),
     fails="trainer.fit(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
     fixed='lightning_presets.strategy("deepspeed_zero3_offload_ckpt", checkpoint_blocks={MyBlock})',
 )  # fmt: skip
-def checkpoint_block_found(ctx: Context, model: nn.Module) -> Problem | None:
-    if ctx.options.get("checkpoint_blocks") or find_repeated_blocks(model):
-        return None
-    return Problem(
-        f"{ctx.call()}: no repeated block found in {type(model).__name__} (top-level children: "
-        f"{describe_children(model)}), so no activation is checkpointed and activation memory is not reduced",
-        f"pass the block class: lightning_presets.strategy({ctx.preset!r}, checkpoint_blocks={{MyBlock}}), "
-        "or hold the blocks in an nn.ModuleList",
-    )
 
 
 RULES: tuple[Rule, ...] = (
@@ -340,12 +333,13 @@ def checkpoint_blocks(model: nn.Module, blocks: set[type[nn.Module]]) -> int:
     return count
 
 
-class _DeepSpeedHooks:
-    """Guards see the config the strategy really holds; the ``_ckpt`` preset checkpoints repeated blocks."""
+class _DeepSpeedHooks(PresetHooks):
+    """Guards see the config the strategy really holds; presets that checkpoint activations wrap the repeated
+    blocks."""
 
     config: Any
 
-    @property
+    @property  # Guarded declares a plain attribute; read here with the resolved config added
     def _lp_options(self) -> Mapping[str, Any]:
         values = dict(self.__dict__.get("_lp_given_options", {}))
         values[RESOLVED_CONFIG] = copy.deepcopy(getattr(self, "config", None))
@@ -356,11 +350,9 @@ class _DeepSpeedHooks:
         self.__dict__["_lp_given_options"] = values
 
     def _lp_prepare_model(self, model: nn.Module) -> None:
-        """Setup rules, then activation checkpointing of the repeated blocks (``_ckpt`` presets only)."""
-        context = getattr(self, "_lp_context", None)
-        if context is not None:
-            report(run_rules(self._lp_preset.rules, "setup", context, model), stacklevel=5)  # type: ignore[attr-defined]
-        if not self._lp_preset.name.endswith("_ckpt"):  # type: ignore[attr-defined]
+        """Setup rules, then activation checkpointing of the repeated blocks (presets that checkpoint only)."""
+        self._lp_check_setup(model)
+        if not self._lp_preset.activation_checkpointing:
             return
         blocks = self._lp_options.get("checkpoint_blocks") or find_repeated_blocks(model)
         if blocks:
@@ -373,32 +365,29 @@ class DeepSpeedTrainerHooks(_DeepSpeedHooks):
 
     def setup(self, trainer: Any) -> None:
         self._lp_prepare_model(trainer.lightning_module)
-        super().setup(trainer)  # type: ignore[misc]
+        cast(Any, super()).setup(trainer)
 
 
 class DeepSpeedFabricHooks(_DeepSpeedHooks):
     """Fabric side: DeepSpeed sets the model up with its optimizer, which bypasses ``setup_module``."""
 
     def setup_module_and_optimizers(self, module: nn.Module, optimizers: list[Any], scheduler: Any = None) -> Any:
-        self._lp_check_model(module)  # type: ignore[attr-defined]
+        self._lp_check_model(module)
         self._lp_prepare_model(module)
-        return super().setup_module_and_optimizers(module, optimizers, scheduler)  # type: ignore[misc]
+        return cast(Any, super()).setup_module_and_optimizers(module, optimizers, scheduler)
 
     def setup_module(self, module: nn.Module) -> Any:
         self._lp_prepare_model(module)
-        return super().setup_module(module)  # type: ignore[misc]
+        return cast(Any, super()).setup_module(module)
 
 
 def _prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if key not in _PRESET_ONLY_KEYS}
 
 
-TESTED_WITH = {
-    "lightning": "2.6.6",
-    "torch": "2.13.0",
-    "deepspeed": "0.19.8",
-    "evidence": "construction (Trainer and Fabric, simulated CUDA, deepspeed 0.19.8 installed; no GPU run)",
-}
+TESTED_WITH = tested(
+    "construction (Trainer and Fabric, simulated CUDA, deepspeed 0.19.8 installed; no GPU run)", deepspeed="0.19.8"
+)
 
 DEEPSPEED_ZERO2_OFFLOAD = Preset(
     name="deepspeed_zero2_offload",
@@ -410,6 +399,7 @@ DEEPSPEED_ZERO2_OFFLOAD = Preset(
     rules=RULES,
     requires=(DEEPSPEED,),
     mixins={"trainer": DeepSpeedTrainerHooks, "fabric": DeepSpeedFabricHooks},
+    cpu_offload=True,
     tested_with=TESTED_WITH,
 )
 
@@ -432,5 +422,7 @@ DEEPSPEED_ZERO3_OFFLOAD_CKPT = Preset(
     mixins={"trainer": DeepSpeedTrainerHooks, "fabric": DeepSpeedFabricHooks},
     extra_keys=_PRESET_ONLY_KEYS,
     prepare=_prepare,
+    activation_checkpointing=True,
+    cpu_offload=True,
     tested_with=TESTED_WITH,
 )

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
-from lightning_presets._context import Context, Options
-from lightning_presets._errors import report
-from lightning_presets._preset import Preset
-from lightning_presets._rules import Problem, Rule, rule, run_rules
-from lightning_presets.strategies._blocks import describe_children, find_repeated_blocks
+from lightning_presets.core.context import Context, Options
+from lightning_presets.core.preset import Preset
+from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.core.versions import tested
+from lightning_presets.guards.blocks import find_repeated_blocks
+from lightning_presets.guards.builders import needs_cuda, one_device, repeated_block
+from lightning_presets.guards.strategy import PresetHooks
 
 FSDP_PRECISIONS = ("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
@@ -25,20 +27,15 @@ TORCH_FSDP_KEYS = frozenset(
 )  # fmt: skip
 
 
-@rule(
-    "LP101", "error", "construction", "FSDP needs CUDA devices",
+fsdp_needs_cuda = needs_cuda(
+    "LP101", "FSDP needs CUDA devices",
+    why="FSDP needs CUDA devices, got accelerator={accelerator!r} ({devices} device(s) × {nodes} node(s)); "
+    "on CPU it would fail when `fit` starts",
+    hint="run it with accelerator='cuda'; to test sharding on CPU use strategy='fsdp2' (FSDP2 over gloo), "
+    "strategy='tp2d_hybrid' (tensor parallel and FSDP2) or strategy='ddp'",
     fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cpu", devices=2)',
     fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8)',
 )  # fmt: skip
-def fsdp_needs_cuda(ctx: Context) -> Problem | None:
-    if ctx.accelerator == "cuda":
-        return None
-    return Problem(
-        f"{ctx.call('accelerator')}: FSDP needs CUDA devices, got accelerator={ctx.accelerator!r} "
-        f"({ctx.devices_per_node} device(s) × {ctx.num_nodes} node(s)); on CPU it would fail when `fit` starts",
-        "run it with accelerator='cuda'; to test sharding on CPU use strategy='fsdp2' (FSDP2 over gloo), "
-        "strategy='tp2d_hybrid' (tensor parallel and FSDP2) or strategy='ddp'",
-    )
 
 
 @rule(
@@ -103,39 +100,26 @@ def state_dict_type_known(options: Options) -> Problem | None:
     )
 
 
-@rule(
-    "LP106", "warning", "construction", "one device in total: sharding buys nothing",
+fsdp_has_peers = one_device(
+    "LP106", "one device in total: sharding buys nothing",
+    why="one device in total, so FSDP has nothing to shard across and only its communication and CPU-offload "
+    "overhead remain",
+    hint="use devices>1 (or more nodes); for one GPU, plain precision='bf16-mixed' without a strategy is faster",
     fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=1)',
     fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8)',
 )  # fmt: skip
-def fsdp_has_peers(ctx: Context) -> Problem | None:
-    if ctx.world_size > 1:
-        return None
-    return Problem(
-        f"{ctx.call('devices', 'num_nodes')}: one device in total, so FSDP has nothing to shard across "
-        "and only its communication and CPU-offload overhead remain",
-        "use devices>1 (or more nodes); for one GPU, plain precision='bf16-mixed' without a strategy is faster",
-    )
 
 
-@rule(
-    "LP107", "warning", "setup", "no repeated block found to wrap and checkpoint",
+repeated_block_found = repeated_block(
+    "LP107", "no repeated block found to wrap and checkpoint",
+    consequence="the whole model becomes one FSDP unit{checkpointing}",
+    hint="pass the block class: lightning_presets.strategy({preset!r}, auto_wrap_policy={{MyBlock}}, "
+    "activation_checkpointing_policy={{MyBlock}}), or hold the blocks in an nn.ModuleList",
+    unless_given=("auto_wrap_policy", "activation_checkpointing_policy"),
     fails="trainer.fit(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
     fixed='lightning_presets.strategy("fsdp_offload_ckpt", auto_wrap_policy={MyBlock}, '
     "activation_checkpointing_policy={MyBlock})",
 )  # fmt: skip
-def repeated_block_found(ctx: Context, model: nn.Module) -> Problem | None:
-    has_policies = all(
-        ctx.options.get(key) is not None for key in ("auto_wrap_policy", "activation_checkpointing_policy")
-    )
-    if has_policies or find_repeated_blocks(model):
-        return None
-    return Problem(
-        f"{ctx.call()}: no repeated block found in {type(model).__name__} (top-level children: "
-        f"{describe_children(model)}); the whole model becomes one FSDP unit and nothing is checkpointed",
-        f"pass the block class: lightning_presets.strategy({ctx.preset!r}, auto_wrap_policy={{MyBlock}}, "
-        "activation_checkpointing_policy={MyBlock}), or hold the blocks in an nn.ModuleList",
-    )
 
 
 RULES: tuple[Rule, ...] = (
@@ -149,15 +133,15 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def _fsdp_precision_class(strategy: Any) -> type:
-    return importlib.import_module(f"{strategy._lp_namespace.package}.plugins.precision").FSDPPrecision  # type: ignore[no-any-return]
+def _fsdp_precision_class(strategy: PresetHooks) -> Any:
+    return importlib.import_module(f"{strategy._lp_namespace.package}.plugins.precision").FSDPPrecision
 
 
-class _RepeatedBlocks:
-    """Wraps and checkpoints the repeated blocks it finds, unless the user passed a policy."""
+class _RepeatedBlocks(PresetHooks):
+    """Wraps the repeated blocks it finds (and checkpoints them, for presets that do), unless the user passed
+    a policy."""
 
-    _lp_checkpoint_blocks: bool = True
-    """Whether the blocks found are also activation-checkpointed (presets built for speed turn it off)."""
+    _activation_checkpointing_kwargs: dict[str, Any]
 
     def _lp_apply_blocks(self, model: nn.Module, fsdp_kwargs: dict[str, Any]) -> None:
         from torch.distributed.fsdp import FullyShardedDataParallel
@@ -165,19 +149,17 @@ class _RepeatedBlocks:
 
         if any(isinstance(module, FullyShardedDataParallel) for module in model.modules()):
             return  # wrapped by hand (e.g. in configure_model): the user's layout wins, Lightning wraps nothing
-        context = getattr(self, "_lp_context", None)
-        if context is not None:
-            report(run_rules(self._lp_preset.rules, "setup", context, model), stacklevel=5)  # type: ignore[attr-defined]
+        self._lp_check_setup(model)
         blocks = find_repeated_blocks(model)
         if not blocks:
             return
-        options = self._lp_options  # type: ignore[attr-defined]
+        options = self._lp_options
         if options.get("auto_wrap_policy") is None:
             fsdp_kwargs["auto_wrap_policy"] = ModuleWrapPolicy(blocks)
         no_checkpointing = options.get("activation_checkpointing_policy") is None and (
             options.get("activation_checkpointing") is None
         )
-        if no_checkpointing and self._lp_checkpoint_blocks:
+        if no_checkpointing and self._lp_preset.activation_checkpointing:
             self._activation_checkpointing_kwargs = {"auto_wrap_policy": ModuleWrapPolicy(blocks)}
         self.lp_blocks = blocks
 
@@ -189,6 +171,9 @@ class FSDPTrainerHooks(_RepeatedBlocks):
     LP103 reports it together with every other finding.
     """
 
+    _precision_plugin: Any
+    kwargs: dict[str, Any]
+
     @property
     def precision_plugin(self) -> Any:
         plugin = self._precision_plugin
@@ -199,12 +184,15 @@ class FSDPTrainerHooks(_RepeatedBlocks):
         self._precision_plugin = plugin
 
     def _setup_model(self, model: nn.Module) -> nn.Module:
-        self._lp_apply_blocks(model, self.kwargs)  # type: ignore[attr-defined]
-        return super()._setup_model(model)  # type: ignore[misc,no-any-return]
+        self._lp_apply_blocks(model, self.kwargs)
+        return cast(nn.Module, cast(Any, super())._setup_model(model))
 
 
 class FSDPFabricHooks(_RepeatedBlocks):
     """Fabric side of the FSDP presets (same precision setter as the Trainer side)."""
+
+    _precision: Any
+    _fsdp_kwargs: dict[str, Any]
 
     @property
     def precision(self) -> Any:
@@ -216,8 +204,8 @@ class FSDPFabricHooks(_RepeatedBlocks):
         self._precision = plugin
 
     def setup_module(self, module: nn.Module) -> nn.Module:
-        self._lp_apply_blocks(module, self._fsdp_kwargs)  # type: ignore[attr-defined]
-        return super().setup_module(module)  # type: ignore[misc,no-any-return]
+        self._lp_apply_blocks(module, self._fsdp_kwargs)
+        return cast(nn.Module, cast(Any, super()).setup_module(module))
 
 
 FSDP_OFFLOAD_CKPT = Preset(
@@ -236,10 +224,10 @@ FSDP_OFFLOAD_CKPT = Preset(
     rules=RULES,
     mixins={"trainer": FSDPTrainerHooks, "fabric": FSDPFabricHooks},
     extra_keys=TORCH_FSDP_KEYS,
-    tested_with={
-        "lightning": "2.6.6",
-        "torch": "2.13.0",
-        "evidence": "construction on simulated CUDA (Trainer, Fabric, pytorch_lightning, lightning_fabric); "
-        "block detection and activation checkpointing run on CPU; FSDP1 needs CUDA and never ran on a GPU here",
-    },
+    activation_checkpointing=True,
+    cpu_offload=True,
+    tested_with=tested(
+        "construction on simulated CUDA (Trainer, Fabric, pytorch_lightning, lightning_fabric); "
+        "block detection and activation checkpointing run on CPU; FSDP1 needs CUDA and never ran on a GPU here"
+    ),
 )

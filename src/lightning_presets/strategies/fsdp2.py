@@ -9,30 +9,28 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
-from lightning_presets._context import Context, Options
-from lightning_presets._errors import report
-from lightning_presets._namespaces import Kind
-from lightning_presets._preset import Preset
-from lightning_presets._rules import Problem, Rule, rule, run_rules
-from lightning_presets.strategies._blocks import describe_children, find_repeated_blocks
+from lightning_presets.core.context import Context, Options
+from lightning_presets.core.mesh import DATA_PARALLEL_WORLD
+from lightning_presets.core.namespaces import Kind
+from lightning_presets.core.preset import Preset
+from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.core.versions import tested
+from lightning_presets.guards.blocks import find_repeated_blocks
+from lightning_presets.guards.builders import one_device, repeated_block
+from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.strategies.model_parallel import model_parallel_accelerator, model_parallel_precision
 
-TESTED_WITH = {
-    "lightning": "2.6.6",
-    "torch": "2.13.0",
-    "evidence": "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA",
-}
-TESTED_WITH_OFFLOAD = {
-    **TESTED_WITH,
-    "evidence": "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, offload policy without pinned "
-    "memory and activation checkpointing; construction on simulated CUDA",
-}
+TESTED_WITH = tested("runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA")
+TESTED_WITH_OFFLOAD = tested(
+    "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, offload policy without pinned memory and "
+    "activation checkpointing; construction on simulated CUDA"
+)
 # The modules this preset sharded itself (their root needs the steps routed through it); never kept alive.
 _SHARDED_BY_PRESET: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 _STEPS = {
@@ -77,36 +75,22 @@ def data_parallel_is_world(ctx: Context) -> Problem | None:
     )
 
 
-@rule(
-    "LP212", "warning", "construction", "one device in total: sharding buys nothing",
+fsdp2_has_peers = one_device(
+    "LP212", "one device in total: sharding buys nothing",
+    why="one device in total, so FSDP2 has nothing to shard across and only its all-gather bookkeeping remains",
+    hint="use devices>1 (or more nodes); for one device, train without a strategy",
     fails='Trainer(strategy="fsdp2", accelerator="cpu", devices=1)',
     fixed='Trainer(strategy="fsdp2", accelerator="cpu", devices=2)',
 )  # fmt: skip
-def fsdp2_has_peers(ctx: Context) -> Problem | None:
-    if ctx.world_size > 1:
-        return None
-    return Problem(
-        f"{ctx.call('devices', 'num_nodes')}: one device in total, so FSDP2 has nothing to shard across and "
-        "only its all-gather bookkeeping remains",
-        "use devices>1 (or more nodes); for one device, train without a strategy",
-    )
 
-
-@rule(
-    "LP213", "warning", "setup", "no repeated block found: the whole model is one FSDP2 unit",
+fsdp2_found_blocks = repeated_block(
+    "LP213", "no repeated block found: the whole model is one FSDP2 unit",
+    consequence="only the root is sharded, so every forward gathers the whole model at once{checkpointing}",
+    hint="hold the repeated layers in an nn.ModuleList, or shard the model yourself in configure_model() "
+    "(Trainer) / a parallelize_fn (Fabric)",
     fails="trainer.fit(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
     fixed="trainer.fit(model)  # the blocks held in an nn.ModuleList",
 )  # fmt: skip
-def fsdp2_found_blocks(ctx: Context, model: nn.Module) -> Problem | None:
-    if find_repeated_blocks(model):
-        return None
-    return Problem(
-        f"{ctx.call()}: no repeated block found in {type(model).__name__} (top-level children: "
-        f"{describe_children(model)}); only the root is sharded, so every forward gathers the whole model at "
-        "once and nothing is checkpointed",
-        "hold the repeated layers in an nn.ModuleList, or shard the model yourself in configure_model() "
-        "(Trainer) / a parallelize_fn (Fabric)",
-    )
 
 
 @rule(
@@ -150,7 +134,7 @@ def _dtensor_type() -> type:
     try:
         from torch.distributed.tensor import DTensor
     except ImportError:  # torch 2.4
-        from torch.distributed._tensor import DTensor  # type: ignore[attr-defined]
+        from torch.distributed._tensor import DTensor  # type: ignore[attr-defined]  # gone from newer stubs
     return DTensor
 
 
@@ -189,6 +173,11 @@ def parallelize(model: nn.Module, device_mesh: Any, *, offload: bool, checkpoint
     return shard_blocks_and_root(model, device_mesh["data_parallel"], offload=offload, checkpoint=checkpoint)
 
 
+def shard_by_preset(model: nn.Module, device_mesh: Any) -> nn.Module:
+    """Stands in for Fabric's ``parallelize_fn`` until the strategy binds its preset's (``FSDP2FabricHooks``)."""
+    raise RuntimeError("fsdp2: the preset's parallelize_fn was not bound to its preset")
+
+
 @contextmanager
 def _configure_model_defined(module: nn.Module) -> Iterator[None]:
     """Lightning refuses a LightningModule without ``configure_model`` because nothing would shard it.
@@ -210,10 +199,9 @@ def _sharded_by_preset() -> None:
     """Stands in for ``configure_model`` on a module the preset sharded."""
 
 
-class _DataParallelWorld:
+class _DataParallelWorld(PresetHooks):
     """``data_parallel_size='auto'`` means the whole world here (Lightning's own 'auto' means nodes)."""
 
-    _lp_context: Context | None
     _data_parallel_size: Any
     _tensor_parallel_size: Any
 
@@ -223,12 +211,7 @@ class _DataParallelWorld:
             self._data_parallel_size = context.world_size
         if self._tensor_parallel_size == "auto":
             self._tensor_parallel_size = 1
-        super()._configure_launcher()  # type: ignore[misc]
-
-    def _lp_run_setup_rules(self, model: nn.Module) -> None:
-        context = self._lp_context
-        if context is not None:
-            report(run_rules(self._lp_preset.rules, "setup", context, model), stacklevel=5)  # type: ignore[attr-defined]
+        cast(Any, super())._configure_launcher()
 
 
 class FSDP2TrainerHooks(_DataParallelWorld):
@@ -239,32 +222,40 @@ class FSDP2TrainerHooks(_DataParallelWorld):
     routes them through a DDP or FSDP wrapper.
     """
 
-    _lp_offload: bool = False
-    _lp_checkpoint: bool = False
+    model: nn.Module | None
+    lightning_module: Any
+    device_mesh: Any
+    precision_plugin: Any
+    _forward_redirection: Any
 
     @property
     def _lp_sharded_root(self) -> bool:
-        return self.lightning_module in _SHARDED_BY_PRESET  # type: ignore[attr-defined]
+        return self.lightning_module in _SHARDED_BY_PRESET
 
     def setup(self, trainer: Any) -> None:
         """Runs for every ``fit``/``validate``/``test``/``predict``; shards once, the first time."""
-        model = self.model  # type: ignore[attr-defined]
+        model = self.model
         if model is not None and not is_parallelized(model):
-            self._lp_run_setup_rules(model)
-            mesh = self.device_mesh["data_parallel"]  # type: ignore[attr-defined]
-            shard_blocks_and_root(model, mesh, offload=self._lp_offload, checkpoint=self._lp_checkpoint)
+            self._lp_check_setup(model)
+            preset = self._lp_preset
+            shard_blocks_and_root(
+                model,
+                self.device_mesh["data_parallel"],
+                offload=preset.cpu_offload,
+                checkpoint=preset.activation_checkpointing,
+            )
         if not self._lp_sharded_root:
-            super().setup(trainer)  # type: ignore[misc]
+            cast(Any, super()).setup(trainer)
             return
-        with _configure_model_defined(self.lightning_module):  # type: ignore[attr-defined]
-            super().setup(trainer)  # type: ignore[misc]
+        with _configure_model_defined(self.lightning_module):
+            cast(Any, super()).setup(trainer)
 
     def _lp_step(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if not self._lp_sharded_root:
             return getattr(super(), name)(*args, **kwargs)
-        module = self.lightning_module  # type: ignore[attr-defined]
-        with getattr(self.precision_plugin, _STEPS[name])():  # type: ignore[attr-defined]
-            return self._forward_redirection(module, module, name, *args, **kwargs)  # type: ignore[attr-defined]
+        module = self.lightning_module
+        with getattr(self.precision_plugin, _STEPS[name])():
+            return self._forward_redirection(module, module, name, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         return self._lp_step("training_step", *args, **kwargs)
@@ -279,31 +270,31 @@ class FSDP2TrainerHooks(_DataParallelWorld):
         return self._lp_step("predict_step", *args, **kwargs)
 
 
-class FSDP2OffloadTrainerHooks(FSDP2TrainerHooks):
-    _lp_offload = True
-    _lp_checkpoint = True
-
-
 class FSDP2FabricHooks(_DataParallelWorld):
-    """Fabric side: the preset's ``parallelize_fn`` shards; its setup rules run just before."""
+    """Fabric side: the preset's ``parallelize_fn`` shards as the preset says; its setup rules run just before."""
 
     _parallelize_fn: Any
+
+    def _configure_launcher(self) -> None:
+        if self._parallelize_fn is shard_by_preset:
+            preset = self._lp_preset
+            self._parallelize_fn = functools.partial(
+                parallelize, offload=preset.cpu_offload, checkpoint=preset.activation_checkpointing
+            )
+        super()._configure_launcher()
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         function = self._parallelize_fn
         if isinstance(function, functools.partial) and function.func is parallelize and not is_parallelized(module):
-            self._lp_run_setup_rules(module)
-        return super().setup_module(module)  # type: ignore[misc,no-any-return]
+            self._lp_check_setup(module)
+        return cast(nn.Module, cast(Any, super()).setup_module(module))
 
 
-def _prepare(offload: bool, checkpoint: bool) -> Callable[[Kind, dict[str, Any]], dict[str, Any]]:
-    def prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
-        """Fabric gets the preset's ``parallelize_fn`` unless the user passed one."""
-        if kind == "fabric" and values.get("parallelize_fn") is None:
-            values["parallelize_fn"] = functools.partial(parallelize, offload=offload, checkpoint=checkpoint)
-        return values
-
-    return prepare
+def _prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
+    """Fabric gets the preset's ``parallelize_fn`` unless the user passed one."""
+    if kind == "fabric" and values.get("parallelize_fn") is None:
+        values["parallelize_fn"] = shard_by_preset
+    return values
 
 
 FSDP2 = Preset(
@@ -315,7 +306,8 @@ FSDP2 = Preset(
     init_params={"data_parallel_size": "auto", "tensor_parallel_size": 1},
     rules=RULES,
     mixins={"trainer": FSDP2TrainerHooks, "fabric": FSDP2FabricHooks},
-    prepare=_prepare(offload=False, checkpoint=False),
+    prepare=_prepare,
+    mesh=DATA_PARALLEL_WORLD,
     tested_with=TESTED_WITH,
 )
 
@@ -327,7 +319,10 @@ FSDP2_OFFLOAD_CKPT = Preset(
     strategy={"trainer": "ModelParallelStrategy", "fabric": "ModelParallelStrategy"},
     init_params={"data_parallel_size": "auto", "tensor_parallel_size": 1},
     rules=OFFLOAD_RULES,
-    mixins={"trainer": FSDP2OffloadTrainerHooks, "fabric": FSDP2FabricHooks},
-    prepare=_prepare(offload=True, checkpoint=True),
+    mixins={"trainer": FSDP2TrainerHooks, "fabric": FSDP2FabricHooks},
+    prepare=_prepare,
+    mesh=DATA_PARALLEL_WORLD,
+    activation_checkpointing=True,
+    cpu_offload=True,
     tested_with=TESTED_WITH_OFFLOAD,
 )

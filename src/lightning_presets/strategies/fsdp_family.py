@@ -7,15 +7,15 @@ They share the CUDA and precision rules, the precision setter and the repeated-b
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, cast
 
-from torch import nn
-
-from lightning_presets._context import Context, Options
-from lightning_presets._namespaces import Kind
-from lightning_presets._preset import Preset
-from lightning_presets._rules import Problem, Rule, rule
-from lightning_presets.strategies._blocks import describe_children, find_repeated_blocks
+from lightning_presets.core.context import Context, Options
+from lightning_presets.core.mesh import AUTO, HYBRID_SHARD, mesh_shape
+from lightning_presets.core.namespaces import Kind
+from lightning_presets.core.preset import Preset
+from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.core.versions import tested
+from lightning_presets.guards.builders import repeated_block
 from lightning_presets.strategies.fsdp import (
     TORCH_FSDP_KEYS,
     FSDPFabricHooks,
@@ -27,36 +27,21 @@ from lightning_presets.strategies.fsdp import (
     state_dict_type_known,
 )
 
-AUTO = "auto"
 # The sharding strategies each preset stands for; anything else is another preset.
 PRESET_SHARDING = {
     "fsdp_hybrid_shard": ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"),
     "fsdp_grad_op": ("SHARD_GRAD_OP",),
 }
-TESTED_WITH = {
-    "lightning": "2.6.6",
-    "torch": "2.13.0",
-    "evidence": "construction on simulated CUDA (Trainer and Fabric); never run on a GPU",
-}
+TESTED_WITH = tested("construction on simulated CUDA (Trainer and Fabric); never run on a GPU")
 
 
 def _sharding_name(value: Any) -> str:
     return str(getattr(value, "name", value)).upper()
 
 
-def mesh_shape(value: Any) -> tuple[int, int] | None:
-    """``(replicas, shard size)`` of a ``device_mesh`` given as a pair of positive integers, else ``None``."""
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(type(n) is int and n > 0 for n in value):
-        return (value[0], value[1])
-    return None
-
-
 def resolved_mesh(ctx: Context) -> tuple[int, int] | None:
-    """The mesh the preset runs with: ``auto`` (or ``None``) is (nodes, devices per node); a DeviceMesh is not read."""
-    value = ctx.options.get("device_mesh", AUTO)
-    if value in (AUTO, None) and ctx.options.get("process_group") is None:
-        return (ctx.num_nodes, ctx.devices_per_node)
-    return mesh_shape(value)
+    """The (replicas, shard size) the preset runs with; ``None`` for a DeviceMesh object or a process group."""
+    return cast("tuple[int, int] | None", HYBRID_SHARD.sizes(ctx.options, ctx.devices_per_node, ctx.num_nodes))
 
 
 def _mesh_text(mesh: tuple[int, int]) -> str:
@@ -154,21 +139,15 @@ def shards_stay_in_node(ctx: Context) -> Problem | None:
     )
 
 
-@rule(
-    "LP115", "warning", "setup", "no repeated block found to wrap",
+blocks_found_to_wrap = repeated_block(
+    "LP115", "no repeated block found to wrap",
+    consequence="the whole model becomes one FSDP unit, so communication cannot overlap computation",
+    hint="pass the block class: lightning_presets.strategy({preset!r}, auto_wrap_policy={{MyBlock}}), or hold "
+    "the blocks in an nn.ModuleList",
+    unless_given=("auto_wrap_policy",),
     fails="trainer.fit(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
     fixed='lightning_presets.strategy("fsdp_grad_op", auto_wrap_policy={MyBlock})',
 )  # fmt: skip
-def blocks_found_to_wrap(ctx: Context, model: nn.Module) -> Problem | None:
-    if ctx.options.get("auto_wrap_policy") is not None or find_repeated_blocks(model):
-        return None
-    return Problem(
-        f"{ctx.call()}: no repeated block found in {type(model).__name__} (top-level children: "
-        f"{describe_children(model)}); the whole model becomes one FSDP unit, so communication cannot overlap "
-        "computation",
-        f"pass the block class: lightning_presets.strategy({ctx.preset!r}, auto_wrap_policy={{MyBlock}}), or hold "
-        "the blocks in an nn.ModuleList",
-    )
 
 
 _COMMON: tuple[Rule, ...] = (
@@ -195,28 +174,18 @@ def _fill_mesh(fsdp_kwargs: MutableMapping[str, Any], context: Context | None) -
         fsdp_kwargs["device_mesh"] = (context.num_nodes, context.devices_per_node)
 
 
-class GradOpTrainerHooks(FSDPTrainerHooks):
-    """Auto-wrap on the repeated blocks, no activation checkpointing."""
-
-    _lp_checkpoint_blocks = False
-
-
-class GradOpFabricHooks(FSDPFabricHooks):
-    _lp_checkpoint_blocks = False
-
-
-class HybridTrainerHooks(GradOpTrainerHooks):
+class HybridTrainerHooks(FSDPTrainerHooks):
     """Fills the (replicas, shard size) mesh from the final Trainer context; Lightning turns it into a mesh later."""
 
     def _configure_launcher(self) -> None:
-        _fill_mesh(self.kwargs, getattr(self, "_lp_context", None))  # type: ignore[attr-defined]
-        super()._configure_launcher()  # type: ignore[misc]
+        _fill_mesh(self.kwargs, self._lp_context)
+        cast(Any, super())._configure_launcher()
 
 
-class HybridFabricHooks(GradOpFabricHooks):
+class HybridFabricHooks(FSDPFabricHooks):
     def _configure_launcher(self) -> None:
-        _fill_mesh(self._fsdp_kwargs, getattr(self, "_lp_context", None))  # type: ignore[attr-defined]
-        super()._configure_launcher()  # type: ignore[misc]
+        _fill_mesh(self._fsdp_kwargs, self._lp_context)
+        cast(Any, super())._configure_launcher()
 
 
 def prepare_hybrid(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
@@ -252,6 +221,7 @@ FSDP_HYBRID_SHARD = Preset(
     mixins={"trainer": HybridTrainerHooks, "fabric": HybridFabricHooks},
     extra_keys=TORCH_FSDP_KEYS,
     prepare=prepare_hybrid,
+    mesh=HYBRID_SHARD,
     tested_with=TESTED_WITH,
 )
 
@@ -264,7 +234,7 @@ FSDP_GRAD_OP = Preset(
     strategy={"trainer": "FSDPStrategy", "fabric": "FSDPStrategy"},
     init_params={"sharding_strategy": "SHARD_GRAD_OP", "state_dict_type": "sharded", "auto_wrap_policy": None},
     rules=GRAD_OP_RULES,
-    mixins={"trainer": GradOpTrainerHooks, "fabric": GradOpFabricHooks},
+    mixins={"trainer": FSDPTrainerHooks, "fabric": FSDPFabricHooks},
     extra_keys=TORCH_FSDP_KEYS,
     tested_with=TESTED_WITH,
 )

@@ -6,21 +6,23 @@ from typing import Any
 
 from torch import nn
 
-from lightning_presets._context import Context, Options
-from lightning_presets._namespaces import Kind
-from lightning_presets._preset import Preset
-from lightning_presets._rules import Problem, Rule, rule
+from lightning_presets.core.context import Context, Options
+from lightning_presets.core.mesh import MODEL_PARALLEL, MeshSpec
+from lightning_presets.core.namespaces import Kind
+from lightning_presets.core.preset import Preset
+from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.core.versions import tested
+from lightning_presets.guards.builders import needs_accelerator
 
 MODEL_PARALLEL_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true")
 MODEL_PARALLEL_ACCELERATORS = ("cpu", "cuda")
 _SIZES = ("data_parallel_size", "tensor_parallel_size")
 
 
-def resolved_sizes(ctx: Context) -> tuple[Any, Any]:
-    """(data, tensor) as Lightning resolves ``"auto"``: data = number of nodes, tensor = devices per node."""
-    data = ctx.options.get("data_parallel_size", "auto")
-    tensor = ctx.options.get("tensor_parallel_size", "auto")
-    return (ctx.num_nodes if data == "auto" else data, ctx.devices_per_node if tensor == "auto" else tensor)
+def resolved_sizes(ctx: Context, mesh: MeshSpec = MODEL_PARALLEL) -> tuple[Any, Any]:
+    """(data, tensor) with ``"auto"`` resolved as the preset's mesh says (Lightning's own: nodes, devices per node)."""
+    sizes = mesh.sizes(ctx.options, ctx.devices_per_node, ctx.num_nodes)
+    return sizes if sizes is not None else ("auto", "auto")
 
 
 def valid_splits(world_size: int, devices_per_node: int) -> list[tuple[int, int]]:
@@ -135,19 +137,15 @@ def model_parallel_precision(ctx: Context) -> Problem | None:
     )
 
 
-@rule(
-    "LP206", "error", "construction", "an accelerator other than cpu or cuda",
+model_parallel_accelerator = needs_accelerator(
+    "LP206", "an accelerator other than cpu or cuda",
+    accelerators=MODEL_PARALLEL_ACCELERATORS,
+    why="{preset!r} runs on accelerator='cuda' (NCCL) or, for testing, accelerator='cpu' (gloo), not on "
+    "{accelerator!r}",
+    hint="use accelerator='cuda' on GPUs, or accelerator='cpu' to test the sharding on a laptop",
     fails='Trainer(strategy="tp2d_hybrid", accelerator="mps", devices=1)',
     fixed='Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2)',
 )  # fmt: skip
-def model_parallel_accelerator(ctx: Context) -> Problem | None:
-    if ctx.accelerator in MODEL_PARALLEL_ACCELERATORS:
-        return None
-    return Problem(
-        f"{ctx.call('accelerator')}: {ctx.preset!r} runs on accelerator='cuda' (NCCL) or, for testing, "
-        f"accelerator='cpu' (gloo), not on {ctx.accelerator!r}",
-        "use accelerator='cuda' on GPUs, or accelerator='cpu' to test the sharding on a laptop",
-    )
 
 
 @rule(
@@ -227,10 +225,8 @@ TP2D_HYBRID = Preset(
     init_params={"data_parallel_size": "auto", "tensor_parallel_size": "auto"},
     rules=RULES,
     prepare=prepare,
-    tested_with={
-        "lightning": "2.6.6",
-        "torch": "2.13.0",
-        "evidence": "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, 1×2 and 2×1 meshes; "
-        "construction on simulated CUDA",
-    },
+    mesh=MODEL_PARALLEL,
+    tested_with=tested(
+        "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, 1×2 and 2×1 meshes; construction on simulated CUDA"
+    ),
 )

@@ -2,55 +2,49 @@
 
 Lightning's Trainer has no XLA FSDP strategy (only ``XLAStrategy``, a data-parallel one), so this preset
 has no Trainer form rather than a Trainer form that would not shard. torch_xla is optional and never
-imported here; the bridge probes it first.
+imported here; the registry probes it first.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
-from lightning_presets._context import Context, Options
-from lightning_presets._errors import report
-from lightning_presets._precision import PRECISION_CROSS_RULES
-from lightning_presets._preset import Preset, Requirement
-from lightning_presets._rules import Problem, Rule, rule, run_rules
-from lightning_presets.strategies._blocks import describe_children, find_repeated_blocks
+from lightning_presets.core.context import Context, Options
+from lightning_presets.core.preset import Preset, Requirement
+from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.core.versions import tested
+from lightning_presets.guards.blocks import find_repeated_blocks
+from lightning_presets.guards.builders import needs_accelerator, one_device, repeated_block
+from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES
+from lightning_presets.guards.strategy import PresetHooks
 
 TORCH_XLA = Requirement(module="torch_xla", extra="xla")
 
 
-@rule(
-    "LP503", "error", "construction", "XLA FSDP on an accelerator other than XLA (TPU)",
+xla_needs_tpu = needs_accelerator(
+    "LP503", "XLA FSDP on an accelerator other than XLA (TPU)",
+    accelerators=("xla",),
+    why="XLA FSDP shards over XLA devices (TPUs), got accelerator={accelerator!r}; Lightning would accept this and "
+    "fail when the processes are launched",
+    hint="run it with accelerator='tpu' on a TPU host; on CUDA GPUs use strategy='fsdp_offload_ckpt' or "
+    "strategy='tp2d_hybrid'",
+    show=("accelerator", "devices"),
     fails='Fabric(strategy="xla_fsdp_ckpt", accelerator="cuda", devices=8)',
     fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=8)',
 )  # fmt: skip
-def xla_needs_tpu(ctx: Context) -> Problem | None:
-    if ctx.accelerator == "xla":
-        return None
-    return Problem(
-        f"{ctx.call('accelerator', 'devices')}: XLA FSDP shards over XLA devices (TPUs), got accelerator="
-        f"{ctx.accelerator!r}; Lightning would accept this and fail when the processes are launched",
-        "run it with accelerator='tpu' on a TPU host; on CUDA GPUs use strategy='fsdp_offload_ckpt' or "
-        "strategy='tp2d_hybrid'",
-    )
 
-
-@rule(
-    "LP504", "error", "construction", "XLA FSDP on a single device",
+xla_fsdp_has_peers = one_device(
+    "LP504", "XLA FSDP on a single device",
+    severity="error",
+    why="XLA FSDP with the PjRT runtime cannot run on one device ({world_arithmetic}); Lightning would fail only "
+    "after launching",
+    hint="use all devices of the TPU host (devices='auto'), or strategy='single_xla' for one device",
     fails='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=1)',
     fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices="auto")',
 )  # fmt: skip
-def xla_fsdp_has_peers(ctx: Context) -> Problem | None:
-    if ctx.world_size > 1:
-        return None
-    return Problem(
-        f"{ctx.call('devices', 'num_nodes')}: XLA FSDP with the PjRT runtime cannot run on one device "
-        f"({ctx.world_arithmetic}); Lightning would fail only after launching",
-        "use all devices of the TPU host (devices='auto'), or strategy='single_xla' for one device",
-    )
 
 
 @rule(
@@ -101,21 +95,16 @@ def xla_precision_plugin(ctx: Context) -> Problem | None:
     )
 
 
-@rule(
-    "LP508", "warning", "setup", "no repeated block found to wrap and checkpoint",
+xla_block_found = repeated_block(
+    "LP508", "no repeated block found to wrap and checkpoint",
+    consequence="the whole model becomes one XLA FSDP unit{checkpointing}",
+    hint="pass the block class: auto_wrap_policy={{MyBlock}}, activation_checkpointing_policy={{MyBlock}}, or hold "
+    "the blocks in an nn.ModuleList",
+    unless_given=("activation_checkpointing_policy",),
     fails="fabric.setup_module(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
     fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", auto_wrap_policy={MyBlock}, '
     "activation_checkpointing_policy={MyBlock})",
 )  # fmt: skip
-def xla_block_found(ctx: Context, model: nn.Module) -> Problem | None:
-    if ctx.options.get("activation_checkpointing_policy") or find_repeated_blocks(model):
-        return None
-    return Problem(
-        f"{ctx.call()}: no repeated block found in {type(model).__name__} (top-level children: "
-        f"{describe_children(model)}); the whole model becomes one XLA FSDP unit and nothing is checkpointed",
-        "pass the block class: auto_wrap_policy={MyBlock}, activation_checkpointing_policy={MyBlock}, or hold "
-        "the blocks in an nn.ModuleList",
-    )
 
 
 RULES: tuple[Rule, ...] = (
@@ -129,11 +118,11 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def _xla_precision_class(strategy: Any) -> type:
-    return importlib.import_module(f"{strategy._lp_namespace.package}.plugins.precision").XLAPrecision  # type: ignore[no-any-return]
+def _xla_precision_class(strategy: PresetHooks) -> Any:
+    return importlib.import_module(f"{strategy._lp_namespace.package}.plugins.precision").XLAPrecision
 
 
-class XLAFSDPFabricHooks:
+class XLAFSDPFabricHooks(PresetHooks):
     """Stores any precision plugin (LP507/LP607 report it with every other finding instead of a bare
     TypeError), and wraps and checkpoints the model's repeated blocks when no policy was given."""
 
@@ -151,15 +140,13 @@ class XLAFSDPFabricHooks:
         self._precision = plugin
 
     def setup_module(self, module: nn.Module) -> nn.Module:
-        context = getattr(self, "_lp_context", None)
-        if context is not None:
-            report(run_rules(self._lp_preset.rules, "setup", context, module), stacklevel=5)  # type: ignore[attr-defined]
+        self._lp_check_setup(module)
         blocks = find_repeated_blocks(module)
         if blocks and self._activation_checkpointing_policy is None:
             self._activation_checkpointing_policy = set(blocks)
             if self._auto_wrap_policy is None:
                 self._auto_wrap_policy = set(blocks)
-        return super().setup_module(module)  # type: ignore[misc,no-any-return]
+        return cast(nn.Module, cast(Any, super()).setup_module(module))
 
 
 XLA_FSDP_CKPT = Preset(
@@ -173,10 +160,9 @@ XLA_FSDP_CKPT = Preset(
     requires=(TORCH_XLA,),
     mixins={"fabric": XLAFSDPFabricHooks},
     extra_keys=frozenset({"auto_wrapper_callable", "compute_dtype", "flatten_parameters", "reshard_after_forward"}),
-    tested_with={
-        "lightning": "2.6.6",
-        "torch": "2.13.0",
-        "evidence": "construction with a simulated torch_xla module (torch_xla cannot be installed beside torch "
-        "2.13); the missing and broken torch_xla paths for real",
-    },
+    activation_checkpointing=True,
+    tested_with=tested(
+        "construction with a simulated torch_xla module (torch_xla cannot be installed beside torch 2.13); the "
+        "missing and broken torch_xla paths for real"
+    ),
 )

@@ -1,0 +1,134 @@
+"""The frozen snapshot guards read: the final configuration Lightning handed to the strategy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from lightning_presets.core.preset import PrecisionPreset
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _call(caller: str, preset: str, parts: list[str]) -> str:
+    return f"`{caller}({', '.join([f'strategy={preset!r}', *parts])})`"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """The arguments a preset is built with: its defaults merged with the user's overrides."""
+
+    preset: str
+    """The preset's name."""
+    target: str
+    """Where it is built for: ``trainer``, ``fabric``, ``pytorch_lightning`` or ``lightning_fabric``."""
+    values: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Every argument, defaults included."""
+    overrides: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Only what the user passed."""
+
+    def call(self, *keys: str) -> str:
+        """The user's call, e.g. ``lightning_presets.strategy('fsdp_offload_ckpt', sharding_strategy='X')``."""
+        parts = [repr(self.preset), *(f"{key}={self.values.get(key)!r}" for key in keys)]
+        if self.target != "trainer":
+            parts.append(f"target={self.target!r}")
+        return f"`lightning_presets.strategy({', '.join(parts)})`"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Context:
+    """What a Trainer or Fabric is about to run with, taken once the connector has set everything."""
+
+    preset: str
+    """The preset's name."""
+    target: str
+    """``trainer``, ``fabric``, ``pytorch_lightning`` or ``lightning_fabric``."""
+    caller: str
+    """``Trainer`` or ``Fabric``."""
+    accelerator: str
+    """``cpu``, ``cuda``, ``mps``, ``xla`` or the accelerator class name in lower case."""
+    devices_per_node: int
+    """Processes per node (``len(parallel_devices)``)."""
+    num_nodes: int
+    precision: str
+    """The precision plugin's precision, e.g. ``bf16-mixed``."""
+    precision_plugin: str
+    """The precision plugin's class name."""
+    cluster_environment: str
+    """The cluster environment's class name."""
+    options: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """The preset's arguments (defaults merged with overrides)."""
+    family: str | None = None
+    """The strategy preset's family (``fsdp``, ``deepspeed``, ...), for guards across presets."""
+    precision_classes: tuple[str, ...] = ()
+    """Class names of the precision plugin and its bases, for isinstance-style checks by name."""
+    precision_preset: PrecisionPreset | None = None
+    """The precision preset the plugin came from (``lightning_presets.precision(...)``), if any."""
+    gpu_capability: tuple[int, int] | None = None
+    """Lowest CUDA compute capability among the visible GPUs; ``None`` when unknown or not on CUDA."""
+    activation_checkpointing: bool = False
+    """Whether the strategy preset checkpoints the activations of the repeated blocks it finds."""
+
+    def precision_is(self, class_name: str) -> bool:
+        """Whether the precision plugin is an instance of a class called ``class_name`` (in any namespace)."""
+        return class_name in self.precision_classes
+
+    @property
+    def world_size(self) -> int:
+        return self.devices_per_node * self.num_nodes
+
+    def call(self, *fields: str) -> str:
+        """The user's call with the named fields, e.g. ```Trainer(strategy='x', accelerator='cpu')```."""
+        rendered = {
+            "accelerator": f"accelerator={self.accelerator!r}",
+            "devices": f"devices={self.devices_per_node}",
+            "num_nodes": f"num_nodes={self.num_nodes}",
+            "precision": f"precision={self.precision!r}",
+        }
+        return _call(self.caller, self.preset, [rendered[name] for name in fields])
+
+    @property
+    def world_arithmetic(self) -> str:
+        return f"devices={self.devices_per_node} × num_nodes={self.num_nodes} = {self.world_size}"
+
+
+_ACCELERATOR_NAMES = {
+    "CPUAccelerator": "cpu",
+    "CUDAAccelerator": "cuda",
+    "MPSAccelerator": "mps",
+    "XLAAccelerator": "xla",
+}
+
+
+def accelerator_name(accelerator: object) -> str:
+    """``cpu``/``cuda``/``mps``/``xla`` for Lightning's accelerators and their subclasses, else the class name."""
+    for klass in type(accelerator).__mro__:
+        if klass.__name__ in _ACCELERATOR_NAMES:
+            return _ACCELERATOR_NAMES[klass.__name__]
+    name = type(accelerator).__name__
+    return name.removesuffix("Accelerator").lower() or "none"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrecisionContext:
+    """What a precision guard sees: the preset's arguments and the visible hardware (never probed by a guard)."""
+
+    preset: str
+    target: str
+    values: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Every argument, defaults included."""
+    cuda_devices: int = 0
+    """CUDA devices visible to this process (fork-safe count, or the simulation's)."""
+    capability: tuple[int, int] | None = None
+    """Lowest compute capability among them; ``None`` when unknown."""
+    when: str = "built"
+    """``built`` (by :func:`lightning_presets.precision`) or ``converting`` (the model, in the training process)."""
+    requirement: PrecisionPreset | None = None
+
+    def call(self, *keys: str) -> str:
+        parts = [repr(self.preset), *(f"{key}={self.values.get(key)!r}" for key in keys)]
+        if self.target != "trainer":
+            parts.append(f"target={self.target!r}")
+        return f"`lightning_presets.precision({', '.join(parts)})`"

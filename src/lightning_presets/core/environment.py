@@ -1,0 +1,40 @@
+"""The environment variables the package reads, and the cluster variables that tell Lightning where it runs."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+AUTOLOAD_VARIABLE = "LIGHTNING_PRESETS_AUTOLOAD"
+ALLOW_VARIABLE = "LIGHTNING_PRESETS_ALLOW"
+DENY_VARIABLE = "LIGHTNING_PRESETS_DENY"
+
+# What SLURM, torchrun, LSF/jsrun, Open MPI, MPICH and Kubeflow set for each rank.
+CLUSTER_PREFIXES = ("SLURM_", "LSB_", "JSM_", "TORCHELASTIC_", "OMPI_COMM_WORLD_", "PMI_")
+CLUSTER_VARIABLES = frozenset(
+    {"WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR",
+     "MASTER_PORT", "KUBERNETES_PORT"}
+)  # fmt: skip
+
+
+def autoload_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the start-up hook registers presets (``LIGHTNING_PRESETS_AUTOLOAD`` unset or not a false value)."""
+    value = (os.environ if environ is None else environ).get(AUTOLOAD_VARIABLE, "1")
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def normalize_distribution(name: str) -> str:
+    """A distribution name as the package index compares them: lower case, runs of ``-_.`` as one ``-``."""
+    return re.sub(r"[-_.]+", "-", name).strip().lower()
+
+
+def distribution_names(variable: str, environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The comma-separated distribution names in ``variable``, normalized."""
+    raw = (os.environ if environ is None else environ).get(variable, "")
+    return frozenset(normalize_distribution(name) for name in raw.split(",") if name.strip())
+
+
+def is_cluster_variable(name: str) -> bool:
+    """Whether an environment variable tells Lightning which cluster (and which rank) it runs on."""
+    return name in CLUSTER_VARIABLES or name.startswith(CLUSTER_PREFIXES)

@@ -1,0 +1,206 @@
+"""The declarative models of strategy and precision presets, independent of any Lightning namespace."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from lightning_presets.core.mesh import MeshSpec
+from lightning_presets.core.namespaces import NAMESPACES, Kind
+from lightning_presets.core.rules import Rule
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+KINDS: tuple[Kind, ...] = ("trainer", "fabric")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PresetType:
+    """What differs between strategy and precision presets, as data the registry reads."""
+
+    noun: str
+    """``strategy`` or ``precision``: the API function (``lightning_presets.strategy``) and messages."""
+    label: str
+    """How messages name one preset of this type: ``preset`` or ``precision preset``."""
+    group: str
+    """The entry-point group its presets are published in."""
+    module: str
+    """Where a namespace keeps the Lightning classes, e.g. ``strategies`` (``lightning.pytorch.strategies``)."""
+    base: str
+    """The Lightning base class every preset class must subclass, in that module."""
+    constructor_keys: bool
+    """Whether the Lightning constructor's named parameters are valid overrides (strategies) or only the
+    preset's own defaults are (precision plugins)."""
+    named_after_mixin: bool
+    """Whether a composed class takes its mixin's name (a new plugin) or Lightning's class name (hooks)."""
+
+
+STRATEGY = PresetType(
+    noun="strategy",
+    label="preset",
+    group="lightning_presets.strategies",
+    module="strategies",
+    base="Strategy",
+    constructor_keys=True,
+    named_after_mixin=False,
+)
+PRECISION = PresetType(
+    noun="precision",
+    label="precision preset",
+    group="lightning_presets.precision",
+    module="plugins.precision",
+    base="Precision",
+    constructor_keys=False,
+    named_after_mixin=True,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Requirement:
+    """An optional dependency a preset needs, and the extra that installs it."""
+
+    module: str
+    """The import name, e.g. ``deepspeed``."""
+    extra: str
+    """The extra of ``lightning-presets`` that installs it, e.g. ``deepspeed``."""
+
+    @property
+    def install_command(self) -> str:
+        return f"pip install 'lightning-presets[{self.extra}]'"
+
+    def is_installed(self) -> bool:
+        return importlib.util.find_spec(self.module) is not None
+
+
+def _targets(kinds: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(namespace.target for namespace in NAMESPACES if namespace.kind in kinds)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preset:
+    """A named, guarded strategy configuration for the Trainer and/or Fabric.
+
+    Declared once, namespace-agnostic: ``strategy`` names the Lightning class per kind and the
+    registry resolves it in each of the four namespaces. Published through the entry-point group
+    ``lightning_presets.strategies``.
+    """
+
+    TYPE: ClassVar[PresetType] = STRATEGY
+
+    name: str
+    """Lower-case name users pass as ``strategy=``."""
+    description: str
+    """One or two lines: what it is for."""
+    family: str
+    """``fsdp``, ``model_parallel``, ``ddp``, ``deepspeed``, ``xla`` or a third party's own."""
+    strategy: Mapping[str, str]
+    """Kind (``trainer``/``fabric``) to a class name in ``<namespace>.strategies``, or ``module:attr``."""
+    init_params: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Default constructor arguments. Copied for every strategy built: never shared."""
+    rules: tuple[Rule, ...] = ()
+    """The guards, of every stage."""
+    requires: tuple[Requirement, ...] = ()
+    """Optional dependencies; checked when the strategy is built, never when the catalog loads."""
+    mixins: Mapping[str, type] = field(default_factory=lambda: _EMPTY)
+    """Kind to a plain class placed before the Lightning strategy class (family behaviour)."""
+    extra_keys: frozenset[str] = frozenset()
+    """Override keys accepted besides the strategy constructor's named parameters."""
+    prepare: Callable[[Kind, dict[str, Any]], dict[str, Any]] | None = None
+    """Turns the options into constructor arguments for a kind (drop preset-only keys, fill placeholders)."""
+    tested_with: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    """Versions its tests ran on and the evidence level reached, e.g. ``{"lightning": "2.6.6", "torch": "2.13.0",
+    "evidence": "runtime (CPU, gloo, 2 processes)"}``; ``show`` prints it."""
+    activation_checkpointing: bool = False
+    """Whether the preset checkpoints the activations of the repeated blocks it finds."""
+    cpu_offload: bool = False
+    """Whether the preset keeps sharded state in CPU memory."""
+    mesh: MeshSpec | None = None
+    """How the preset lays its processes out on a device mesh, when it uses one."""
+    distribution: str | None = None
+    """The distribution that published it (set when loaded from an entry point)."""
+    version: str | None = None
+    """That distribution's version."""
+
+    @property
+    def kinds(self) -> tuple[Kind, ...]:
+        return tuple(kind for kind in KINDS if kind in self.strategy)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return _targets(self.strategy)
+
+    def class_spec(self, kind: str) -> str | None:
+        """The Lightning class for a kind: a name in ``<namespace>.strategies`` or ``module:attr``."""
+        return self.strategy.get(kind)
+
+    def mixin_for(self, kind: str) -> type | None:
+        return self.mixins.get(kind)
+
+    def rules_of(self, stage: str) -> tuple[Rule, ...]:
+        return tuple(each for each in self.rules if each.stage == stage)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrecisionPreset:
+    """A named precision plugin configuration, published through ``lightning_presets.precision``."""
+
+    TYPE: ClassVar[PresetType] = PRECISION
+
+    name: str
+    """Lower-case name passed to :func:`lightning_presets.precision`."""
+    description: str
+    """One or two lines: what it is for."""
+    plugin: Mapping[str, str]
+    """Kind (``trainer``/``fabric``) to a class name in ``<namespace>.plugins.precision``, or ``module:attr``."""
+    mixin: type | None = None
+    """A plain class placed before the Lightning plugin class (new behaviour, e.g. a ``convert_module``)."""
+    init_params: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Default arguments; the keys are also the overrides users may pass."""
+    prepare: Callable[[Kind, dict[str, Any]], dict[str, Any]] | None = None
+    """Turns the options into the plugin constructor's arguments (e.g. dtype names into ``torch.dtype``)."""
+    rules: tuple[Rule, ...] = ()
+    """Guards: stage ``options`` on a :class:`PrecisionContext`, stage ``setup`` on it and the model."""
+    requires: tuple[Requirement, ...] = ()
+    needs_cuda: bool = True
+    """Whether it only works on CUDA devices."""
+    min_capability: tuple[int, int] | None = None
+    """Lowest CUDA compute capability it works on, e.g. ``(8, 9)`` for FP8."""
+    capability_reason: str = ""
+    """Why, for the message."""
+    incompatible: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    """Strategy family (or preset name) to the reason the combination is known not to work."""
+    tested_with: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    """Versions its tests ran on and the evidence level reached."""
+    distribution: str | None = None
+    version: str | None = None
+
+    @property
+    def kinds(self) -> tuple[Kind, ...]:
+        return tuple(kind for kind in KINDS if kind in self.plugin)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return _targets(self.plugin)
+
+    @property
+    def extra_keys(self) -> frozenset[str]:
+        """A precision preset takes exactly the keys of its defaults."""
+        return frozenset()
+
+    def class_spec(self, kind: str) -> str | None:
+        """The Lightning plugin class for a kind: a name in ``<namespace>.plugins.precision`` or ``module:attr``."""
+        return self.plugin.get(kind)
+
+    def mixin_for(self, kind: str) -> type | None:
+        return self.mixin
+
+    def incompatibility(self, family: str | None, strategy_preset: str, caller: str = "") -> str | None:
+        """Why it does not work with a strategy preset: looked up by preset name, ``family:trainer`` (or
+        ``family:fabric``), then family."""
+        keys = (strategy_preset, f"{family}:{caller.lower()}" if family else None, family)
+        return next((self.incompatible[key] for key in keys if key and key in self.incompatible), None)
+
+
+AnyPreset = Preset | PrecisionPreset

@@ -1,0 +1,121 @@
+"""Rule builders for the concerns many presets share: an accelerator they need, a single device, no repeated block.
+
+Each returns an ordinary :class:`~lightning_presets.core.rules.Rule`; the preset supplies its own code, wording
+and examples. Messages are ``str.format`` templates over :func:`fields`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from lightning_presets.core.context import Context
+from lightning_presets.core.findings import Severity
+from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.guards.blocks import describe_children, find_repeated_blocks
+
+
+def fields(ctx: Context) -> dict[str, Any]:
+    """What a message template may name: ``{accelerator}``, ``{devices}``, ``{nodes}``, ``{world}``,
+    ``{world_arithmetic}``, ``{preset}``, ``{precision}``, ``{caller}``."""
+    return {
+        "accelerator": ctx.accelerator,
+        "devices": ctx.devices_per_node,
+        "nodes": ctx.num_nodes,
+        "world": ctx.world_size,
+        "world_arithmetic": ctx.world_arithmetic,
+        "preset": ctx.preset,
+        "precision": ctx.precision,
+        "caller": ctx.caller,
+    }
+
+
+def needs_accelerator(
+    code: str,
+    title: str,
+    *,
+    accelerators: tuple[str, ...],
+    why: str,
+    hint: str,
+    fails: str,
+    fixed: str,
+    show: tuple[str, ...] = ("accelerator",),
+    **declared: Any,
+) -> Rule:
+    """An error unless the accelerator is one of ``accelerators``; the message starts with the user's call."""
+
+    def check(ctx: Context) -> Problem | None:
+        if ctx.accelerator in accelerators:
+            return None
+        values = fields(ctx)
+        return Problem(f"{ctx.call(*show)}: {why.format(**values)}", hint.format(**values))
+
+    return rule(code, "error", "construction", title, fails=fails, fixed=fixed, **declared)(check)
+
+
+def needs_cuda(code: str, title: str, *, why: str, hint: str, fails: str, fixed: str, **declared: Any) -> Rule:
+    """An error unless the accelerator is CUDA."""
+    return needs_accelerator(
+        code, title, accelerators=("cuda",), why=why, hint=hint, fails=fails, fixed=fixed, **declared
+    )
+
+
+def one_device(
+    code: str,
+    title: str,
+    *,
+    why: str,
+    hint: str,
+    fails: str,
+    fixed: str,
+    severity: Severity = "warning",
+    **declared: Any,
+) -> Rule:
+    """Fires when the whole job has one process: a warning where it only wastes effort, an error where it fails."""
+
+    def check(ctx: Context) -> Problem | None:
+        if ctx.world_size > 1:
+            return None
+        values = fields(ctx)
+        return Problem(f"{ctx.call('devices', 'num_nodes')}: {why.format(**values)}", hint.format(**values))
+
+    return rule(code, severity, "construction", title, fails=fails, fixed=fixed, **declared)(check)
+
+
+def _given(value: Any) -> bool:
+    if isinstance(value, (set, frozenset, list, tuple, dict)):
+        return bool(value)
+    return value is not None and value is not False
+
+
+def repeated_block(
+    code: str,
+    title: str,
+    *,
+    consequence: str,
+    hint: str,
+    fails: str,
+    fixed: str,
+    unless_given: tuple[str, ...] = (),
+    **declared: Any,
+) -> Rule:
+    """A setup-stage warning when the model has no repeated block to wrap or checkpoint.
+
+    It stays silent when every option in ``unless_given`` was set (the user named the blocks). ``consequence``
+    may contain ``{checkpointing}``: " and nothing is checkpointed" for presets that checkpoint activations.
+    """
+
+    def check(ctx: Context, model: nn.Module) -> Problem | None:
+        if unless_given and all(_given(ctx.options.get(key)) for key in unless_given):
+            return None
+        if find_repeated_blocks(model):
+            return None
+        checkpointing = " and nothing is checkpointed" if ctx.activation_checkpointing else ""
+        return Problem(
+            f"{ctx.call()}: no repeated block found in {type(model).__name__} (top-level children: "
+            f"{describe_children(model)}); {consequence.format(checkpointing=checkpointing)}",
+            hint.format(**fields(ctx)),
+        )
+
+    return rule(code, "warning", "setup", title, fails=fails, fixed=fixed, **declared)(check)

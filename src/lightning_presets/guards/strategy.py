@@ -1,0 +1,152 @@
+"""The guard head every preset strategy class starts with, for the Trainer and for Fabric."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+from lightning_presets.core import hardware
+from lightning_presets.core.context import Context, Options, accelerator_name
+from lightning_presets.core.findings import report
+from lightning_presets.core.namespaces import Namespace
+from lightning_presets.core.preset import Preset
+from lightning_presets.core.rules import Rule, Stage, run_rules
+from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES
+
+if TYPE_CHECKING:
+    from torch.nn import Module
+
+    from lightning_presets.registry.build import Heads
+
+
+def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mapping[str, Any]) -> Context:
+    """Read the final configuration off a strategy whose connector has finished with it."""
+    precision = strategy.precision_plugin if namespace.kind == "trainer" else strategy.precision
+    devices = getattr(strategy, "parallel_devices", None)
+    environment = getattr(strategy, "cluster_environment", None)
+    accelerator = accelerator_name(strategy.accelerator)
+    return Context(
+        preset=preset.name,
+        target=namespace.target,
+        caller=namespace.caller,
+        accelerator=accelerator,
+        devices_per_node=len(devices) if devices else 1,
+        num_nodes=int(getattr(strategy, "num_nodes", 1) or 1),
+        precision=str(getattr(precision, "precision", "32-true")),
+        precision_plugin=type(precision).__name__,
+        cluster_environment=type(environment).__name__ if environment is not None else "none",
+        options=MappingProxyType(dict(options)),
+        family=preset.family,
+        precision_classes=tuple(cls.__name__ for cls in type(precision).__mro__),
+        precision_preset=getattr(precision, "_lp_preset", None),
+        gpu_capability=hardware.observed_capability() if accelerator == "cuda" else None,
+        activation_checkpointing=preset.activation_checkpointing,
+    )
+
+
+class Guarded:
+    """Runs the preset's rules at the last step of ``Trainer``/``Fabric`` construction.
+
+    Lightning's connector sets accelerator, precision, devices, number of nodes and cluster
+    environment, then calls ``_configure_launcher()`` exactly once: that is where the snapshot is
+    taken and the construction rules run, before any process, process group or CUDA context exists.
+    The registry composes the class and sets the class attributes below.
+    """
+
+    _lp_preset: ClassVar[Preset]
+    _lp_namespace: ClassVar[Namespace]
+    _lp_rebuild: ClassVar[Any]
+    _lp_rebuild_args: ClassVar[tuple[Any, ...]]
+    _lp_options: Mapping[str, Any]
+    _lp_context: Context | None = None
+
+    # --- what the registry's build asks of a head (registry.build.Head) ---------------------------------
+
+    @classmethod
+    def _lp_usage(cls, preset: Preset, namespace: Namespace) -> str:
+        return f"{namespace.caller}(strategy={preset.name!r})"
+
+    @classmethod
+    def _lp_options_context(
+        cls, preset: Preset, namespace: Namespace, values: Mapping[str, Any], overrides: Mapping[str, Any]
+    ) -> Options:
+        return Options(
+            preset=preset.name,
+            target=namespace.target,
+            values=MappingProxyType(dict(values)),
+            overrides=MappingProxyType(dict(overrides)),
+        )
+
+    @classmethod
+    def _lp_options_rules(cls, preset: Preset) -> tuple[Rule, ...]:
+        return preset.rules
+
+    @classmethod
+    def _lp_attach(cls, instance: Any, context: Options) -> None:
+        instance._lp_options = context.values
+
+    # --- Lightning hooks ----------------------------------------------------------------------------------
+
+    def _configure_launcher(self) -> None:
+        context = snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
+        self._lp_context = context
+        report(run_rules(self._construction_rules(context), "construction", context))
+        cast(Any, super())._configure_launcher()
+
+    def _construction_rules(self, context: Context) -> tuple[Rule, ...]:
+        """The preset's rules, plus the strategy × precision-preset rules when a precision preset is in use."""
+        rules = self._lp_preset.rules
+        if context.precision_preset is None:
+            return rules
+        return (*rules, *(each for each in PRECISION_CROSS_RULES if each not in rules))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle by preset name and target (spawn launchers pickle the strategy; its class is made at run time)."""
+        state = dict(self.__dict__)
+        state["_lp_options"] = dict(state.get("_lp_options", {}))
+        state.pop("_lp_context", None)  # taken again in the new process
+        return (type(self)._lp_rebuild, type(self)._lp_rebuild_args, state)
+
+    def _lp_run(self, stage: Stage, model: Module) -> None:
+        """Run the preset's rules of a model stage once the construction snapshot exists."""
+        context = self._lp_context
+        if context is not None:
+            report(run_rules(self._lp_preset.rules, stage, context, model))
+
+    def _lp_check_model(self, model: Module) -> None:
+        """The model rules; called before the first collective."""
+        self._lp_run("model", model)
+
+    def _lp_check_setup(self, model: Module) -> None:
+        """The setup rules, on the complete model just before the strategy wraps it (each family's hook calls it)."""
+        self._lp_run("setup", model)
+
+
+class GuardedTrainerStrategy(Guarded):
+    """Trainer side: the model is known in ``connect``, which runs in every process before setup."""
+
+    def connect(self, model: Module) -> None:
+        self._lp_check_model(model)
+        cast(Any, super()).connect(model)
+
+
+class GuardedFabricStrategy(Guarded):
+    """Fabric side: the model is known in ``setup_module``, before it is wrapped or sharded."""
+
+    def setup_module(self, module: Module) -> Module:
+        self._lp_check_model(module)
+        return cast("Module", cast(Any, super()).setup_module(module))
+
+
+if TYPE_CHECKING:
+    PresetHooks = Guarded
+else:
+
+    class PresetHooks:
+        """Base of a family's mixin (``Preset.mixins``). The head comes first in the composed class, so at run time
+        this is a plain class; the type checker sees the head's attributes and hooks through it."""
+
+
+HEADS: Heads = MappingProxyType({"trainer": GuardedTrainerStrategy, "fabric": GuardedFabricStrategy})
+"""The head of every strategy preset class, by kind; the registry composes classes from them."""

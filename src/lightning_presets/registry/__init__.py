@@ -1,0 +1,1 @@
+"""Presets from entry points to Lightning's registries: catalog and trust, class composition, build, probing."""

@@ -1,0 +1,86 @@
+"""Registration of the strategy catalog into Lightning's four registries, as factories that build guarded strategies."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import warnings
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from lightning_presets.core.findings import Finding, PresetWarning
+from lightning_presets.core.namespaces import NAMESPACES, Namespace, namespace_for_module
+from lightning_presets.core.preset import Preset
+from lightning_presets.registry import catalog
+from lightning_presets.registry.build import Heads, build
+
+_MARK = "__lightning_presets__"
+_lock = threading.RLock()
+
+
+def _factory(preset: Preset, namespace: Namespace, heads: Heads) -> Callable[..., Any]:
+    def factory(**init_params: Any) -> Any:
+        return build(preset, namespace, init_params, heads)
+
+    factory.__name__ = factory.__qualname__ = preset.name
+    factory.__doc__ = preset.description
+    setattr(factory, _MARK, preset.name)
+    return factory
+
+
+def is_ours(registry: dict[str, Any], name: str) -> bool:
+    entry = dict.get(registry, name)
+    return isinstance(entry, dict) and getattr(entry.get("strategy"), _MARK, None) == name
+
+
+def register_into(registry: Any, namespace: Namespace, heads: Heads) -> list[Finding]:
+    """Register every usable preset of the namespace's kind; idempotent, never overrides others."""
+    findings = []
+    with _lock:
+        for name, preset in catalog.strategy_catalog().presets.items():
+            if namespace.kind not in preset.kinds or is_ours(registry, name):
+                continue
+            if name in registry:
+                findings.append(
+                    Finding(
+                        code="LP002",
+                        severity="error",
+                        message=f"strategy preset {name!r} from {preset.distribution} is not registered into "
+                        f"{namespace.strategies_module}: the name is taken there already",
+                        hint=f"rename the preset in {preset.distribution}",
+                    )
+                )
+                continue
+            registry.register(name, _factory(preset, namespace, heads), description=preset.description)
+    return findings
+
+
+def register_module(module: ModuleType, heads: Heads) -> None:
+    """Register into one of Lightning's strategies modules once it has been executed (the start-up hook calls it).
+
+    While this thread is loading the catalog (a preset module imported Lightning), registration waits until
+    the catalog is loaded.
+    """
+    namespace = namespace_for_module(module.__name__)
+    if namespace is None:
+        return
+    registry = getattr(module, namespace.registry_attr, None)
+    if registry is None:
+        return
+
+    def register() -> None:
+        for finding in register_into(registry, namespace, heads):  # a clash must never break `import lightning`
+            warnings.warn(PresetWarning(finding), stacklevel=3)
+
+    catalog.after_loading(register)
+
+
+def register_all(heads: Heads) -> None:
+    """Register into each namespace whose strategies module is importable (the explicit path)."""
+    for namespace in NAMESPACES:
+        try:
+            module = importlib.import_module(namespace.strategies_module)
+        except ImportError:
+            continue
+        register_module(module, heads)

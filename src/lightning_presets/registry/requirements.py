@@ -1,0 +1,252 @@
+"""Probing optional dependencies: missing, installed but failing to import, or a version pair known not to work.
+
+Nothing here runs when the package is imported or presets are listed: a probe runs only when a strategy
+or precision plugin that needs the dependency is built, right before Lightning would import it anyway.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Literal
+
+from packaging.version import InvalidVersion, Version
+
+from lightning_presets.core.codes import Code
+from lightning_presets.core.findings import Finding
+from lightning_presets.core.preset import Requirement
+
+Status = Literal["ok", "missing", "broken", "incompatible"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KnownBadPair:
+    """A torch / dependency version combination known not to work, and why."""
+
+    applies: Callable[[Version, Version], bool]
+    """``applies(torch_version, dependency_version)``: whether the pair is bad."""
+    reason: str
+    fix: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dependency:
+    """What the probe knows about one optional dependency."""
+
+    module: str
+    """Import name."""
+    distribution: str
+    """Name on the package index, for ``importlib.metadata``."""
+    broken_code: str
+    """Finding code when it is installed but fails to import."""
+    pair_code: str
+    """Finding code when its version does not work with the installed torch."""
+    pairs: tuple[KnownBadPair, ...] = ()
+
+
+def _release(version: Version) -> tuple[int, int]:
+    return (version.major, version.minor)
+
+
+DEPENDENCIES: dict[str, Dependency] = {
+    "deepspeed": Dependency(
+        module="deepspeed",
+        distribution="deepspeed",
+        broken_code="LP401",
+        pair_code="LP402",
+        pairs=(
+            # Lightning 2.6 raises ImportError for this pair in DeepSpeedStrategy.__init__: torch 2.6 made
+            # torch.load default to weights_only=True, which DeepSpeed checkpoints support from 0.16.0 on.
+            KnownBadPair(
+                applies=lambda torch, dep: _release(torch) >= (2, 6) and dep < Version("0.16.0"),
+                reason="torch 2.6 made `torch.load` default to weights_only=True, which DeepSpeed's checkpoint "
+                "loading supports only from 0.16.0 on (Lightning refuses this pair too)",
+                fix="pip install -U 'deepspeed>=0.16'",
+            ),
+        ),
+    ),
+    "torch_xla": Dependency(
+        module="torch_xla",
+        distribution="torch_xla",
+        broken_code="LP501",
+        pair_code="LP502",
+        pairs=(
+            # torch_xla wheels are built against one torch release and pin it (torch_xla 2.5 needs torch 2.5).
+            KnownBadPair(
+                applies=lambda torch, dep: _release(torch) != _release(dep),
+                reason="each torch_xla release is built against the torch release of the same major.minor "
+                "version, and its C extension fails against any other",
+                fix="install the matching pair, e.g. pip install 'torch~=2.X.0' 'torch_xla[tpu]~=2.X.0'",
+            ),
+        ),
+    ),
+    "transformer_engine": Dependency(
+        module="transformer_engine",
+        distribution="transformer_engine",
+        broken_code="LP601",
+        pair_code="LP602",
+        pairs=(
+            # Lightning's TransformerEnginePrecision requires transformer_engine>=0.11.0.
+            KnownBadPair(
+                applies=lambda torch, dep: dep < Version("0.11.0"),
+                reason="Lightning's TransformerEnginePrecision needs transformer_engine>=0.11.0",
+                fix="pip install -U 'transformer_engine[pytorch]>=0.11'",
+            ),
+        ),
+    ),
+    "torchao": Dependency(module="torchao", distribution="torchao", broken_code="LP601", pair_code="LP602"),
+    "bitsandbytes": Dependency(
+        module="bitsandbytes", distribution="bitsandbytes", broken_code="LP601", pair_code="LP602"
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probe:
+    """The state of one optional dependency."""
+
+    module: str
+    status: Status
+    version: str | None = None
+    """Installed distribution version, when the metadata has it."""
+    detail: str = ""
+    """For ``broken``: the exception and its first line; for ``incompatible``: the reason."""
+    fix: str = ""
+
+
+def is_importable(module: str) -> bool:
+    """Whether ``import module`` can find it, without importing it (``sys.modules[name] = None`` blocks it)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed distribution's version from its metadata; never imports it."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def first_error_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def known_bad_pair(dependency: Dependency, torch_version: str, dependency_version: str) -> KnownBadPair | None:
+    """The first encoded pair that matches, or ``None`` (unparsable versions never match)."""
+    try:
+        torch, dep = Version(torch_version), Version(dependency_version)
+    except InvalidVersion:
+        return None
+    return next((pair for pair in dependency.pairs if pair.applies(torch, dep)), None)
+
+
+def probe(module: str) -> Probe:
+    """Find, version-check, then import ``module``. Importing only happens for a dependency about to be used."""
+    if not is_importable(module):
+        return Probe(module=module, status="missing")
+    dependency = DEPENDENCIES.get(module)
+    version = installed_version(dependency.distribution if dependency else module)
+    torch_version = installed_version("torch")
+    if dependency is not None and version is not None and torch_version is not None:
+        pair = known_bad_pair(dependency, torch_version, version)
+        if pair is not None:
+            return Probe(module=module, status="incompatible", version=version, detail=pair.reason, fix=pair.fix)
+    if dependency is None:
+        return Probe(module=module, status="ok", version=version)
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # any failure of the dependency's own import is reported, not raised
+        return Probe(module=module, status="broken", version=version, detail=first_error_line(exc))
+    return Probe(module=module, status="ok", version=version)
+
+
+def finding(requirement: Requirement, result: Probe, usage: str) -> Finding | None:
+    """The finding for one probed requirement; ``usage`` is the user's call, e.g. ``Trainer(strategy='x')``."""
+    if result.status == "ok":
+        return None
+    if result.status == "missing":
+        return Finding(
+            code="LP007",
+            severity="error",
+            message=f"`{usage}` needs the optional dependency {requirement.module!r}, which is not installed",
+            hint=f"install it with: {requirement.install_command}",
+        )
+    dependency = DEPENDENCIES[requirement.module]
+    version = f" {result.version}" if result.version else ""
+    if result.status == "broken":
+        return Finding(
+            code=dependency.broken_code,
+            severity="error",
+            message=f"`{usage}` needs {requirement.module}{version}, which is installed but fails to import: "
+            f"{result.detail}",
+            hint=f"reinstall it (pip install --force-reinstall {dependency.distribution}) or fix the error above; "
+            f"`python -c 'import {requirement.module}'` shows the whole traceback",
+        )
+    torch_version = installed_version("torch") or "unknown"
+    return Finding(
+        code=dependency.pair_code,
+        severity="error",
+        message=f"`{usage}`: torch {torch_version} with {requirement.module}{version} is known not to work: "
+        f"{result.detail}",
+        hint=result.fix,
+    )
+
+
+def findings(requirements: Iterable[Requirement], usage: str) -> list[Finding]:
+    """One finding per requirement that is missing, broken or paired with a torch it does not work with."""
+    found = []
+    for requirement in requirements:
+        each = finding(requirement, probe(requirement.module), usage)
+        if each is not None:
+            found.append(each)
+    return found
+
+
+CODES: tuple[Code, ...] = (
+    Code(
+        stage="options",
+        code="LP401", severity="error", title="DeepSpeed is installed but fails to import",
+        fails='Trainer(strategy="deepspeed_zero2_offload")   # import deepspeed raises',
+        fixed="pip install --force-reinstall --no-build-isolation deepspeed",
+    ),
+    Code(
+        stage="options",
+        code="LP402", severity="error", title="a torch / DeepSpeed version pair known not to work",
+        fails='Trainer(strategy="deepspeed_zero2_offload")   # torch 2.6 with deepspeed 0.15.4',
+        fixed="pip install -U 'deepspeed>=0.16'",
+    ),
+    Code(
+        stage="options",
+        code="LP501", severity="error", title="torch_xla is installed but fails to import",
+        fails='Fabric(strategy="xla_fsdp_ckpt")   # import torch_xla raises',
+        fixed="pip install --force-reinstall 'torch_xla[tpu]'",
+    ),
+    Code(
+        stage="options",
+        code="LP502", severity="error", title="torch_xla built for another torch release",
+        fails='Fabric(strategy="xla_fsdp_ckpt")   # torch 2.13 with torch_xla 2.12',
+        fixed="pip install 'torch~=2.12.0' 'torch_xla[tpu]~=2.12.0'",
+    ),
+    Code(
+        stage="options",
+        code="LP601", severity="error", title="a precision preset's dependency is installed but fails to import",
+        fails='lightning_presets.precision("fp8-te")   # import transformer_engine raises',
+        fixed="pip install --force-reinstall 'transformer_engine[pytorch]'",
+    ),
+    Code(
+        stage="options",
+        code="LP602", severity="error", title="a precision preset's dependency in a version known not to work",
+        fails='lightning_presets.precision("fp8-te")   # transformer_engine 0.10',
+        fixed="pip install -U 'transformer_engine[pytorch]>=0.11'",
+    ),
+)  # fmt: skip

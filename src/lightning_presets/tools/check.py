@@ -1,0 +1,571 @@
+"""The check engine behind ``lightning-presets check``: validate a job without launching anything.
+
+It builds the real ``Trainer``/``Fabric`` on simulated hardware (GPU count, compute capability,
+cluster variables), through the same guards as a user's script, and reports every finding:
+the presets' guards, Lightning's own construction errors (LP700) and the cluster-consistency
+checks (LP701+). It never initializes CUDA, never starts a process and never creates a process group.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+from unittest import mock
+
+from lightning_presets import _api
+from lightning_presets.core.context import Context, Options
+from lightning_presets.core.findings import Finding, PresetConfigError, UsageError
+from lightning_presets.core.namespaces import namespace_for_target
+from lightning_presets.core.preset import Preset
+from lightning_presets.core.rules import run_rules
+from lightning_presets.registry import catalog
+from lightning_presets.registry.classes import lightning_class
+from lightning_presets.tools import cluster as _cluster
+from lightning_presets.tools import construct as _construct
+from lightning_presets.tools import names as _names
+from lightning_presets.tools import simulation as _simulation
+from lightning_presets.tools.check_codes import CHECK_CODES
+from lightning_presets.tools.resolved import Resolved, resolve
+
+CODES = CHECK_CODES
+"""The documented codes of the check (LP700-LP716); ``docs/errors.md`` lists them."""
+SCHEMA = "lightning-presets/check"
+SCHEMA_VERSION = 1
+Mode = Literal["trainer", "fabric"]
+Evidence = Literal["import", "syntax", "construction"]
+Source = Literal["guard", "lightning", "check", "catalog"]
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+FABRIC_KEYS = ("accelerator", "strategy", "devices", "num_nodes", "precision", "plugins")
+"""The arguments of ``Fabric(...)`` a check passes on (the Trainer takes many more)."""
+_INTERACTIVE_FLAGS = ("lightning.pytorch.trainer.connectors.accelerator_connector", "lightning.fabric.connector")
+
+
+class _Source(str):
+    """Text shown as code: its repr is itself."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckRequest:
+    """A job to validate: Trainer/Fabric arguments, preset overrides and the simulated target."""
+
+    mode: Mode = "trainer"
+    arguments: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Trainer/Fabric arguments given explicitly (flags over the config file); nothing else is passed."""
+    plugins: tuple[str, ...] = ()
+    """Precision-preset names."""
+    overrides: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Preset (or Lightning strategy) constructor overrides, from ``--set``."""
+    gpus: int = 0
+    """Simulated GPUs per node (0: a CPU-only node)."""
+    gpu_capability: tuple[int, int] = (9, 0)
+    gpu_memory: int | None = None
+    """Bytes of memory per simulated GPU, for guards that read it."""
+    cluster: str = "none"
+    env: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    """Extra environment variables of the job (applied last)."""
+    interactive: bool = False
+    """Simulate a notebook / interactive session."""
+    notes: tuple[str, ...] = ()
+    """What the request leaves out (e.g. config keys the check does not build); reported as given."""
+
+    @property
+    def caller(self) -> str:
+        return "Trainer" if self.mode == "trainer" else "Fabric"
+
+    @property
+    def package(self) -> str:
+        return "lightning.pytorch" if self.mode == "trainer" else "lightning.fabric"
+
+    def call(self) -> str:
+        arguments = dict(self.arguments)
+        if self.overrides and isinstance(arguments.get("strategy"), str):
+            name = arguments["strategy"]
+            overrides = "".join(f", {key}={value!r}" for key, value in self.overrides.items())
+            arguments["strategy"] = _Source(
+                f"lightning_presets.strategy({name!r}{overrides})" if _preset(name) is not None
+                else f"<{name!r} built with {overrides.removeprefix(', ')}>"
+            )  # fmt: skip
+        parts = [f"{key}={value!r}" for key, value in arguments.items() if key != "plugins"]
+        if self.plugins:
+            plugins = ", ".join(f"lightning_presets.precision({name!r})" for name in self.plugins)
+            parts.append(f"plugins=[{plugins}]")
+        return f"{self.caller}({', '.join(parts)})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "arguments": {key: _jsonable(value) for key, value in self.arguments.items()},
+            "plugins": list(self.plugins),
+            "overrides": {key: _jsonable(value) for key, value in self.overrides.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reported:
+    """A finding and where it came from."""
+
+    finding: Finding
+    source: Source
+    """``guard`` (a preset rule), ``lightning`` (Lightning's own error), ``check`` or ``catalog``."""
+    level: Evidence
+    """The evidence level it was found at."""
+
+    def as_dict(self) -> dict[str, str]:
+        return {**self.finding.as_dict(), "source": self.source, "level": self.level}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckReport:
+    """The outcome of a check: findings, how far it got, and what Lightning resolved."""
+
+    request: CheckRequest
+    reported: tuple[Reported, ...]
+    evidence: Evidence
+    constructed: bool
+    """Whether the Trainer/Fabric object was built."""
+    resolved: Resolved | None
+    lightning_warnings: tuple[str, ...]
+    simulated: Mapping[str, Any]
+    elapsed_ms: float
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(each.finding for each in self.reported)
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        return tuple(finding.code for finding in self.findings)
+
+    def rejected(self, strict: bool = False) -> bool:
+        return any(finding.severity == "error" or strict for finding in self.findings)
+
+    def exit_code(self, strict: bool = False) -> int:
+        return 1 if self.rejected(strict) else 0
+
+    def as_dict(self, strict: bool = False) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "valid": not self.rejected(strict),
+            "strict": strict,
+            "exit_code": self.exit_code(strict),
+            "call": self.request.call(),
+            "request": self.request.as_dict(),
+            "evidence": {"level": self.evidence, "constructed": self.constructed, "simulated": dict(self.simulated)},
+            "resolved": self.resolved.as_dict() if self.resolved else None,
+            "findings": [each.as_dict() for each in self.reported],
+            "lightning_warnings": list(self.lightning_warnings),
+            "elapsed_ms": round(self.elapsed_ms, 3),
+            "notes": list(self.request.notes),
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, Mapping):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    return repr(value)
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set``/``--env`` style value: a Python literal when it is one, else the string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.items: list[Reported] = []
+
+    def add(self, findings: list[Finding] | tuple[Finding, ...], source: Source, level: Evidence) -> None:
+        known = {(each.finding.code, each.finding.message) for each in self.items}
+        for finding in findings:
+            if (finding.code, finding.message) not in known:
+                known.add((finding.code, finding.message))
+                self.items.append(Reported(finding=finding, source=source, level=level))
+
+    @property
+    def has_error(self) -> bool:
+        return any(each.finding.severity == "error" for each in self.items)
+
+    def ordered(self) -> tuple[Reported, ...]:
+        return tuple(sorted(self.items, key=lambda each: each.finding.severity != "error"))
+
+
+def _preset(name: Any) -> Preset | None:
+    if not isinstance(name, str):
+        return None
+    return catalog.strategy_catalog().presets.get(name)
+
+
+def _requested_accelerator(arguments: Mapping[str, Any], gpus: int) -> str:
+    value = str(arguments.get("accelerator", "auto")).lower()
+    if value == "gpu" or (value == "auto" and gpus > 0):
+        return "cuda"
+    return "cpu" if value == "auto" else value
+
+
+def _requested_devices(arguments: Mapping[str, Any], accelerator: str, gpus: int) -> int | None:
+    value = arguments.get("devices", "auto")
+    if isinstance(value, str):
+        value = value.strip()
+        if value.lstrip("-").isdigit():
+            value = int(value)
+        elif "," in value:
+            return len([part for part in value.split(",") if part.strip()])
+    if isinstance(value, (list, tuple)):
+        return len(value)
+    if value in ("auto", -1):
+        return gpus if accelerator == "cuda" else 1
+    return value if type(value) is int and value > 0 else None
+
+
+def _requested_nodes(arguments: Mapping[str, Any]) -> int:
+    value = arguments.get("num_nodes", 1)
+    return value if type(value) is int and value > 0 else 1
+
+
+def _visible_gpus(gpus: int, visible: str | None) -> int:
+    if visible is None:
+        return gpus
+    entries = [entry.strip() for entry in visible.split(",") if entry.strip()]
+    count = 0
+    for entry in entries:  # CUDA stops at the first invalid index
+        if entry.isdigit() and int(entry) >= gpus:
+            break
+        count += 1
+    return min(count, gpus)
+
+
+def _effective(request: CheckRequest) -> dict[str, Any]:
+    """The arguments Lightning will use: ``PL_TRAINER_*`` (or Fabric's ``LT_*``) defaults under the explicit ones."""
+    prefix = "PL_TRAINER_" if request.mode == "trainer" else "LT_"
+    defaults = {}
+    for key in ("accelerator", "devices", "num_nodes", "strategy", "precision"):
+        variable = prefix + key.upper()
+        raw = request.env.get(variable, os.environ.get(variable))
+        if raw:
+            defaults[key] = parse_value(raw)
+    return {**defaults, **request.arguments}
+
+
+@contextlib.contextmanager
+def _simulation_of(request: CheckRequest, devices: int, nodes: int) -> Iterator[tuple[dict[str, str], int]]:
+    """Simulated GPUs, no MPS, the cluster's variables, ``--env`` and (optionally) an interactive session.
+
+    Yields the variables the job sees (cluster ones and ``CUDA_VISIBLE_DEVICES``) and the GPUs visible.
+    """
+    with contextlib.ExitStack() as stack:
+        variables = stack.enter_context(
+            _simulation.simulated_cluster(request.cluster, devices, nodes, dict(request.env))
+        )
+        if "CUDA_VISIBLE_DEVICES" not in request.env:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        visible = _visible_gpus(request.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        stack.enter_context(
+            _simulation.simulated_cuda(visible, request.gpu_capability, request.gpu_memory, only_imported=True)
+        )
+        stack.enter_context(_simulation.without_mps())
+        if request.interactive:
+            for module in _INTERACTIVE_FLAGS:
+                stack.enter_context(mock.patch(f"{module}._IS_INTERACTIVE", True))
+        job_env = {name: value for name, value in os.environ.items() if _simulation.is_cluster_variable(name)}
+        if "CUDA_VISIBLE_DEVICES" in os.environ:
+            job_env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+        job_env.update({key: value for key, value in variables.items() if key not in job_env})
+        if request.cluster == "lsf" and "LSB_DJOB_RANKFILE" not in request.env:
+            job_env["LSB_DJOB_RANKFILE"] = "<generated rank file>"
+        yield job_env, visible
+
+
+def _forwarded_to(strategy_cls: Any) -> Any:
+    """The torch wrapper a strategy forwards its ``**kwargs`` to (FSDP, DDP), if known."""
+    names = {klass.__name__ for klass in getattr(strategy_cls, "__mro__", ())}
+    if "FSDPStrategy" in names:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel
+    if "DDPStrategy" in names:
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel
+    return None
+
+
+def _override_findings(name: str, strategy_cls: Any, overrides: Mapping[str, Any], caller: str) -> list[Finding]:
+    import difflib
+
+    parameters = list(inspect.signature(strategy_cls).parameters.values())
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
+        wrapped = _forwarded_to(strategy_cls)
+        if wrapped is None:
+            return []
+        parameters += [p for p in inspect.signature(wrapped).parameters.values() if p.name not in ("self", "module")]
+    valid = sorted({p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)})
+    findings = []
+    for key in sorted(set(overrides) - set(valid)):
+        close = difflib.get_close_matches(key, valid, n=1)
+        findings.append(
+            Finding(
+                code="LP715",
+                severity="error",
+                message=f"`{caller}(strategy={name!r})` with {key}=...: {key!r} is not an argument of "
+                f"{getattr(strategy_cls, '__name__', name)}",
+                hint=(f"did you mean {close[0]!r}? " if close else "") + f"valid keys: {', '.join(valid)}",
+            )
+        )
+    return findings
+
+
+def _strategy_argument(request: CheckRequest, name: Any, out: _Collector) -> Any:
+    """The value for ``strategy=``: the name itself, or an instance when ``--set`` overrides were given."""
+    build = getattr(name, "build", None)  # a class_path strategy from --config, built inside the simulation
+    if callable(build):
+        try:
+            return build()
+        except Exception as error:
+            out.add([_lightning_finding(error, request)], "lightning", "syntax")
+            return None
+    if not request.overrides:
+        return name
+    if not isinstance(name, str) or name.lower() == _names.AUTO:
+        raise UsageError("--set needs a named strategy: pass --strategy NAME (a preset or a Lightning strategy)")
+    name = name.lower()  # as Lightning's connector does
+    if _preset(name) is not None:
+        try:
+            return _api.strategy(name, target=request.mode, **request.overrides)
+        except PresetConfigError as error:
+            out.add(error.findings, "guard", "syntax")
+            return None
+    registry = _names.strategy_registry(request.package)
+    if name not in registry:  # e.g. an unknown PL_TRAINER_STRATEGY: the names check reports it
+        out.add(_names.check_strategy(name, request.package, request.caller), "check", "syntax")
+        return None
+    entry: dict[str, Any] = registry[name]
+    unknown = _override_findings(name, entry["strategy"], request.overrides, request.caller)
+    out.add(unknown, "check", "syntax")
+    if unknown:
+        return None
+    try:
+        return entry["strategy"](**{**entry["init_params"], **request.overrides})
+    except Exception as error:
+        out.add([_lightning_finding(error, request)], "lightning", "syntax")
+        return None
+
+
+def _plugin_instances(request: CheckRequest, out: _Collector) -> list[Any] | None:
+    if not request.plugins:
+        return []
+    instances = []
+    for name in request.plugins:
+        try:
+            instances.append(_api.precision(name, target=request.mode))
+        except PresetConfigError as error:
+            out.add(error.findings, "guard", "syntax")
+            return None
+    return instances
+
+
+def _lightning_finding(error: BaseException, request: CheckRequest) -> Finding:
+    text = str(error).strip() or type(error).__name__
+    if isinstance(error, KeyError) and error.args:
+        text = f"KeyError: {error.args[0]!r}"
+    return Finding(
+        code="LP700",
+        severity="error",
+        message=text,
+        hint=f"Lightning raised {type(error).__name__} while building `{request.call()}`; "
+        "change the argument it names and check again",
+    )
+
+
+# The connector's own choice: a strategy of one of these classes gets that precision plugin whatever the flag.
+_STRATEGY_PRECISION = {
+    "FSDPStrategy": "FSDPPrecision",
+    "DeepSpeedStrategy": "DeepSpeedPrecision",
+    "XLAStrategy": "XLAPrecision",
+    "SingleDeviceXLAStrategy": "XLAPrecision",
+    "XLAFSDPStrategy": "XLAPrecision",
+}
+
+
+def _expected_plugin(preset: Preset, mode: str, precision: str) -> str:
+    """The precision plugin class Lightning would pick for the preset's strategy class (as the connector does)."""
+    try:
+        strategy_class = lightning_class(preset, namespace_for_target(mode))
+    except Exception:  # the class cannot be resolved here (e.g. its package is missing): decide by the flag
+        strategy_class = object
+    for klass in strategy_class.__mro__:
+        if klass.__name__ in _STRATEGY_PRECISION:
+            return _STRATEGY_PRECISION[klass.__name__]
+    if precision in ("16-true", "bf16-true"):
+        return "HalfPrecision"
+    if precision == "64-true":
+        return "DoublePrecision"
+    if precision.startswith("transformer-engine"):
+        return "TransformerEnginePrecision"
+    return "MixedPrecision" if precision.endswith("-mixed") else "Precision"
+
+
+def _syntax_guards(request: CheckRequest, preset: Preset, arguments: Mapping[str, Any]) -> list[Finding]:
+    """The preset's guards on the requested values, for when Lightning stopped before they could run.
+
+    With a precision preset (``--plugin``) only the options rules run: which plugin class Lightning would
+    have ended up with is not known without constructing.
+    """
+    values = {**preset.init_params, **request.overrides}
+    options = Options(preset=preset.name, target=request.mode, values=values, overrides=dict(request.overrides))
+    if request.plugins:
+        return run_rules(preset.rules, "options", options)
+    precision = _names.canonical_precision(arguments.get("precision"))
+    accelerator = _requested_accelerator(arguments, request.gpus)
+    plugin = _expected_plugin(preset, request.mode, precision)
+    context = Context(
+        preset=preset.name,
+        target=request.mode,
+        caller=request.caller,
+        accelerator=accelerator,
+        devices_per_node=_requested_devices(arguments, accelerator, request.gpus) or 1,
+        num_nodes=_requested_nodes(arguments),
+        precision=precision,
+        precision_plugin=plugin,
+        cluster_environment="LightningEnvironment",
+        options=MappingProxyType(values),
+        family=preset.family,
+        precision_classes=tuple(dict.fromkeys((plugin, "Precision"))),
+        precision_preset=None,
+        gpu_capability=request.gpu_capability if accelerator == "cuda" and request.gpus else None,
+    )
+    return run_rules(preset.rules, "options", options) + run_rules(preset.rules, "construction", context)
+
+
+def _syntax(request: CheckRequest, arguments: Mapping[str, Any], out: _Collector) -> None:
+    strategy = arguments.get("strategy")
+    if isinstance(strategy, str):
+        out.add(_names.check_strategy(strategy.lower(), request.package, request.caller), "check", "syntax")
+    if "precision" in arguments:
+        out.add(_names.check_precision(str(arguments["precision"]), request.caller), "check", "syntax")
+    accelerator = arguments.get("accelerator")
+    if isinstance(accelerator, str):
+        out.add(_names.check_accelerator(accelerator, request.package, request.caller), "check", "syntax")
+    for name in request.plugins:
+        out.add(_names.check_plugin(name, request.caller), "check", "syntax")
+
+
+def _factory(request: CheckRequest) -> Any:
+    if request.mode == "trainer":
+        from lightning.pytorch import Trainer
+
+        return Trainer
+    from lightning.fabric import Fabric
+
+    return Fabric
+
+
+def _build(
+    request: CheckRequest, arguments: Mapping[str, Any], effective: Mapping[str, Any], out: _Collector
+) -> _construct.Outcome | None:
+    """Construct the Trainer/Fabric (inside the simulation); ``None`` when the syntax checks already failed."""
+    strategy_name = arguments.get("strategy", effective.get("strategy", _names.AUTO))
+    strategy_value = _strategy_argument(request, strategy_name, out)
+    plugins = _plugin_instances(request, out)
+    if out.has_error:
+        return None
+    kwargs = dict(arguments)
+    if "strategy" in arguments or request.overrides:
+        kwargs["strategy"] = strategy_value
+    if plugins:
+        kwargs["plugins"] = [*kwargs.get("plugins", []), *plugins]
+    if request.mode == "trainer":
+        kwargs.update(_construct.TRAINER_QUIET)
+    else:
+        kwargs = {key: value for key, value in kwargs.items() if key in FABRIC_KEYS}
+    return _construct.construct(_factory(request), kwargs)
+
+
+def _resolved(outcome: _construct.Outcome, caller: str) -> Resolved | None:
+    """What Lightning resolved, once it got as far as setting the strategy up (even if it then rejected it)."""
+    strategy = outcome.strategy
+    reached = outcome.built is not None or outcome.context is not None or getattr(strategy, "_launcher", None)
+    return resolve(strategy, caller) if strategy is not None and reached else None
+
+
+def run_check(request: CheckRequest) -> CheckReport:
+    """Validate ``request``; never raises for a bad configuration (only :class:`UsageError` for a bad request)."""
+    if request.mode not in ("trainer", "fabric"):
+        raise UsageError(f"mode {request.mode!r} is not 'trainer' or 'fabric'")
+    if request.cluster not in _simulation.CLUSTERS:
+        raise UsageError(f"--cluster {request.cluster!r} is not one of {', '.join(_simulation.CLUSTERS)}")
+    _factory(request)
+    start = time.perf_counter()  # imports done: what follows is the check itself
+    out = _Collector()
+    arguments = dict(request.arguments)
+    if isinstance(arguments.get("strategy"), str):
+        arguments["strategy"] = arguments["strategy"].lower()
+    effective = _effective(request)
+    _syntax(request, arguments, out)
+    accelerator = _requested_accelerator(effective, request.gpus)
+    devices = _requested_devices(effective, accelerator, request.gpus)
+    nodes = _requested_nodes(effective)
+    outcome = _construct.Outcome()
+    with _simulation_of(request, devices or 1, nodes) as (job_env, visible):
+        if not out.has_error:
+            outcome = _build(request, arguments, effective, out) or outcome
+    evidence: Evidence = "construction" if outcome.attempted else "syntax"
+    out.add(outcome.findings, "guard", "construction")
+    if outcome.error is not None:
+        out.add([_lightning_finding(outcome.error, request)], "lightning", "construction")
+    preset = _preset(effective.get("strategy"))
+    if preset is not None and outcome.context is None and not any(e.source == "check" for e in out.items):
+        out.add(_syntax_guards(request, preset, effective), "guard", "syntax")
+    resolved = _resolved(outcome, request.caller)
+    launcher = getattr(outcome.strategy, "_launcher", None)
+    name = effective.get("strategy", _names.AUTO)
+    target = _cluster.Target(
+        caller=request.caller,
+        strategy=name.lower() if isinstance(name, str) else type(name).__name__,
+        accelerator=resolved.accelerator if resolved else accelerator,
+        devices=resolved.devices_per_node if resolved else devices,
+        requested_devices=devices,
+        num_nodes=resolved.num_nodes if resolved else nodes,
+        env=job_env,
+        gpus_visible=visible,
+        gpus_per_node=request.gpus,
+        interactive=request.interactive,
+        interactive_compatible=getattr(launcher, "is_interactive_compatible", None),
+    )
+    out.add(_cluster.cluster_findings(target), "check", evidence)
+    simulated = {
+        "gpus_per_node": request.gpus,
+        "gpus_visible": visible,
+        "gpu_capability": f"{request.gpu_capability[0]}.{request.gpu_capability[1]}",
+        "gpu_memory_bytes": request.gpu_memory,
+        "cluster": request.cluster,
+        "interactive": request.interactive,
+        "environment": dict(sorted(job_env.items())),
+    }
+    return CheckReport(
+        request=request,
+        reported=out.ordered(),
+        evidence=evidence,
+        constructed=outcome.built is not None,
+        resolved=resolved,
+        lightning_warnings=tuple(dict.fromkeys(outcome.warnings)),
+        simulated=simulated,
+        elapsed_ms=(time.perf_counter() - start) * 1000,
+    )

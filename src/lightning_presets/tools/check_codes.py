@@ -1,0 +1,97 @@
+"""Documented codes of ``lightning-presets check``: name checks, Lightning's own errors, cluster consistency."""
+
+from __future__ import annotations
+
+from lightning_presets.core.codes import Code
+
+CHECK = "lightning-presets check"
+
+CHECK_CODES: tuple[Code, ...] = (
+    Code(
+        code="LP700", severity="error", stage="check", title="Lightning rejected the configuration",
+        fails=f"{CHECK} --accelerator cpu --devices 0 --strategy ddp",
+        fixed=f"{CHECK} --accelerator cpu --devices 2 --strategy ddp",
+    ),
+    Code(
+        code="LP701", severity="error", stage="check", title="an unknown strategy name",
+        fails=f"{CHECK} --strategy fsdp_ofload_ckpt",
+        fixed=f"{CHECK} --strategy fsdp_offload_ckpt",
+    ),
+    Code(
+        code="LP702", severity="error", stage="check", title="an unknown precision value",
+        fails=f"{CHECK} --precision bf16-mix",
+        fixed=f"{CHECK} --precision bf16-mixed",
+    ),
+    Code(
+        code="LP703", severity="error", stage="check", title="an unknown accelerator name",
+        fails=f"{CHECK} --accelerator cdua",
+        fixed=f"{CHECK} --accelerator cuda --gpus 8",
+    ),
+    Code(
+        code="LP704", severity="error", stage="check", title="an unknown precision preset",
+        fails=f"{CHECK} --plugin fp8_everything",
+        fixed=f"{CHECK} --precision bf16-mixed",
+    ),
+    Code(
+        code="LP705", severity="error", stage="check", title="SLURM tasks per node differ from devices",
+        fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --cluster slurm --env SLURM_NTASKS_PER_NODE=4",
+        fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --cluster slurm --env SLURM_NTASKS_PER_NODE=4",
+    ),
+    Code(
+        code="LP706", severity="error", stage="check", title="SLURM node count differs from num_nodes",
+        fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NNODES=2",
+        fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster slurm --env SLURM_NNODES=2",
+    ),
+    Code(
+        code="LP707", severity="error", stage="check", title="SLURM_NTASKS differs from devices × num_nodes",
+        fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=8",
+        fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=32",
+    ),
+    Code(
+        code="LP708", severity="error", stage="check", title="torchelastic WORLD_SIZE differs from devices × num_nodes",
+        fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic "
+        "--env WORLD_SIZE=8",
+        fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic",
+    ),
+    Code(
+        code="LP709", severity="error", stage="check", title="torchelastic LOCAL_WORLD_SIZE differs from devices",
+        fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --cluster torchelastic --env LOCAL_WORLD_SIZE=4",
+        fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --cluster torchelastic --env LOCAL_WORLD_SIZE=4",
+    ),
+    Code(
+        code="LP710", severity="error", stage="check", title="more devices than GPUs visible",
+        fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --env CUDA_VISIBLE_DEVICES=0,1,2,3",
+        fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --env CUDA_VISIBLE_DEVICES=0,1,2,3",
+    ),
+    Code(
+        code="LP711", severity="error", stage="check", title="a strategy that cannot run in an interactive session",
+        fails=f"{CHECK} --accelerator cpu --devices 2 --strategy ddp --interactive",
+        fixed=f"{CHECK} --accelerator cpu --devices 2 --strategy ddp_notebook --interactive",
+    ),
+    Code(
+        code="LP712", severity="error", stage="check", title="an interactive SLURM job across several nodes",
+        fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm "
+        "--env SLURM_JOB_NAME=interactive",
+        fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm",
+    ),
+    Code(
+        code="LP713", severity="warning", stage="check", title="several nodes without a cluster environment",
+        fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4",
+        fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm",
+    ),
+    Code(
+        code="LP714", severity="error", stage="check", title="LSF JSM_NAMESPACE_SIZE differs from devices × num_nodes",
+        fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster lsf --env JSM_NAMESPACE_SIZE=8",
+        fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster lsf",
+    ),
+    Code(
+        code="LP715", severity="error", stage="check", title="an override key a Lightning strategy does not take",
+        fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --strategy fsdp --set sharding_stratgy=FULL_SHARD",
+        fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --strategy fsdp --set sharding_strategy=FULL_SHARD",
+    ),
+    Code(
+        code="LP716", severity="warning", stage="check", title="a single-device strategy asked for several devices",
+        fails=f"{CHECK} --accelerator cpu --devices 2 --strategy single_device",
+        fixed=f"{CHECK} --accelerator cpu --devices 1 --strategy single_device",
+    ),
+)  # fmt: skip

@@ -1,0 +1,247 @@
+"""Cluster-consistency checks: the settings that make a multi-node job hang instead of fail.
+
+Pure functions over a :class:`Target` (what the job asks for and the environment it will see).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from lightning_presets.core.findings import Finding
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+_INTERACTIVE_JOB_NAMES = ("bash", "interactive")
+_SINGLE_DEVICE_STRATEGIES = ("single_device", "single_xla", "single_tpu")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """The job as ``check`` sees it, once the simulated environment is in place."""
+
+    caller: str
+    """``Trainer`` or ``Fabric``."""
+    strategy: str
+    """The strategy name as passed (lower case), or the class name for an instance."""
+    accelerator: str
+    """The resolved accelerator (``cpu``, ``cuda``, ...), or the requested one when nothing was built."""
+    devices: int | None
+    """Devices per node (as resolved when the strategy exists); ``None`` when it could not be determined."""
+    requested_devices: int | None = None
+    """Devices per node as requested (a single-device strategy resolves to 1 whatever was asked)."""
+    num_nodes: int
+    env: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    """The cluster variables and ``CUDA_VISIBLE_DEVICES`` the job sees."""
+    gpus_visible: int = 0
+    gpus_per_node: int = 0
+    interactive: bool = False
+    interactive_compatible: bool | None = None
+    """Whether the resolved launcher can run in a notebook; ``None`` when unknown."""
+
+    def call(self, *parts: str) -> str:
+        return f"`{self.caller}({', '.join(parts)})`"
+
+    @property
+    def world_size(self) -> int | None:
+        return None if self.devices is None else self.devices * self.num_nodes
+
+    @property
+    def slurm_interactive(self) -> bool:
+        return self.env.get("SLURM_JOB_NAME") in _INTERACTIVE_JOB_NAMES
+
+    @property
+    def slurm(self) -> bool:
+        """Lightning's own detection: ``SLURM_NTASKS`` set and not an interactive job name."""
+        return "SLURM_NTASKS" in self.env and not self.slurm_interactive
+
+    @property
+    def torchelastic(self) -> bool:
+        return "TORCHELASTIC_RUN_ID" in self.env
+
+    @property
+    def lsf(self) -> bool:
+        return {"LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE"} <= set(self.env)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _finding(code: str, message: str, hint: str, severity: str = "error") -> Finding:
+    return Finding(code=code, severity="warning" if severity == "warning" else "error", message=message, hint=hint)
+
+
+def slurm_tasks_per_node(t: Target) -> Finding | None:
+    tasks = _int(t.env.get("SLURM_NTASKS_PER_NODE"))
+    if not t.slurm or tasks is None or t.devices is None or tasks == t.devices:
+        return None
+    return _finding(
+        "LP705",
+        f"{t.call(f'devices={t.devices}')}: SLURM starts --ntasks-per-node={tasks} task(s) per node but each "
+        f"process expects {t.devices} per node; the job would hang or fail when the processes meet",
+        f"set devices={tasks}, or #SBATCH --ntasks-per-node={t.devices}",
+    )
+
+
+def slurm_nodes(t: Target) -> Finding | None:
+    nodes = _int(t.env.get("SLURM_NNODES"))
+    if not t.slurm or nodes is None or nodes == t.num_nodes:
+        return None
+    return _finding(
+        "LP706",
+        f"{t.call(f'num_nodes={t.num_nodes}')}: SLURM allocated --nodes={nodes}; the processes would wait for "
+        f"{t.num_nodes} node(s) that never join" + (" (a hang)" if t.num_nodes > nodes else ""),
+        f"set num_nodes={nodes}, or #SBATCH --nodes={t.num_nodes}",
+    )
+
+
+def slurm_tasks(t: Target) -> Finding | None:
+    tasks = _int(t.env.get("SLURM_NTASKS"))
+    world = t.world_size
+    if not t.slurm or tasks is None or world is None or tasks == world:
+        return None
+    return _finding(
+        "LP707",
+        f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: SLURM_NTASKS={tasks}, but devices="
+        f"{t.devices} × num_nodes={t.num_nodes} = {world} processes are expected",
+        f"request #SBATCH --nodes={t.num_nodes} --ntasks-per-node={t.devices} (= {world} tasks), or set "
+        f"devices and num_nodes so that their product is {tasks}",
+    )
+
+
+def elastic_world_size(t: Target) -> Finding | None:
+    size = _int(t.env.get("WORLD_SIZE"))
+    world = t.world_size
+    if not t.torchelastic or size is None or world is None or size == world:
+        return None
+    return _finding(
+        "LP708",
+        f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: torchrun's WORLD_SIZE={size}, but "
+        f"devices={t.devices} × num_nodes={t.num_nodes} = {world}; ranks and data shards would not line up",
+        f"launch with torchrun --nnodes={t.num_nodes} --nproc-per-node={t.devices}, or set devices and "
+        f"num_nodes so that their product is {size}",
+    )
+
+
+def elastic_local_world_size(t: Target) -> Finding | None:
+    size = _int(t.env.get("LOCAL_WORLD_SIZE"))
+    if not t.torchelastic or size is None or t.devices is None or size == t.devices:
+        return None
+    return _finding(
+        "LP709",
+        f"{t.call(f'devices={t.devices}')}: torchrun starts LOCAL_WORLD_SIZE={size} process(es) per node, "
+        f"not {t.devices}",
+        f"set devices={size}, or launch with torchrun --nproc-per-node={t.devices}",
+    )
+
+
+def lsf_world_size(t: Target) -> Finding | None:
+    size = _int(t.env.get("JSM_NAMESPACE_SIZE"))
+    world = t.world_size
+    if not t.lsf or size is None or world is None or size == world:
+        return None
+    return _finding(
+        "LP714",
+        f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: jsrun starts JSM_NAMESPACE_SIZE={size} "
+        f"task(s), but devices={t.devices} × num_nodes={t.num_nodes} = {world}",
+        f"run jsrun with {world} tasks ({t.devices} per node), or set devices and num_nodes to match {size}",
+    )
+
+
+def devices_visible(t: Target) -> Finding | None:
+    if t.accelerator not in ("cuda", "gpu"):
+        return None
+    visible = t.env.get("CUDA_VISIBLE_DEVICES")
+    where = (
+        f"CUDA_VISIBLE_DEVICES={visible!r} leaves {t.gpus_visible}"
+        if visible is not None
+        else (f"the node has {t.gpus_visible}")
+    )
+    if t.gpus_visible == 0:
+        return _finding(
+            "LP710",
+            f"{t.call(f'accelerator={t.accelerator!r}')}: no GPU is visible ({where} GPU(s))",
+            "describe the target node with --gpus N (e.g. --gpus 8)"
+            + (", and widen CUDA_VISIBLE_DEVICES" if visible is not None else ""),
+        )
+    if t.devices is None or t.devices <= t.gpus_visible:
+        return None
+    return _finding(
+        "LP710",
+        f"{t.call(f'devices={t.devices}')}: {t.devices} GPU(s) per node requested, but {where} visible GPU(s)",
+        f"set devices={t.gpus_visible} (or devices='auto')"
+        + (f", or list {t.devices} GPUs in CUDA_VISIBLE_DEVICES" if visible is not None else ""),
+    )
+
+
+def interactive_session(t: Target) -> Finding | None:
+    if not t.interactive or t.interactive_compatible is not False:
+        return None
+    return _finding(
+        "LP711",
+        f"{t.call(f'strategy={t.strategy!r}')}: this strategy starts its processes by re-running a script, "
+        "which cannot happen from an interactive session (notebook, IPython)",
+        "run the code as a script, or use strategy='ddp_notebook' (one node, fork) in the notebook",
+    )
+
+
+def slurm_interactive_nodes(t: Target) -> Finding | None:
+    if not (t.slurm_interactive and "SLURM_NTASKS" in t.env and t.num_nodes > 1):
+        return None
+    return _finding(
+        "LP712",
+        f"{t.call(f'num_nodes={t.num_nodes}')}: SLURM_JOB_NAME={t.env['SLURM_JOB_NAME']!r} makes Lightning ignore "
+        f"SLURM, so it launches on this node alone and waits for {t.num_nodes - 1} other node(s) forever",
+        "submit the job with sbatch/srun under another job name, or use num_nodes=1 in an interactive session",
+    )
+
+
+def nodes_without_cluster(t: Target) -> Finding | None:
+    if t.num_nodes <= 1 or t.slurm or t.torchelastic or t.lsf or t.slurm_interactive:
+        return None
+    if "MASTER_ADDR" in t.env and "NODE_RANK" in t.env:
+        return None
+    return _finding(
+        "LP713",
+        f"{t.call(f'num_nodes={t.num_nodes}')}: no cluster environment (SLURM, torchrun, LSF) and no "
+        "MASTER_ADDR/NODE_RANK: each node would start as node 0 and wait for the others forever",
+        "simulate the launcher with --cluster slurm|torchelastic|lsf, or set MASTER_ADDR, MASTER_PORT and "
+        "NODE_RANK on every node",
+        severity="warning",
+    )
+
+
+def single_device_strategy(t: Target) -> Finding | None:
+    requested = t.requested_devices
+    if t.strategy not in _SINGLE_DEVICE_STRATEGIES or requested is None or requested <= 1:
+        return None
+    return _finding(
+        "LP716",
+        f"{t.call(f'strategy={t.strategy!r}', f'devices={requested}')}: a single-device strategy uses one "
+        f"device; the other {requested - 1} stay idle without an error",
+        "use devices=1, or strategy='ddp' (or 'auto') for several devices",
+        severity="warning",
+    )
+
+
+CLUSTER_RULES: tuple[Callable[[Target], Finding | None], ...] = (
+    slurm_tasks_per_node,
+    slurm_nodes,
+    slurm_tasks,
+    slurm_interactive_nodes,
+    elastic_world_size,
+    elastic_local_world_size,
+    lsf_world_size,
+    nodes_without_cluster,
+    devices_visible,
+    interactive_session,
+    single_device_strategy,
+)
+
+
+def cluster_findings(target: Target) -> list[Finding]:
+    return [finding for rule in CLUSTER_RULES if (finding := rule(target)) is not None]

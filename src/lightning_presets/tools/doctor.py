@@ -1,0 +1,430 @@
+"""What ``lightning-presets doctor`` explains: versions, autoload, registries, trust, extras and cluster.
+
+Nothing here starts a process, a launcher or a CUDA context. CUDA is asked about only on a CUDA build
+of torch, and only through ``torch.cuda.device_count()``: it reads NVML first (falling back to the CUDA
+runtime's device count), which creates no context, so ``torch.cuda.is_initialized()`` stays ``False`` and
+forking afterwards stays safe. ``torch.cuda.is_available()`` is not used: without
+``PYTORCH_NVML_BASED_CUDA_CHECK=1`` it always goes to the runtime. Optional dependencies are only looked up
+(``find_spec`` and their metadata) unless ``import_optional=True`` (``doctor --import``): then
+:func:`lightning_presets.registry.requirements.probe` imports each installed one to tell "installed" from "installed
+but broken", and that import is the dependency's own code, which may touch CUDA; the report says whether a
+context exists at the end.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import platform
+import site
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from lightning_presets.core.codes import Code
+from lightning_presets.core.environment import (
+    ALLOW_VARIABLE,
+    AUTOLOAD_VARIABLE,
+    DENY_VARIABLE,
+    autoload_enabled,
+    is_cluster_variable,
+)
+from lightning_presets.core.findings import Finding, PresetWarning
+from lightning_presets.core.namespaces import NAMESPACES, Namespace
+from lightning_presets.registry import bridge, catalog, requirements
+from lightning_presets.registry.requirements import DEPENDENCIES, installed_version, is_importable
+
+DOCTOR_SCHEMA = "lightning-presets/doctor"
+DOCTOR_SCHEMA_VERSION = 1
+# Keep in sync with the `lightning` requirement in pyproject.toml.
+SUPPORTED_LIGHTNING = SpecifierSet(">=2.6.0,<2.7")
+LIGHTNING_DISTRIBUTIONS = ("lightning", "pytorch-lightning", "lightning-fabric")
+PTH_NAME = "lightning_presets_autoload.pth"
+HOOK_MODULE = "_lightning_presets_autoload"
+REINSTALL = "pip install --force-reinstall --no-deps lightning-presets"
+
+
+@dataclass(slots=True)
+class Report:
+    """Sections of facts (JSON-ready) and the findings they raised."""
+
+    sections: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+    def rejected(self, strict: bool = False) -> bool:
+        return any(f.severity == "error" or strict for f in self.findings)
+
+    def exit_code(self, strict: bool = False) -> int:
+        return 1 if self.rejected(strict) else 0
+
+    def as_dict(self, strict: bool = False) -> dict[str, Any]:
+        return {
+            "schema": DOCTOR_SCHEMA,
+            "schema_version": DOCTOR_SCHEMA_VERSION,
+            **self.sections,
+            "findings": [finding.as_dict() for finding in self.findings],
+            "exit_code": self.exit_code(strict),
+        }
+
+
+# --- Python and torch ---------------------------------------------------------------------------------------
+
+
+def python_section() -> dict[str, Any]:
+    return {"version": platform.python_version(), "executable": sys.executable, "platform": platform.platform(),
+            "site_enabled": not sys.flags.no_site}  # fmt: skip
+
+
+def cuda_initialized() -> bool:
+    """Whether this process holds a CUDA context (never creates one)."""
+    import torch
+
+    return bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+
+
+def torch_section() -> dict[str, Any]:
+    """torch's version and build; the visible CUDA device count without creating a CUDA context."""
+    if not is_importable("torch"):
+        return {"installed": False}
+    import torch
+
+    cuda_build = torch.version.cuda
+    info: dict[str, Any] = {"installed": True, "version": torch.__version__, "cuda_build": cuda_build,
+                            "build": f"CUDA {cuda_build}" if cuda_build else "CPU"}  # fmt: skip
+    if cuda_build:
+        info["cuda_devices"] = torch.cuda.device_count()  # NVML first; never creates a context
+    else:
+        info["cuda_devices"] = 0
+    info["cuda_initialized"] = cuda_initialized()
+    return info
+
+
+# --- Lightning versions (LP720, LP721) ------------------------------------------------------------------------
+
+
+def lightning_findings(versions: Mapping[str, str | None]) -> list[Finding]:
+    """LP721 when neither ``lightning`` nor ``pytorch-lightning`` is installed; LP720 for each out of range."""
+    found = []
+    if versions.get("lightning") is None and versions.get("pytorch-lightning") is None:
+        found.append(
+            Finding(
+                code="LP721", severity="error",
+                message="neither `lightning` nor `pytorch-lightning` is installed, so no preset can be registered",
+                hint=f"pip install 'lightning{SUPPORTED_LIGHTNING}'",
+            )
+        )  # fmt: skip
+    for distribution, version in versions.items():
+        if version is None or _supported(version):
+            continue
+        found.append(
+            Finding(
+                code="LP720", severity="error",
+                message=f"{distribution} {version} is outside the range lightning-presets supports "
+                f"({SUPPORTED_LIGHTNING}); its guards hook into Lightning internals of that range only",
+                hint=f"pip install '{distribution}{SUPPORTED_LIGHTNING}', or a lightning-presets release that "
+                f"supports {distribution} {version}",
+            )
+        )  # fmt: skip
+    return found
+
+
+def _supported(version: str) -> bool:
+    try:
+        return SUPPORTED_LIGHTNING.contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+def lightning_section(
+    version_of: Callable[[str], str | None] | None = None,
+) -> tuple[dict[str, Any], list[Finding]]:
+    version_of = version_of or installed_version
+    versions = {name: version_of(name) for name in LIGHTNING_DISTRIBUTIONS}
+    info = {
+        "supported": str(SUPPORTED_LIGHTNING),
+        "packages": {name: {"version": version, "supported": version is not None and _supported(version)}
+                     for name, version in versions.items()},
+    }  # fmt: skip
+    return info, lightning_findings(versions)
+
+
+# --- autoload (LP722, LP723) -----------------------------------------------------------------------------------
+
+
+def site_directories() -> list[str]:
+    """The directories whose ``.pth`` files the interpreter reads at start-up."""
+    directories = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE:
+        directories.append(site.getusersitepackages())
+    return directories
+
+
+def find_pth(directories: Iterable[str]) -> str | None:
+    for directory in directories:
+        candidate = Path(directory) / PTH_NAME
+        if candidate.is_file():
+            return str(candidate)
+    return None
+
+
+def autoload_findings(*, enabled: bool, pth: str | None, hook_importable: bool, site_enabled: bool) -> list[Finding]:
+    """LP722 when ``LIGHTNING_PRESETS_AUTOLOAD`` turns it off; LP723 when the start-up hook cannot run."""
+    if not enabled:
+        value = os.environ.get(AUTOLOAD_VARIABLE, "")
+        return [
+            Finding(
+                code="LP722", severity="warning",
+                message=f"{AUTOLOAD_VARIABLE}={value} turns autoload off: `Trainer(strategy='<preset>')` fails "
+                "with an unknown-strategy error unless `import lightning_presets` runs first",
+                hint=f"unset {AUTOLOAD_VARIABLE} (or set it to 1), or add `import lightning_presets` at the top of "
+                "the training script",
+            )
+        ]  # fmt: skip
+    missing = []
+    if pth is None:
+        missing.append(f"{PTH_NAME} is in none of the site directories")
+    if not hook_importable:
+        missing.append(f"the module {HOOK_MODULE} is not importable")
+    if not site_enabled:
+        missing.append("Python runs with -S, so no .pth file is read")
+    if not missing:
+        return []
+    return [
+        Finding(
+            code="LP723", severity="warning",
+            message=f"the autoload start-up hook cannot run: {'; '.join(missing)}, so preset names resolve "
+            "only after `import lightning_presets`",
+            hint=f"reinstall the package so its .pth file lands in site-packages ({REINSTALL}); a source tree on "
+            "PYTHONPATH has no hook, use `pip install -e .` instead",
+        )
+    ]  # fmt: skip
+
+
+def autoload_section() -> tuple[dict[str, Any], list[Finding]]:
+    enabled = autoload_enabled()
+    directories = site_directories()
+    pth = find_pth(directories)
+    hook_importable = is_importable(HOOK_MODULE)
+    hook = sys.modules.get(HOOK_MODULE)
+    finder_installed = hook is not None and any(
+        isinstance(finder, getattr(hook, "StrategiesFinder", ())) for finder in sys.meta_path
+    )
+    info = {"variable": os.environ.get(AUTOLOAD_VARIABLE), "enabled": enabled, "pth": pth,
+            "hook_importable": hook_importable, "finder_installed": finder_installed}  # fmt: skip
+    return info, autoload_findings(enabled=enabled, pth=pth, hook_importable=hook_importable,
+                                   site_enabled=not sys.flags.no_site)  # fmt: skip
+
+
+# --- registries (LP724) ----------------------------------------------------------------------------------------
+
+
+def unregistered(registry: Any, namespace: Namespace, presets: Mapping[str, Any]) -> list[str]:
+    """Presets of the namespace's kind that the registry does not hold as ours."""
+    return [
+        name
+        for name, preset in presets.items()
+        if namespace.kind in preset.strategy and not bridge.is_ours(registry, name)
+    ]
+
+
+def registration_finding(namespace: Namespace, missing: list[str]) -> Finding | None:
+    if not missing:
+        return None
+    return Finding(
+        code="LP724", severity="error",
+        message=f"{len(missing)} preset(s) are not registered in {namespace.strategies_module}."
+        f"{namespace.registry_attr}: {', '.join(missing)}; `{namespace.caller}(strategy='{missing[0]}')` "
+        "would fail as an unknown strategy",
+        hint="run `lightning-presets list` for the preset's status and any warning printed at import; "
+        f"`import lightning_presets` registers explicitly; if that does not help, {REINSTALL}",
+    )  # fmt: skip
+
+
+def registries_section() -> tuple[dict[str, Any], list[Finding]]:
+    presets = catalog.strategy_catalog().presets
+    info: dict[str, Any] = {}
+    found = []
+    for namespace in NAMESPACES:
+        if not is_importable(namespace.package.partition(".")[0]):
+            info[namespace.target] = {"module": namespace.strategies_module, "importable": False}
+            continue
+        try:
+            module = importlib.import_module(namespace.strategies_module)
+        except Exception as exc:  # an installed but broken Lightning is reported, not raised
+            info[namespace.target] = {"module": namespace.strategies_module, "importable": False,
+                                      "error": f"{type(exc).__name__}: {exc}"}  # fmt: skip
+            continue
+        registry = getattr(module, namespace.registry_attr, {})
+        missing = unregistered(registry, namespace, presets)
+        expected = [name for name, preset in presets.items() if namespace.kind in preset.strategy]
+        info[namespace.target] = {"module": namespace.strategies_module, "importable": True,
+                                  "registered": [name for name in expected if name not in missing],
+                                  "missing": missing}  # fmt: skip
+        finding = registration_finding(namespace, missing)
+        if finding is not None:
+            found.append(finding)
+    return info, found
+
+
+# --- trust and catalog ----------------------------------------------------------------------------------------
+
+
+def trust_section() -> dict[str, Any]:
+    return {name: os.environ.get(name) for name in (ALLOW_VARIABLE, DENY_VARIABLE)}
+
+
+def catalog_section() -> tuple[dict[str, Any], list[Finding]]:
+    """Every entry that is not usable (broken, refused, conflict, denied), with the catalog's own findings."""
+    rows = []
+    found: list[Finding] = []
+    catalogs: tuple[tuple[str, Any], ...] = (
+        ("strategy", catalog.strategy_catalog()),
+        ("precision", catalog.precision_catalog()),
+    )
+    for kind, loaded in catalogs:
+        for entry in loaded.entries:
+            if entry.status == "ok" and not entry.findings:
+                continue
+            rows.append({"name": entry.name, "kind": kind, "status": entry.status,
+                         "source": f"{entry.distribution} {entry.version}",
+                         "findings": [finding.as_dict() for finding in entry.findings]})  # fmt: skip
+            found.extend(finding for finding in entry.findings if finding not in found)
+    usable = len(catalog.strategy_catalog().presets) + len(catalog.precision_catalog().presets)
+    return {"usable": usable, "problems": rows}, found
+
+
+# --- optional dependencies ------------------------------------------------------------------------------------
+
+
+def _users(module: str) -> list[tuple[str, Any, str]]:
+    """``(name, requirement, usage)`` for each preset that needs ``module``."""
+    users = []
+    for name, preset in catalog.strategy_catalog().presets.items():
+        for requirement in preset.requires:
+            if requirement.module == module:
+                caller = "Trainer" if "trainer" in preset.strategy else "Fabric"
+                users.append((name, requirement, f"{caller}(strategy='{name}')"))
+    for name, plugin in catalog.precision_catalog().presets.items():
+        for requirement in getattr(plugin, "requires", ()):
+            if requirement.module == module:
+                users.append((name, requirement, f"lightning_presets.precision('{name}')"))
+    return users
+
+
+def dependencies_section(*, import_optional: bool = False) -> tuple[dict[str, Any], list[Finding]]:
+    info: dict[str, Any] = {}
+    found = []
+    for module in DEPENDENCIES:
+        users = _users(module)
+        row: dict[str, Any] = {"used_by": [name for name, _, _ in users]}
+        if not import_optional:
+            importable = is_importable(module)
+            version = installed_version(DEPENDENCIES[module].distribution) if importable else None
+            row.update(status="found" if importable else "missing", version=version)
+        else:
+            result = requirements.probe(module)
+            row.update(status=result.status, version=result.version, detail=result.detail)
+            if users and result.status in ("broken", "incompatible"):
+                _, requirement, usage = users[0]
+                each = requirements.finding(requirement, result, usage)
+                if each is not None:
+                    found.append(each)
+        if row["status"] == "missing" and users:
+            row["install"] = users[0][1].install_command
+        info[module] = row
+    return info, found
+
+
+# --- cluster ------------------------------------------------------------------------------------------------
+
+
+def detected_cluster(env: Mapping[str, str]) -> str:
+    """The cluster environment Lightning would pick, by the same variables its ``detect()`` methods read."""
+    if "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
+        return "slurm"
+    if {"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"} <= set(env):
+        return "torchelastic"
+    if {"KUBERNETES_PORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"} <= set(env):
+        return "kubeflow"
+    if {"LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE"} <= set(env):
+        return "lsf"
+    if "SLURM_NTASKS" in env:
+        return "none (an interactive SLURM allocation: Lightning does not use SLURM)"
+    return "none"
+
+
+def cluster_section(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    env = os.environ if env is None else env
+    variables = {key: value for key, value in sorted(env.items())
+                 if is_cluster_variable(key) or key == "CUDA_VISIBLE_DEVICES"}  # fmt: skip
+    return {"detected": detected_cluster(env), "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+            "variables": variables}  # fmt: skip
+
+
+def diagnose(*, import_optional: bool = False) -> Report:
+    """Everything the doctor explains, in one report; never starts anything."""
+    with warnings.catch_warnings():  # the catalog's warnings are findings of the report
+        warnings.simplefilter("ignore", PresetWarning)
+        return _diagnose(import_optional=import_optional)
+
+
+def _diagnose(*, import_optional: bool) -> Report:
+    report = Report()
+    report.sections["python"] = python_section()
+    report.sections["torch"] = torch_section()
+    for name, section in (("lightning", lightning_section), ("autoload", autoload_section),
+                          ("registries", registries_section), ("catalog", catalog_section)):  # fmt: skip
+        info, found = section()
+        report.sections[name] = info
+        report.findings.extend(found)
+    report.sections["trust"] = trust_section()
+    info, found = dependencies_section(import_optional=import_optional)
+    report.sections["optional_dependencies"] = info
+    report.findings.extend(found)
+    report.sections["cluster"] = cluster_section()
+    if report.sections["torch"]["installed"]:
+        report.sections["torch"]["cuda_initialized_at_end"] = cuda_initialized()
+    return report
+
+
+DOCTOR = "lightning-presets doctor"
+
+CODES: tuple[Code, ...] = (
+    Code(
+        stage="doctor",
+        code="LP720", severity="error", title="a Lightning package outside the supported range",
+        fails=f"{DOCTOR}   # with lightning 2.5.2 installed",
+        fixed="pip install 'lightning>=2.6.0,<2.7'",
+    ),
+    Code(
+        stage="doctor",
+        code="LP721", severity="error", title="no Lightning package installed",
+        fails=f"{DOCTOR}   # neither lightning nor pytorch-lightning installed",
+        fixed="pip install 'lightning>=2.6.0,<2.7'",
+    ),
+    Code(
+        stage="doctor",
+        code="LP722", severity="warning", title="autoload turned off by LIGHTNING_PRESETS_AUTOLOAD",
+        fails=f"LIGHTNING_PRESETS_AUTOLOAD=0 {DOCTOR}",
+        fixed=f"{DOCTOR}   # LIGHTNING_PRESETS_AUTOLOAD unset, or `import lightning_presets` in the script",
+    ),
+    Code(
+        stage="doctor",
+        code="LP723", severity="warning", title="the autoload start-up hook is not installed",
+        fails=f"{DOCTOR}   # run from a source tree on PYTHONPATH: no lightning_presets_autoload.pth",
+        fixed=REINSTALL,
+    ),
+    Code(
+        stage="doctor",
+        code="LP724", severity="error", title="a preset missing from an importable Lightning registry",
+        fails=f"{DOCTOR}   # fsdp2 absent from lightning.pytorch.strategies.StrategyRegistry",
+        fixed=f"{DOCTOR}   # after `import lightning_presets` or {REINSTALL}",
+    ),
+)  # fmt: skip

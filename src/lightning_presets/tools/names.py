@@ -1,0 +1,130 @@
+"""Syntax-level checks of ``check``: strategy, precision, accelerator and precision-preset names."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Iterable
+from typing import Any, get_args
+
+from lightning_presets.core.findings import Finding
+from lightning_presets.registry import catalog
+
+AUTO = "auto"
+_PRECISION_MODULE = "lightning.fabric.plugins.precision.precision"
+
+
+def _maybe(name: str, choices: Iterable[str], n: int = 3) -> str:
+    close = difflib.get_close_matches(name, sorted(choices), n=n, cutoff=0.6)
+    return f"did you mean {', '.join(map(repr, close))}? " if close else ""
+
+
+def _literal_values(annotation: Any) -> list[str]:
+    values: list[str] = []
+    for arg in get_args(annotation):
+        values.extend(_literal_values(arg) if get_args(arg) else [str(arg)])
+    return values
+
+
+def precision_values() -> tuple[str, ...]:
+    """Every value ``precision=`` accepts, as Lightning spells them (aliases and integers included)."""
+    module = importlib.import_module(_PRECISION_MODULE)
+    return tuple(dict.fromkeys(_literal_values(module._PRECISION_INPUT)))
+
+
+def canonical_precision(value: str | None) -> str:
+    """``16`` -> ``16-mixed``, ``bf16`` -> ``bf16-mixed``; ``None`` -> ``32-true``."""
+    if value is None:
+        return "32-true"
+    module = importlib.import_module(_PRECISION_MODULE)
+    conversion: dict[str, str] = module._PRECISION_INPUT_STR_ALIAS_CONVERSION
+    return conversion.get(str(value), str(value))
+
+
+def strategy_registry(package: str) -> Any:
+    """Lightning's strategy registry of ``lightning.pytorch`` or ``lightning.fabric``."""
+    module = importlib.import_module(f"{package}.strategies")
+    return getattr(module, "StrategyRegistry" if package.endswith("pytorch") else "STRATEGY_REGISTRY")
+
+
+def registered_strategies(package: str) -> list[str]:
+    return list(strategy_registry(package).available_strategies())
+
+
+def accelerator_names(package: str) -> list[str]:
+    accelerators = importlib.import_module(f"{package}.accelerators")
+    registry = getattr(accelerators, "AcceleratorRegistry" if package.endswith("pytorch") else "ACCELERATOR_REGISTRY")
+    return sorted({*registry.available_accelerators(), AUTO, "gpu"})
+
+
+def check_strategy(name: str, package: str, caller: str) -> list[Finding]:
+    """LP701 for a name neither Lightning nor a trusted preset registered (with the catalog's reason)."""
+    registered = registered_strategies(package)
+    if name == AUTO or name in registered:
+        return []
+    entry = catalog.strategy_catalog().entry(name)
+    if entry is not None and entry.status != "ok":
+        reason = f"the preset {name!r} from {entry.distribution} {entry.version} is {entry.status}"
+        hint = (
+            f"allow it with LIGHTNING_PRESETS_ALLOW={entry.distribution} (or drop it from LIGHTNING_PRESETS_DENY)"
+            if entry.status == "denied"
+            else "see the findings above; `lightning-presets list` shows every preset and its status"
+        )
+        return [
+            *entry.findings,
+            _unknown("LP701", caller, "strategy", name, f"{reason}, so it is not registered", hint),
+        ]
+    return [
+        _unknown(
+            "LP701", caller, "strategy", name,
+            "it is neither a Lightning strategy nor a registered preset",
+            (_maybe(name, registered) or "Lightning's own include 'ddp', 'fsdp' and 'deepspeed'; ")
+            + "`lightning-presets list` shows the presets",
+        )
+    ]  # fmt: skip
+
+
+def check_precision(value: str, caller: str) -> list[Finding]:
+    allowed = precision_values()
+    if value in allowed:
+        return []
+    return [
+        _unknown(
+            "LP702", caller, "precision", value, "Lightning does not accept it",
+            f"{_maybe(value, allowed)}valid values: {', '.join(allowed)}",
+        )
+    ]  # fmt: skip
+
+
+def check_accelerator(value: str, package: str, caller: str) -> list[Finding]:
+    names = accelerator_names(package)
+    if value.lower() in names:
+        return []
+    return [
+        _unknown(
+            "LP703", caller, "accelerator", value, "Lightning has no accelerator of that name",
+            f"{_maybe(value.lower(), names)}valid names: {', '.join(names)}",
+        )
+    ]  # fmt: skip
+
+
+def _unknown(code: str, caller: str, argument: str, value: str, why: str, hint: str) -> Finding:
+    shown = f"[lightning_presets.precision({value!r})]" if argument == "plugins" else repr(value)
+    return Finding(code=code, severity="error", message=f"`{caller}({argument}={shown})`: {why}", hint=hint)
+
+
+def precision_preset_names() -> list[str]:
+    return sorted(catalog.precision_catalog().presets)
+
+
+def check_plugin(name: str, caller: str) -> list[Finding]:
+    names = precision_preset_names()
+    if name in names:
+        return []
+    return [
+        _unknown(
+            "LP704", caller, "plugins", name, "no precision preset has that name",
+            f"{_maybe(name, names)}available precision presets: {', '.join(names) or 'none installed'}; "
+            "or pass a Lightning precision with --precision",
+        )
+    ]  # fmt: skip

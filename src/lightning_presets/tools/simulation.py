@@ -1,0 +1,165 @@
+"""Simulated hardware for construction: a Trainer/Fabric believes it sees N CUDA devices.
+
+The same way Lightning's own tests do it: patch the device count and availability. Nothing here
+initializes CUDA, starts a process or creates a process group. Used by ``lightning-presets check``
+and by the test suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from unittest import mock
+
+from lightning_presets.core.environment import is_cluster_variable
+from lightning_presets.core.hardware import SimulatedGPU, current, simulating
+
+__all__ = ["CLUSTERS", "SimulatedGPU", "cluster_variables", "current", "is_cluster_variable", "simulated_cluster",
+           "simulated_cuda", "without_mps"]  # fmt: skip
+
+_CUDA_MODULES = (
+    "lightning.fabric.accelerators.cuda",
+    "lightning.pytorch.accelerators.cuda",
+    "lightning_fabric.accelerators.cuda",
+    "pytorch_lightning.accelerators.cuda",
+)
+
+
+def _returning(value: object) -> Callable[..., object]:
+    """A plain function standing in for a probe (far cheaper to patch in than a MagicMock)."""
+
+    def probe(*args: object, **kwargs: object) -> object:
+        return value
+
+    return probe
+
+
+@contextlib.contextmanager
+def simulated_cuda(
+    count: int, capability: tuple[int, int] = (9, 0), memory_bytes: int | None = None, *, only_imported: bool = False
+) -> Iterator[SimulatedGPU]:
+    """Make Lightning see ``count`` CUDA devices of the given compute capability, without touching CUDA.
+
+    ``only_imported=True`` patches only the Lightning namespaces already imported (the check uses one
+    namespace and need not import the other two, about 0.4 s).
+    """
+    gpu = SimulatedGPU(count, capability, memory_bytes)
+    modules = []
+    # Import every module before patching any: a module imported under the patch would copy the fake
+    # `num_cuda_devices` by name and keep it after the simulation ends.
+    for name in _CUDA_MODULES:
+        if only_imported and name not in sys.modules:
+            continue
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    with contextlib.ExitStack() as stack:
+        for module in modules:
+            stack.enter_context(mock.patch.object(module, "num_cuda_devices", new=_returning(count)))
+        stack.enter_context(mock.patch("torch.cuda.is_available", new=_returning(count > 0)))
+        stack.enter_context(mock.patch("torch.cuda.device_count", new=_returning(count)))
+        stack.enter_context(mock.patch("torch.cuda.get_device_capability", new=_returning(capability)))
+        stack.enter_context(mock.patch("torch.cuda.is_bf16_supported", new=_returning(capability >= (8, 0))))
+        yield stack.enter_context(simulating(gpu))
+
+
+# --- simulated cluster environments (used by ``lightning-presets check``) ---------------------------
+
+CLUSTERS = ("none", "slurm", "torchelastic", "lsf")
+
+
+def cluster_variables(cluster: str, devices: int, num_nodes: int, rankfile: str | None = None) -> dict[str, str]:
+    """The variables a launcher sets for rank 0 of a job of ``num_nodes`` × ``devices`` processes."""
+    world = str(devices * num_nodes)
+    if cluster == "slurm":
+        return {
+            "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": world,
+            "SLURM_NTASKS_PER_NODE": str(devices), "SLURM_NNODES": str(num_nodes),
+            "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+            "SLURM_NODELIST": f"node[0-{max(num_nodes - 1, 0)}]" if num_nodes > 1 else "node0",
+        }  # fmt: skip
+    if cluster == "torchelastic":
+        return {
+            "TORCHELASTIC_RUN_ID": "check", "WORLD_SIZE": world, "LOCAL_WORLD_SIZE": str(devices),
+            "RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+        }  # fmt: skip
+    if cluster == "lsf":
+        return {
+            "LSB_JOBID": "4242", "LSB_DJOB_RANKFILE": rankfile or "", "JSM_NAMESPACE_SIZE": world,
+            "JSM_NAMESPACE_LOCAL_RANK": "0", "JSM_NAMESPACE_RANK": "0",
+        }  # fmt: skip
+    if cluster == "none":
+        return {}
+    raise ValueError(f"cluster={cluster!r} is not one of {', '.join(map(repr, CLUSTERS))}")
+
+
+def _lsf_rankfile(directory: str, devices: int, num_nodes: int) -> str:
+    """An LSF rank file: the launch node, then every host once per task; this host is the first node."""
+    hosts = [socket.gethostname(), *(f"node{index}" for index in range(1, num_nodes))]
+    path = os.path.join(directory, "rankfile")
+    with open(path, "w", encoding="utf-8") as file:
+        file.write("\n".join(["launch", *(host for host in hosts for _ in range(devices))]) + "\n")
+    return path
+
+
+@contextlib.contextmanager
+def simulated_cluster(
+    cluster: str, devices: int, num_nodes: int, env: dict[str, str] | None = None
+) -> Iterator[dict[str, str]]:
+    """``os.environ`` as on rank 0 of the given cluster: other clusters' variables removed, ``env`` applied last.
+
+    Everything is restored on exit. Yields the simulated variables (the cluster's and ``env``).
+    """
+    with contextlib.ExitStack() as stack:
+        rankfile = None
+        if cluster == "lsf" and not (env or {}).get("LSB_DJOB_RANKFILE"):
+            rankfile = _lsf_rankfile(stack.enter_context(tempfile.TemporaryDirectory()), devices, num_nodes)
+        variables = {**cluster_variables(cluster, devices, num_nodes, rankfile), **(env or {})}
+        stack.enter_context(_restored_environment(variables))
+        for name in [name for name in os.environ if is_cluster_variable(name) and name not in variables]:
+            del os.environ[name]
+        os.environ.update(variables)
+        yield variables
+
+
+@contextlib.contextmanager
+def _restored_environment(variables: dict[str, str]) -> Iterator[None]:
+    """Restore the cluster variables and ``variables`` on exit (cheaper than copying all of ``os.environ``).
+
+    Lightning's cluster environments write ``MASTER_ADDR``/``MASTER_PORT``; those are cluster variables too.
+    """
+
+    def touched(name: str) -> bool:
+        return name in variables or is_cluster_variable(name)
+
+    saved = {name: value for name, value in os.environ.items() if touched(name)}
+    try:
+        yield
+    finally:
+        for name in [name for name in os.environ if touched(name) and name not in saved]:
+            del os.environ[name]
+        for name, value in saved.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+
+
+_MPS_MODULES = ("lightning.fabric.accelerators.mps", "lightning.pytorch.accelerators.mps")
+
+
+@contextlib.contextmanager
+def without_mps() -> Iterator[None]:
+    """Lightning sees no Apple MPS device, so ``accelerator="auto"`` resolves as on a Linux node."""
+    with contextlib.ExitStack() as stack:
+        for name in _MPS_MODULES:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            stack.enter_context(mock.patch.object(module.MPSAccelerator, "is_available", new=_returning(False)))
+        yield

@@ -1,0 +1,54 @@
+"""The package's shape: layers import only downwards (``lint-imports`` in CI), no module imports itself in a
+circle, and the package root holds only the public facade."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grimp
+import pytest
+
+import lightning_presets
+
+PACKAGE = Path(lightning_presets.__file__).parent
+LAYERS = ("cli", "tools", "strategies", "plugins", "guards", "registry", "core")
+
+
+@pytest.fixture
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph("lightning_presets", include_external_packages=True)
+
+
+def test_no_import_circle(graph: grimp.ImportGraph) -> None:
+    """For every import A -> B inside the package, B never leads back to A (imports inside functions included)."""
+    circles = []
+    ours = {module for module in graph.modules if module.startswith("lightning_presets")}
+    for importer in sorted(ours):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer) & ours):
+            chain = graph.find_shortest_chain(importer=imported, imported=importer)
+            if chain is not None:
+                circles.append(" -> ".join((importer, *chain)))
+    assert circles == []
+
+
+def test_a_circle_would_be_found(graph: grimp.ImportGraph) -> None:
+    """The check above can fail: an import from the core up to the CLI closes a circle."""
+    graph.add_import(importer="lightning_presets.core.findings", imported="lightning_presets.cli")
+    chain = graph.find_shortest_chain(importer="lightning_presets.cli", imported="lightning_presets.core.findings")
+    assert chain is not None
+
+
+def test_the_package_root_is_the_facade_and_its_wiring() -> None:
+    modules = {path.name for path in PACKAGE.iterdir() if path.suffix == ".py"}
+    assert modules == {"__init__.py", "__main__.py", "_version.py", "_api.py", "_activate.py"}
+    folders = {path.name for path in PACKAGE.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
+    assert folders == set(LAYERS)
+
+
+def test_the_core_needs_neither_torch_nor_lightning(graph: grimp.ImportGraph) -> None:
+    core = graph.find_descendants("lightning_presets.core") | {"lightning_presets.core"}
+    imported = {name for module in core for name in graph.find_modules_directly_imported_by(module)}
+    assert "re" in imported  # the graph holds external packages
+    assert not {name for name in imported if name.split(".")[0] in ("torch", "lightning", "pytorch_lightning")}
+    guards = graph.find_modules_directly_imported_by("lightning_presets.guards.blocks")
+    assert "torch" in guards  # and it would see them
