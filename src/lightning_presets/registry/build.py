@@ -17,7 +17,6 @@ from lightning_presets.core.findings import Finding, PresetConfigError, report
 from lightning_presets.core.namespaces import Kind, Namespace
 from lightning_presets.core.preset import AnyPreset
 from lightning_presets.core.rules import Rule, run_rules
-from lightning_presets.registry import requirements
 from lightning_presets.registry.classes import compose, lightning_class
 
 
@@ -95,6 +94,8 @@ def build(preset: AnyPreset, namespace: Namespace, overrides: Mapping[str, Any],
     """Check dependencies, overrides and the options rules, then build a fresh instance (never a shared one)."""
     if namespace.kind not in preset.kinds:
         raise no_form(preset, namespace)
+    from lightning_presets.registry import requirements  # here: `import lightning` never pays for `packaging`
+
     head = heads[namespace.kind]
     usage = head._lp_usage(preset, namespace)
     report(requirements.findings(preset.requires, usage) + unknown_keys(preset, namespace, overrides))
