@@ -83,14 +83,14 @@ def test_device_count_is_the_only_cuda_query_on_a_cuda_build(monkeypatch: pytest
 
 def test_lp720_lightning_outside_supported_range(monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    versions = {"lightning": "2.5.2", "pytorch-lightning": None, "lightning-fabric": None}
+    versions = {"lightning": "2.4.0", "pytorch-lightning": None, "lightning-fabric": None}
     monkeypatch.setattr(_doctor, "installed_version", lambda name: versions.get(name, "1.0"))
     code, out = run(capsys, "doctor", "--json")
     data = json.loads(out)
     assert code == 1
     lp720 = [f for f in data["findings"] if f["code"] == "LP720"]
     assert len(lp720) == 1
-    assert "lightning 2.5.2" in lp720[0]["message"]
+    assert "lightning 2.4.0 is older than what lightning-presets supports" in lp720[0]["message"]
     assert "pip install 'lightning" in lp720[0]["hint"]
 
 
@@ -98,7 +98,29 @@ def test_lp720_accepts_supported_versions() -> None:
     assert (
         _doctor.lightning_findings({"lightning": "2.6.6", "pytorch-lightning": "2.6.0", "lightning-fabric": None}) == []
     )
+    assert _doctor.lightning_findings({"lightning": "2.5.0", "pytorch-lightning": "2.5.6"}) == []
     assert codes(_doctor.lightning_findings({"lightning": "2.7.0"})) == ["LP720"]
+
+
+def test_lp720_says_which_side_of_the_range_and_why() -> None:
+    (older,) = _doctor.lightning_findings({"lightning": "2.4.0"})
+    (newer,) = _doctor.lightning_findings({"pytorch-lightning": "2.7.0"})
+    (junk,) = _doctor.lightning_findings({"lightning": "nightly"})
+    assert "lightning 2.4.0 is older than what lightning-presets supports (lightning>=2.5,<2.7" in older.message
+    assert older.hint == "pip install 'lightning>=2.5,<2.7'"
+    assert "pytorch-lightning 2.7.0 is newer than" in newer.message
+    assert newer.hint.startswith("pip install 'pytorch-lightning==2.6.6', or upgrade lightning-presets")
+    assert "is not a version comparable with" in junk.message
+    for finding in (older, newer, junk):
+        assert "tested on 2.5.6 and 2.6.6" in finding.message
+        assert "`Strategy._configure_launcher`" in finding.message
+
+
+def test_doctor_reports_the_supported_range_and_the_tested_versions(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out = run(capsys, "doctor", "--json")
+    section = json.loads(out)["lightning"]
+    assert section["supported"] == ">=2.5,<2.7"
+    assert section["tested"] == ["2.5.6", "2.6.6"]
 
 
 def test_lp721_no_lightning_installed() -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
+
+from lightning_presets.registry import compat
 
 
 class BF16FP32ReducePrecision:
@@ -19,3 +22,7 @@ class BF16FP32ReducePrecision:
         from torch.distributed.fsdp import MixedPrecision
 
         return MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.float32)
+
+    def module_init_context(self) -> AbstractContextManager[Any]:
+        """Create modules in fp32 on every Lightning release (2.5 would use the bf16 parameter dtype: ``compat``)."""
+        return compat.fsdp_module_init_context(self)

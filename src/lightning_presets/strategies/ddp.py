@@ -13,6 +13,7 @@ from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import needs_cuda, one_device
 from lightning_presets.guards.strategy import PresetHooks
+from lightning_presets.registry import compat
 
 # Keyword arguments DDPStrategy forwards to torch's DistributedDataParallel that the presets accept.
 TORCH_DDP_KEYS = frozenset(
@@ -145,6 +146,14 @@ class CommHookFabricHooks(PresetHooks):
         return wrapped
 
 
+class StaticGraphTrainerHooks(PresetHooks):
+    """Manual optimization: all-reduce the static graph's first backward where Lightning does not (2.5, ``compat``)."""
+
+    def post_backward(self, closure_loss: Any) -> None:
+        cast(Any, super()).post_backward(closure_loss)
+        compat.flush_static_graph_first_backward(self)
+
+
 def prepare_comm_hook(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
     """The Trainer's DDPStrategy takes the hook; on Fabric the mixin registers it after wrapping."""
     if kind == "fabric":
@@ -161,6 +170,7 @@ DDP_STATIC_GRAPH = Preset(
     strategy={"trainer": "DDPStrategy", "fabric": "DDPStrategy"},
     init_params={"static_graph": True, "gradient_as_bucket_view": True},
     rules=STATIC_GRAPH_RULES,
+    mixins={"trainer": StaticGraphTrainerHooks},
     extra_keys=TORCH_DDP_KEYS,
     tested_with=TESTED_WITH_STATIC_GRAPH,
 )

@@ -23,6 +23,7 @@ from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.guards.builders import needs_cuda, repeated_block
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES
 from lightning_presets.guards.strategy import PresetHooks
+from lightning_presets.registry import compat
 
 DEEPSPEED = Requirement(module="deepspeed", extra="deepspeed")
 ZERO_STAGES = (0, 1, 2, 3)
@@ -374,7 +375,9 @@ class DeepSpeedFabricHooks(_DeepSpeedHooks):
     def setup_module_and_optimizers(self, module: nn.Module, optimizers: list[Any], scheduler: Any = None) -> Any:
         self._lp_check_model(module)
         self._lp_prepare_model(module)
-        return cast(Any, super()).setup_module_and_optimizers(module, optimizers, scheduler)
+        return compat.setup_module_and_optimizers(
+            cast(Any, super()).setup_module_and_optimizers, module, optimizers, scheduler
+        )
 
     def setup_module(self, module: nn.Module) -> Any:
         self._lp_prepare_model(module)

@@ -38,13 +38,16 @@ from lightning_presets.core.environment import (
 )
 from lightning_presets.core.findings import Finding, PresetWarning
 from lightning_presets.core.namespaces import NAMESPACES, Namespace
+from lightning_presets.core.versions import LIGHTNING_TESTED
+from lightning_presets.core.versions import SUPPORTED_LIGHTNING as _SUPPORTED_RANGE
 from lightning_presets.registry import bridge, catalog, requirements
 from lightning_presets.registry.requirements import DEPENDENCIES, installed_version, is_importable
 
 DOCTOR_SCHEMA = "lightning-presets/doctor"
 DOCTOR_SCHEMA_VERSION = 1
-# Keep in sync with the `lightning` requirement in pyproject.toml.
-SUPPORTED_LIGHTNING = SpecifierSet(">=2.6.0,<2.7")
+RANGE = _SUPPORTED_RANGE
+"""The supported Lightning range as written in ``pyproject.toml``, for messages."""
+SUPPORTED_LIGHTNING = SpecifierSet(RANGE)
 LIGHTNING_DISTRIBUTIONS = ("lightning", "pytorch-lightning", "lightning-fabric")
 PTH_NAME = "lightning_presets_autoload.pth"
 HOOK_MODULE = "_lightning_presets_autoload"
@@ -117,22 +120,36 @@ def lightning_findings(versions: Mapping[str, str | None]) -> list[Finding]:
             Finding(
                 code="LP721", severity="error",
                 message="neither `lightning` nor `pytorch-lightning` is installed, so no preset can be registered",
-                hint=f"pip install 'lightning{SUPPORTED_LIGHTNING}'",
+                hint=f"pip install 'lightning{RANGE}'",
             )
         )  # fmt: skip
     for distribution, version in versions.items():
-        if version is None or _supported(version):
-            continue
-        found.append(
-            Finding(
-                code="LP720", severity="error",
-                message=f"{distribution} {version} is outside the range lightning-presets supports "
-                f"({SUPPORTED_LIGHTNING}); its guards hook into Lightning internals of that range only",
-                hint=f"pip install '{distribution}{SUPPORTED_LIGHTNING}', or a lightning-presets release that "
-                f"supports {distribution} {version}",
-            )
-        )  # fmt: skip
+        if version is not None and not _supported(version):
+            found.append(unsupported_lightning(distribution, version))
     return found
+
+
+def unsupported_lightning(distribution: str, version: str) -> Finding:
+    """LP720: which side of the supported range the version is on, why it matters and the install line that fixes it."""
+    try:
+        newer = Version(version) > Version(LIGHTNING_TESTED[-1])
+        side = "is newer than" if newer else "is older than"
+    except InvalidVersion:
+        newer, side = False, "is not a version comparable with"
+    fix = f"pip install '{distribution}{RANGE}'"
+    if newer:
+        fix = (
+            f"pip install '{distribution}=={LIGHTNING_TESTED[-1]}', or upgrade lightning-presets "
+            f"(pip install -U lightning-presets) once a release supports {distribution} {version}"
+        )
+    return Finding(
+        code="LP720", severity="error",
+        message=f"{distribution} {version} {side} what lightning-presets supports ({distribution}{RANGE}, tested on "
+        f"{' and '.join(LIGHTNING_TESTED)}): the guards run inside a private Lightning hook "
+        "(`Strategy._configure_launcher`, called by the connector) that may change in any minor release; the presets "
+        f"still register, but whether their guards fire on {version} is untested",
+        hint=fix,
+    )  # fmt: skip
 
 
 def _supported(version: str) -> bool:
@@ -148,7 +165,8 @@ def lightning_section(
     version_of = version_of or installed_version
     versions = {name: version_of(name) for name in LIGHTNING_DISTRIBUTIONS}
     info = {
-        "supported": str(SUPPORTED_LIGHTNING),
+        "supported": RANGE,
+        "tested": list(LIGHTNING_TESTED),
         "packages": {name: {"version": version, "supported": version is not None and _supported(version)}
                      for name, version in versions.items()},
     }  # fmt: skip
@@ -400,14 +418,14 @@ CODES: tuple[Code, ...] = (
     Code(
         stage="doctor",
         code="LP720", severity="error", title="a Lightning package outside the supported range",
-        fails=f"{DOCTOR}   # with lightning 2.5.2 installed",
-        fixed="pip install 'lightning>=2.6.0,<2.7'",
+        fails=f"{DOCTOR}   # with lightning 2.4.0 installed",
+        fixed=f"pip install 'lightning{RANGE}'",
     ),
     Code(
         stage="doctor",
         code="LP721", severity="error", title="no Lightning package installed",
         fails=f"{DOCTOR}   # neither lightning nor pytorch-lightning installed",
-        fixed="pip install 'lightning>=2.6.0,<2.7'",
+        fixed=f"pip install 'lightning{RANGE}'",
     ),
     Code(
         stage="doctor",
