@@ -6,6 +6,9 @@ lets the real loader run and then registers the presets into that module's regis
 module's package (``lightning.fabric``, ...) is still initializing, registration waits until the
 package is complete, so preset modules that import Lightning never meet a half-initialized one.
 Switch it off with ``LIGHTNING_PRESETS_AUTOLOAD=0``.
+
+PYTEST_DONT_REWRITE: the distribution's pytest plugin makes pytest mark its top-level modules for assertion
+rewriting, and this one is imported at start-up, long before pytest could rewrite it.
 """
 
 import sys
