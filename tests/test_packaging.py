@@ -25,8 +25,11 @@ def test_doctor_checks_the_declared_lightning_range() -> None:
     assert _requirements()["lightning"].specifier == _doctor.SUPPORTED_LIGHTNING
 
 
-def test_torch_requirement_stays_open() -> None:
-    assert str(_requirements()["torch"].specifier) == ">=2.4"
+def test_torch_requirement_stays_open_and_is_the_tested_range() -> None:
+    from lightning_presets.core import versions
+
+    assert str(_requirements()["torch"].specifier) == versions.SUPPORTED_TORCH == ">=2.7"
+    assert versions.TORCH_TESTED[0] == "2.7.0"  # CI tests the oldest torch it declares
 
 
 def test_installed_version_is_the_source_version() -> None:

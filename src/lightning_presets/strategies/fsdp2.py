@@ -119,49 +119,32 @@ RULES: tuple[Rule, ...] = (
 OFFLOAD_RULES: tuple[Rule, ...] = (*RULES, offload_needs_cuda)
 
 
-def _fsdp2() -> Any:
-    """The module holding ``fully_shard``: public since torch 2.6, ``_composable.fsdp`` in 2.4 and 2.5."""
-    from torch.distributed import fsdp
-
-    if hasattr(fsdp, "fully_shard"):
-        return fsdp
-    from torch.distributed._composable import fsdp as composable_fsdp
-
-    return composable_fsdp
-
-
-def _dtensor_type() -> type:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # torch 2.4
-        from torch.distributed._tensor import DTensor  # type: ignore[attr-defined]  # gone from newer stubs
-    return DTensor
-
-
 def is_parallelized(model: nn.Module) -> bool:
     """Whether ``fully_shard`` or tensor parallelism was applied anywhere in ``model`` already."""
-    module_type = _fsdp2().FSDPModule
-    if any(isinstance(module, module_type) for module in model.modules()):
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+
+    if any(isinstance(module, FSDPModule) for module in model.modules()):
         return True
-    dtensor = _dtensor_type()
-    return any(isinstance(parameter, dtensor) for parameter in model.parameters())
+    return any(isinstance(parameter, DTensor) for parameter in model.parameters())
 
 
 def shard_blocks_and_root(model: nn.Module, mesh: Any, *, offload: bool, checkpoint: bool) -> nn.Module:
     """``fully_shard`` each repeated block (checkpointed first if asked) and then the root, in place."""
-    fsdp = _fsdp2()
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
     kwargs: dict[str, Any] = {"mesh": mesh}
     if offload:
         # Pinned memory needs an accelerator; on CPU (gloo) the policy runs unpinned.
-        kwargs["offload_policy"] = fsdp.CPUOffloadPolicy(pin_memory=mesh.device_type == "cuda")
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=mesh.device_type == "cuda")
     blocks = tuple(find_repeated_blocks(model))
     for module in [each for each in model.modules() if isinstance(each, blocks)]:
         if checkpoint:
             from torch.distributed._composable.checkpoint_activation import checkpoint as checkpoint_module
 
             checkpoint_module(module)
-        fsdp.fully_shard(module, **kwargs)
-    fsdp.fully_shard(model, **kwargs)
+        fully_shard(module, **kwargs)
+    fully_shard(model, **kwargs)
     _SHARDED_BY_PRESET.add(model)
     return model
 

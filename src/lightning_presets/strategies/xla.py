@@ -162,7 +162,12 @@ XLA_FSDP_CKPT = Preset(
     extra_keys=frozenset({"auto_wrapper_callable", "compute_dtype", "flatten_parameters", "reshard_after_forward"}),
     activation_checkpointing=True,
     tested_with=tested(
-        "construction with a simulated torch_xla module (torch_xla cannot be installed beside torch 2.13); the "
-        "missing and broken torch_xla paths for real"
+        "construction and setup on a real torch_xla 2.9.0 beside torch 2.9.0, PJRT on CPU (Lightning's TPU-only "
+        "availability check patched): guards, XLAPrecision, XLAEnvironment, XLA FSDP units for the root and each "
+        "repeated block with checkpointing, one forward and backward on an XLA CPU device outside Lightning's "
+        "launcher; no multi-device run (on CPU torch_xla runs one process for every device, Lightning one device "
+        "per process); the missing, broken and version-mismatch torch_xla paths for real",
+        torch="2.9.0, 2.13.0",
+        torch_xla="2.9.0",
     ),
 )
