@@ -402,12 +402,15 @@ CODES: tuple[Code, ...] = (
         code="LP720", severity="error", title="a Lightning package outside the supported range",
         fails=f"{DOCTOR}   # with lightning 2.5.2 installed",
         fixed="pip install 'lightning>=2.6.0,<2.7'",
+        evidence="source: lightning_presets/guards/strategy.py hooks Lightning's private _configure_launcher, whose "
+        "contract is verified on Lightning 2.6 only (pyproject requires lightning>=2.6,<2.7)",
     ),
     Code(
         stage="doctor",
         code="LP721", severity="error", title="no Lightning package installed",
         fails=f"{DOCTOR}   # neither lightning nor pytorch-lightning installed",
         fixed="pip install 'lightning>=2.6.0,<2.7'",
+        evidence="runtime: tests/test_cli_doctor.py::test_lp721_no_lightning_installed (nothing to register into)",
     ),
     Code(
         stage="doctor",
@@ -426,5 +429,7 @@ CODES: tuple[Code, ...] = (
         code="LP724", severity="error", title="a preset missing from an importable Lightning registry",
         fails=f"{DOCTOR}   # fsdp2 absent from lightning.pytorch.strategies.StrategyRegistry",
         fixed=f"{DOCTOR}   # after `import lightning_presets` or {REINSTALL}",
+        evidence="runtime: tests/test_cli_doctor.py::test_lp724_preset_missing_from_a_registry (Lightning raises for "
+        "the unregistered name)",
     ),
 )  # fmt: skip
