@@ -284,12 +284,22 @@ def test_lp408_auto_values_are_listed(cuda8: SimulatedGPU) -> None:
     config = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}
     with pytest.raises(PresetConfigError) as excinfo:
         trainer(lightning_presets.strategy("deepspeed_zero2_offload", config=config))
-    assert codes(excinfo) == ("LP408",)
-    finding = excinfo.value.findings[0]
-    assert "train_micro_batch_size_per_gpu, zero_optimization.reduce_bucket_size" in finding.message
-    assert "delete train_micro_batch_size_per_gpu (Lightning uses the train dataloader's batch size)" in finding.hint
-    assert "give zero_optimization.reduce_bucket_size a number" in finding.hint
+    assert codes(excinfo) == ("LP408", "LP414")
+    error, warning = excinfo.value.findings
+    assert "train_micro_batch_size_per_gpu;" in error.message
+    assert "delete train_micro_batch_size_per_gpu (Lightning uses the train dataloader's batch size)" in error.hint
+    assert (warning.code, warning.severity) == ("LP414", "warning")
+    assert "zero_optimization.reduce_bucket_size" in warning.message
+    assert "give zero_optimization.reduce_bucket_size a number" in warning.hint
     trainer(lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": {"stage": 2}}))
+
+
+@needs_deepspeed
+def test_lp414_auto_inside_a_modelled_section_is_only_warned(cuda8: SimulatedGPU) -> None:
+    """DeepSpeed's config classes replace "auto" there with their defaults: nothing fails (formerly LP408)."""
+    config = {"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}
+    with pytest.warns(PresetWarning, match="LP414"):
+        trainer(lightning_presets.strategy("deepspeed_zero2_offload", config=config))
 
 
 @needs_deepspeed

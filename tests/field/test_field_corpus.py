@@ -82,7 +82,7 @@ MISCONFIGURATIONS = [
          flags=("LP409",)),
     Case("https://github.com/huggingface/transformers/issues/16495",
          f'Trainer(strategy={DEEPSPEED}{{"zero_optimization": {{"stage": 2, "reduce_bucket_size": "auto"}}}}), '
-         'accelerator="cuda", devices=8)', flags=("LP408",)),
+         'accelerator="cuda", devices=8)', flags=("LP408", "LP414")),
     Case("https://github.com/stanford-crfm/mistral/pull/101",  # an HF config ("auto" batch size) taken to Lightning
          f'Trainer(strategy={DEEPSPEED}{{"train_batch_size": "auto", "zero_optimization": {{"stage": 2}}}}), '
          'accelerator="cuda", devices=8)', flags=("LP408",)),

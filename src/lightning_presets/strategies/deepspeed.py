@@ -236,20 +236,21 @@ def trainer_batch_size_adds_up(ctx: Context) -> Problem | None:
     )
 
 
-@rule(
-    "LP408", "error", "construction", '"auto" values in the DeepSpeed config, which Lightning never fills',
-    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
-    '"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}), '
-    'accelerator="cuda", devices=8)',
-    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
-    '{"stage": 2, "reduce_bucket_size": 500000000}}), accelerator="cuda", devices=8)',
-    evidence="runtime: tests/field/test_reproductions.py::test_deepspeed_refuses_auto_values (DeepSpeed's config "
-    "classes reject the string; huggingface/transformers#16495)",
-)  # fmt: skip
-def no_auto_values(ctx: Context) -> Problem | None:
-    keys = list(auto_keys(resolved_config(ctx)))
-    if not keys:
-        return None
+_USED_AS_GIVEN = ("optimizer", "scheduler")
+"""Sections whose values DeepSpeed passes on as they are (to the optimizer and scheduler constructors)."""
+
+
+def _auto_used_as_given(key: str) -> bool:
+    """Whether DeepSpeed uses an ``"auto"`` at this dotted path as it is (and fails on it).
+
+    Top-level values (batch sizes, ``gradient_clipping``) and optimizer/scheduler parameters are read as given;
+    the config sections DeepSpeed models (``zero_optimization``, ``fp16``, ``bf16``, ...) drop ``"auto"`` and use
+    their own defaults instead.
+    """
+    return "." not in key or key.split(".")[0] in _USED_AS_GIVEN
+
+
+def _auto_fixes(ctx: Context, keys: list[str]) -> str:
     filled = _FILLED_WHEN_ABSENT[_kind(ctx)]
     removable = [key for key in keys if key.split(".")[0] in filled]
     to_set = [key for key in keys if key not in removable]
@@ -259,10 +260,46 @@ def no_auto_values(ctx: Context) -> Problem | None:
         fixes.append("delete " + ", ".join(f"{section} ({filled[section]})" for section in sections))
     if to_set:
         fixes.append(f"give {', '.join(to_set)} a number or true/false")
+    return "; ".join(fixes)
+
+
+@rule(
+    "LP408", "error", "construction", '"auto" values DeepSpeed uses as given (batch sizes, clipping, optimizer)',
+    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
+    '"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8)',
+    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
+    '{"stage": 2}}), accelerator="cuda", devices=8)',
+    evidence="runtime: tests/field/test_reproductions.py::test_deepspeed_fails_on_auto_batch_values (DeepSpeedConfig "
+    "raises TypeError on the string; stanford-crfm/mistral#101 is such a config)",
+)  # fmt: skip
+def no_auto_values(ctx: Context) -> Problem | None:
+    keys = [key for key in auto_keys(resolved_config(ctx)) if _auto_used_as_given(key)]
+    if not keys:
+        return None
     return Problem(
         f'{ctx.call()}: the DeepSpeed config has "auto" for {", ".join(keys)}; "auto" is filled in by '
-        "Hugging Face's integration, not by Lightning, and DeepSpeed cannot use it",
-        "; ".join(fixes),
+        "Hugging Face's integration, not by Lightning, and DeepSpeed fails on the string when the engine is created "
+        "or at the first step",
+        _auto_fixes(ctx, keys),
+    )
+
+
+@rule(
+    "LP414", "warning", "construction", '"auto" values DeepSpeed replaces with its own defaults',
+    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
+    '{"stage": 2, "reduce_bucket_size": "auto"}}), accelerator="cuda", devices=8)',
+    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
+    '{"stage": 2, "reduce_bucket_size": 500000000}}), accelerator="cuda", devices=8)',
+)  # fmt: skip
+def auto_values_defaulted(ctx: Context) -> Problem | None:
+    keys = [key for key in auto_keys(resolved_config(ctx)) if not _auto_used_as_given(key)]
+    if not keys:
+        return None
+    return Problem(
+        f'{ctx.call()}: the DeepSpeed config has "auto" for {", ".join(keys)}; Lightning does not fill it in (Hugging '
+        "Face's integration does), and DeepSpeed's config classes drop it for their defaults: e.g. an \"enabled\": "
+        '"auto" section is off, whatever precision= says',
+        _auto_fixes(ctx, keys),
     )
 
 
@@ -378,6 +415,7 @@ RULES: tuple[Rule, ...] = (
     fabric_batch_size_adds_up,
     trainer_batch_size_adds_up,
     no_auto_values,
+    auto_values_defaulted,
     trainer_owns_accumulation,
     zero_values_known,
     deepspeed_precision_plugin,
