@@ -117,7 +117,7 @@ CHECK_CODES: tuple[Code, ...] = (
         fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --strategy fsdp --set sharding_stratgy=FULL_SHARD",
         fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --strategy fsdp --set sharding_strategy=FULL_SHARD",
         evidence="source: the strategy's constructor raises TypeError for an unexpected keyword (FSDP and DDP forward "
-        "unknown keywords to torch's wrapper, which raises when the model is wrapped)",
+        "unknown keywords to torch's wrapper, which raises when the model is wrapped) (lightning 2.6.6, torch 2.13)",
     ),
     Code(
         code="LP716", severity="warning", stage="check", title="a single-device strategy asked for several devices",
