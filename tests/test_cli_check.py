@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -355,7 +356,9 @@ def _children() -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
-def test_no_cuda_initialized_and_no_child_process(capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_cuda_initialized_and_no_child_process(
+    capsys: pytest.CaptureFixture[str], forbid_cuda_init: list[str]
+) -> None:
     before = _children()
     for args in (
         "--accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --strategy fsdp_offload_ckpt --precision bf16-mixed "
@@ -366,6 +369,7 @@ def test_no_cuda_initialized_and_no_child_process(capsys: pytest.CaptureFixture[
         "--accelerator cuda --gpus 8 --devices 8 --strategy tp2d_hybrid --cluster torchelastic",
     ):
         check(capsys, args)
+    assert forbid_cuda_init == []
     assert not torch.cuda.is_initialized()
     assert multiprocessing.active_children() == []
     assert _children() == before
@@ -461,12 +465,15 @@ def _argv(draw: st.DrawFn) -> list[str]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argv=_argv())
-def test_fuzz_only_findings_or_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+def test_fuzz_only_findings_or_usage_errors(
+    capsys: pytest.CaptureFixture[str], forbid_cuda_init: list[str], argv: list[str]
+) -> None:
     code, out = check(capsys, argv)
     capsys.readouterr()
     assert code in (0, 1, 2)
     if code != 2 and "--json" in argv:
         assert validate(json.loads(out), SCHEMA) == []
+    assert forbid_cuda_init == []
     assert not torch.cuda.is_initialized()
 
 
@@ -498,3 +505,11 @@ def test_check_works_under_python_O() -> None:
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert "LP101" in [finding["code"] for finding in json.loads(result.stdout)["findings"]]
+
+
+def test_the_no_cuda_guard_can_fail(forbid_cuda_init: list[str]) -> None:
+    """What the CUDA assertions above rely on: an initialisation attempt is recorded, even when it is swallowed."""
+    with contextlib.suppress(RuntimeError):
+        torch.cuda.current_device()
+    assert len(forbid_cuda_init) == 1
+    assert "current_device" in forbid_cuda_init[0]

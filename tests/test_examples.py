@@ -135,3 +135,10 @@ def test_the_policy_opens_docs_errors_md() -> None:
     assert "would fail, hang, or train silently wrong" in head
     assert "A false rejection is worse than a miss" in head
     assert text.count("How we know: ") == sum(1 for e in _documented() if e.evidence)
+
+
+@pytest.mark.parametrize("name", ["fsdp_hybrid_shard", "deepspeed_zero2_offload", "fp8-torchao"])
+def test_constructing_every_example_creates_no_cuda_context(forbid_cuda_init: list[str], name: str) -> None:
+    _examples.run_example.cache_clear()  # construct for real under the guard, not from the cache
+    assert check_examples(name).ok
+    assert forbid_cuda_init == []
