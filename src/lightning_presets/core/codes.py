@@ -25,7 +25,8 @@ class Code:
 CATALOG_CODES: tuple[Code, ...] = (
     Code(
         code="LP001", severity="error", title="a preset name that is not lower-case",
-        fails='[project.entry-points."lightning_presets.strategies"]\nFSDP_Fast = "acme_presets:FSDP_FAST"',
+        fails='[project.entry-points."lightning_presets.strategies"]\n'
+        'FSDP_Fast = "acme_presets:FSDP_FAST_UPPER"   # Preset(name="FSDP_Fast", ...)',
         fixed='[project.entry-points."lightning_presets.strategies"]\nfsdp_fast = "acme_presets:FSDP_FAST"',
         evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, "
         "_check_config_and_set_final_flags lower-cases the requested name, so an upper-case entry is never found "
@@ -34,21 +35,22 @@ CATALOG_CODES: tuple[Code, ...] = (
     Code(
         code="LP002", severity="error", title="a preset name that Lightning already uses",
         fails='[project.entry-points."lightning_presets.strategies"]\nddp = "acme_presets:DDP"',
-        fixed='[project.entry-points."lightning_presets.strategies"]\nacme_ddp = "acme_presets:DDP"',
+        fixed='[project.entry-points."lightning_presets.strategies"]\nacme_ddp = "acme_presets:ACME_DDP"',
         evidence="source: lightning/fabric/strategies/registry.py, _StrategyRegistry.register raises ValueError for a "
         "name already present (lightning 2.6.6)",
     ),
     Code(
         code="LP003", severity="error", title="one preset name declared by two distributions",
-        fails="pip install acme-presets other-presets   # both declare 'fsdp_fast'",
-        fixed="LIGHTNING_PRESETS_DENY=other-presets python train.py",
+        fails='# acme-presets and other-presets both declare:\n[project.entry-points."lightning_presets.strategies"]\n'
+        'fsdp_fast = "acme_presets:FSDP_FAST"',
+        fixed="LIGHTNING_PRESETS_DENY=other-presets python train.py   # only acme-presets' fsdp_fast loads",
         evidence="runtime: tests/test_catalog.py::test_duplicate_between_two_distributions_registers_neither (neither "
         "can be registered under the one name)",
     ),
     Code(
         code="LP004", severity="error", title="an entry point that fails to import or raises",
         fails='fsdp_fast = "acme_presets.missing_module:FSDP_FAST"',
-        fixed='fsdp_fast = "acme_presets.presets:FSDP_FAST"',
+        fixed='fsdp_fast = "acme_presets:FSDP_FAST"',
         evidence="runtime: tests/test_catalog.py::test_bad_entry_point_is_reported_with_its_distribution (the entry "
         "point cannot be loaded)",
     ),
@@ -70,7 +72,7 @@ CATALOG_CODES: tuple[Code, ...] = (
     Code(
         code="LP007", severity="error", title="an optional dependency the preset needs is missing",
         fails='Trainer(strategy="deepspeed_zero2_offload")   # deepspeed not installed',
-        fixed="pip install 'lightning-presets[deepspeed]'",
+        fixed="Trainer(strategy=\"deepspeed_zero2_offload\")   # after pip install 'lightning-presets[deepspeed]'",
         stage="options",
         evidence="source: lightning/pytorch/strategies/deepspeed.py, DeepSpeedStrategy.__init__ raises "
         "MisconfigurationException without deepspeed (lightning 2.6.6)",
@@ -84,8 +86,8 @@ CATALOG_CODES: tuple[Code, ...] = (
     ),
     Code(
         code="LP009", severity="error", title="an entry point whose name differs from its preset's name",
-        fails='fsdp_fast = "acme_presets:FSDP_FAST"   # Preset(name="fsdp_quick", ...)',
-        fixed='fsdp_quick = "acme_presets:FSDP_FAST"',
+        fails='fsdp_fast = "acme_presets:FSDP_QUICK"   # Preset(name="fsdp_quick", ...)',
+        fixed='fsdp_quick = "acme_presets:FSDP_QUICK"',
         evidence="runtime: tests/test_catalog.py::test_bad_entry_point_is_reported_with_its_distribution (the name "
         "users pass would build another preset)",
     ),

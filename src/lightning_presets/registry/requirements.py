@@ -232,7 +232,7 @@ CODES: tuple[Code, ...] = (
         stage="options",
         code="LP401", severity="error", title="DeepSpeed is installed but fails to import",
         fails='Trainer(strategy="deepspeed_zero2_offload")   # import deepspeed raises',
-        fixed="pip install --force-reinstall --no-build-isolation deepspeed",
+        fixed='Trainer(strategy="deepspeed_zero2_offload")   # after pip install --force-reinstall deepspeed',
         evidence="runtime: tests/test_deepspeed.py::test_broken_deepspeed_reports_its_first_error_line (Lightning "
         "imports deepspeed in DeepSpeedStrategy.__init__)",
     ),
@@ -240,7 +240,7 @@ CODES: tuple[Code, ...] = (
         stage="options",
         code="LP402", severity="error", title="a torch / DeepSpeed version pair known not to work",
         fails='Trainer(strategy="deepspeed_zero2_offload")   # torch 2.6 with deepspeed 0.15.4',
-        fixed="pip install -U 'deepspeed>=0.16'",
+        fixed="Trainer(strategy=\"deepspeed_zero2_offload\")   # after pip install -U 'deepspeed>=0.16'",
         evidence="source: lightning/fabric/strategies/deepspeed.py, DeepSpeedStrategy.__init__ raises ImportError for "
         "torch>=2.6 with deepspeed<0.16 (lightning 2.6.6)",
     ),
@@ -248,7 +248,7 @@ CODES: tuple[Code, ...] = (
         stage="options",
         code="LP501", severity="error", title="torch_xla is installed but fails to import",
         fails='Fabric(strategy="xla_fsdp_ckpt")   # import torch_xla raises',
-        fixed="pip install --force-reinstall 'torch_xla[tpu]'",
+        fixed="Fabric(strategy=\"xla_fsdp_ckpt\")   # after pip install --force-reinstall 'torch_xla[tpu]'",
         evidence="runtime: tests/test_xla.py::test_broken_torch_xla_reports_its_first_error_line (Lightning imports "
         "torch_xla when it builds the strategy)",
     ),
@@ -256,7 +256,7 @@ CODES: tuple[Code, ...] = (
         stage="options",
         code="LP502", severity="error", title="torch_xla built for another torch release",
         fails='Fabric(strategy="xla_fsdp_ckpt")   # torch 2.13 with torch_xla 2.12',
-        fixed="pip install 'torch~=2.12.0' 'torch_xla[tpu]~=2.12.0'",
+        fixed="Fabric(strategy=\"xla_fsdp_ckpt\")   # after pip install 'torch~=2.12.0' 'torch_xla[tpu]~=2.12.0'",
         evidence="source: pytorch/xla README, installation: each torch_xla wheel is built against the torch release "
         "of the same version and its C extension fails to load against another",
     ),
@@ -264,7 +264,8 @@ CODES: tuple[Code, ...] = (
         stage="options",
         code="LP601", severity="error", title="a precision preset's dependency is installed but fails to import",
         fails='lightning_presets.precision("fp8-te")   # import transformer_engine raises',
-        fixed="pip install --force-reinstall 'transformer_engine[pytorch]'",
+        fixed="lightning_presets.precision(\"fp8-te\")   # after pip install --force-reinstall "
+        "'transformer_engine[pytorch]'",
         evidence="runtime: "
         "tests/test_precision_presets.py::test_broken_transformer_engine_reports_its_first_error_line (the plugin "
         "imports it when built)",
@@ -273,7 +274,7 @@ CODES: tuple[Code, ...] = (
         stage="options",
         code="LP602", severity="error", title="a precision preset's dependency in a version known not to work",
         fails='lightning_presets.precision("fp8-te")   # transformer_engine 0.10',
-        fixed="pip install -U 'transformer_engine[pytorch]>=0.11'",
+        fixed="lightning_presets.precision(\"fp8-te\")   # after pip install -U 'transformer_engine[pytorch]>=0.11'",
         evidence="source: lightning/fabric/plugins/precision/transformer_engine.py, "
         "TransformerEnginePrecision.__init__ raises ModuleNotFoundError below transformer_engine 0.11.0 (lightning "
         "2.6.6)",

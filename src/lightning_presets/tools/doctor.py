@@ -401,7 +401,7 @@ CODES: tuple[Code, ...] = (
         stage="doctor",
         code="LP720", severity="error", title="a Lightning package outside the supported range",
         fails=f"{DOCTOR}   # with lightning 2.5.2 installed",
-        fixed="pip install 'lightning>=2.6.0,<2.7'",
+        fixed=f"{DOCTOR}   # after pip install 'lightning>=2.6.0,<2.7'",
         evidence="source: lightning_presets/guards/strategy.py hooks Lightning's private _configure_launcher, whose "
         "contract is verified on Lightning 2.6 only (pyproject requires lightning>=2.6,<2.7)",
     ),
@@ -409,7 +409,7 @@ CODES: tuple[Code, ...] = (
         stage="doctor",
         code="LP721", severity="error", title="no Lightning package installed",
         fails=f"{DOCTOR}   # neither lightning nor pytorch-lightning installed",
-        fixed="pip install 'lightning>=2.6.0,<2.7'",
+        fixed=f"{DOCTOR}   # after pip install 'lightning>=2.6.0,<2.7'",
         evidence="runtime: tests/test_cli_doctor.py::test_lp721_no_lightning_installed (nothing to register into)",
     ),
     Code(
@@ -422,7 +422,7 @@ CODES: tuple[Code, ...] = (
         stage="doctor",
         code="LP723", severity="warning", title="the autoload start-up hook is not installed",
         fails=f"{DOCTOR}   # run from a source tree on PYTHONPATH: no lightning_presets_autoload.pth",
-        fixed=REINSTALL,
+        fixed=f"{DOCTOR}   # after {REINSTALL}",
     ),
     Code(
         stage="doctor",
