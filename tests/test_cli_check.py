@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lightning_presets.cli import main
+from lightning_presets.registry.requirements import is_importable
 from lightning_presets.tools.check import CODES, CheckRequest, run_check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -513,3 +514,42 @@ def test_the_no_cuda_guard_can_fail(forbid_cuda_init: list[str]) -> None:
         torch.cuda.current_device()
     assert len(forbid_cuda_init) == 1
     assert "current_device" in forbid_cuda_init[0]
+
+
+# --- the Trainer's accumulate_grad_batches reaches DeepSpeed's batch arithmetic (LP407) before launch --------------
+
+_DS_CONFIG = '{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}'
+_DS = f"--strategy deepspeed_zero2_offload --accelerator cuda --gpus 8 --devices 8 --set 'config={_DS_CONFIG}'"
+
+
+@pytest.mark.skipif(not is_importable("deepspeed"), reason="deepspeed is not installed")
+@pytest.mark.parametrize(
+    ("accumulation", "rejected"),
+    [("--accumulate-grad-batches 1", True), ("--accumulate-grad-batches 2", False),
+     ("--set accumulate_grad_batches=1", True), ("--set accumulate_grad_batches=2", False)],
+)  # fmt: skip
+def test_lp407_sees_accumulate_grad_batches_from_a_flag_or_set(
+    capsys: pytest.CaptureFixture[str], accumulation: str, rejected: bool
+) -> None:
+    code, report = check_json(capsys, f"{_DS} {accumulation}")
+    assert ("LP407" in [f["code"] for f in report["findings"]]) is rejected
+    assert code == (1 if rejected else 0)
+    assert validate(report, SCHEMA) == []
+
+
+@pytest.mark.skipif(not is_importable("deepspeed"), reason="deepspeed is not installed")
+def test_lp407_sees_accumulate_grad_batches_from_a_config_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("trainer:\n  accumulate_grad_batches: 1\n")
+    code, report = check_json(capsys, f"{_DS} --config {config}")
+    assert code == 1
+    (finding,) = [f for f in report["findings"] if f["code"] == "LP407"]
+    assert "accumulate_grad_batches=1" in finding["message"]
+    assert "4 × 1 × 8 = 32" in finding["hint"]
+
+
+def test_accumulate_grad_batches_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = check(capsys, "--accumulate-grad-batches 0")
+    assert code == 2

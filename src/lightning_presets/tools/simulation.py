@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import logging
 import os
 import socket
 import sys
@@ -47,11 +48,16 @@ def import_before_simulating(modules: Iterable[str]) -> None:
     a simulated device count on a machine without CUDA: imported first, they load as on the real machine, and a
     failure here is the installation's own, never the simulation's.
     """
-    for name in modules:
-        if name in sys.modules or importlib.util.find_spec(name) is None:
-            continue
-        with contextlib.suppress(Exception):  # a broken install is reported, for real, when the preset is built
-            importlib.import_module(name)
+    disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # e.g. DeepSpeed logs its accelerator detection to stdout when imported
+    try:
+        for name in modules:
+            if name in sys.modules or importlib.util.find_spec(name) is None:
+                continue
+            with contextlib.suppress(Exception):  # a broken install is reported, for real, when the preset is built
+                importlib.import_module(name)
+    finally:
+        logging.disable(disabled)
 
 
 @contextlib.contextmanager
