@@ -22,6 +22,11 @@ _FP8_EVIDENCE = (
 )
 
 
+def emulates_bf16(capability: tuple[int, int] | None) -> bool:
+    """Whether a GPU of this compute capability runs bf16 emulated (known and below Ampere)."""
+    return capability is not None and capability < NATIVE_BF16
+
+
 def _capability_text(capability: tuple[int, int]) -> str:
     return f"{capability[0]}.{capability[1]}"
 
@@ -107,7 +112,7 @@ def with_hardware_rules(preset: PrecisionPreset) -> tuple[Rule, ...]:
 )  # fmt: skip
 def bf16_is_native(ctx: Context) -> Problem | None:
     capability = ctx.gpu_capability
-    if ctx.accelerator != "cuda" or capability is None or capability >= NATIVE_BF16:
+    if ctx.accelerator != "cuda" or capability is None or not emulates_bf16(capability):
         return None
     if ctx.precision not in BF16_PRECISIONS:
         return None

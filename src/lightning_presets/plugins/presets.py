@@ -14,7 +14,7 @@ from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import PrecisionPreset, Requirement
 from lightning_presets.core.rules import Problem, rule
 from lightning_presets.core.versions import tested
-from lightning_presets.guards.precision_rules import HARDWARE_RULES, V100
+from lightning_presets.guards.precision_rules import HARDWARE_RULES, V100, emulates_bf16
 from lightning_presets.plugins.fsdp_reduce import BF16FP32ReducePrecision
 from lightning_presets.plugins.torchao_float8 import (
     FLOAT8_DIVISOR,
@@ -26,7 +26,6 @@ from lightning_presets.plugins.torchao_float8 import (
 
 FP8_CAPABILITY = (8, 9)
 FP8_REASON = "FP8 tensor cores arrived with Ada and Hopper GPUs"
-BF16_CAPABILITY = (8, 0)
 BF16_REASON = "bf16 arithmetic arrived with Ampere GPUs"
 DTYPES = ("bfloat16", "float16", "float32")
 _NOT_CUDA = "the XLA strategies accept only XLAPrecision plugins, and this precision runs only on CUDA"
@@ -67,7 +66,7 @@ def dtype_names_known(ctx: PrecisionContext) -> Problem | None:
     setting=V100,
 )  # fmt: skip
 def nf4_dtype_supported(ctx: PrecisionContext) -> Problem | None:
-    if ctx.values.get("dtype") != "bfloat16" or ctx.capability is None or ctx.capability >= BF16_CAPABILITY:
+    if ctx.values.get("dtype") != "bfloat16" or ctx.capability is None or not emulates_bf16(ctx.capability):
         return None
     return Problem(
         f"{ctx.call('dtype')}: the GPU has compute capability {ctx.capability[0]}.{ctx.capability[1]}, and bf16 "

@@ -189,23 +189,21 @@ def finding(requirement: Requirement, result: Probe, usage: str) -> Finding | No
         )
     dependency = DEPENDENCIES[requirement.module]
     version = f" {result.version}" if result.version else ""
-    if result.status == "broken" and result.simulated:
-        return Finding(
-            code=dependency.broken_code,
-            severity="error",
-            message=f"`{usage}` needs {requirement.module}{version}, whose import failed while CUDA was simulated: "
-            f"{result.detail}; the simulation, not the installation, may be the cause",
-            hint=f"import {requirement.module} before simulating CUDA (lightning_presets.tools.simulation."
-            f"simulated_cuda(..., preload=[{requirement.module!r}])), then check again",
-        )
     if result.status == "broken":
+        if result.simulated:  # never blame the installation for what the simulation may have caused
+            what = "whose import failed while CUDA was simulated"
+            cause = "; the simulation, not the installation, may be the cause"
+            fix = (f"import {requirement.module} before simulating CUDA (lightning_presets.tools.simulation."
+                   f"simulated_cuda(..., preload=[{requirement.module!r}])), then check again")  # fmt: skip
+        else:
+            what, cause = "which is installed but fails to import", ""
+            fix = (f"reinstall it (pip install --force-reinstall {dependency.distribution}) or fix the error above; "
+                   f"`python -c 'import {requirement.module}'` shows the whole traceback")  # fmt: skip
         return Finding(
             code=dependency.broken_code,
             severity="error",
-            message=f"`{usage}` needs {requirement.module}{version}, which is installed but fails to import: "
-            f"{result.detail}",
-            hint=f"reinstall it (pip install --force-reinstall {dependency.distribution}) or fix the error above; "
-            f"`python -c 'import {requirement.module}'` shows the whole traceback",
+            message=f"`{usage}` needs {requirement.module}{version}, {what}: {result.detail}{cause}",
+            hint=fix,
         )
     torch_version = installed_version("torch") or "unknown"
     return Finding(
