@@ -431,3 +431,13 @@ def test_fp8_te_with_tp2d_hybrid_is_refused(fake_te: types.ModuleType, cuda8: Si
     with pytest.raises(PresetConfigError) as excinfo:
         Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, plugins=[plugin], **QUIET)
     assert "'transformer-engine'" in str(excinfo.value)
+
+
+def test_a_missing_dependency_does_not_hide_the_hardware_findings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installing Transformer Engine would not make an A100 run FP8: both findings come at once."""
+    monkeypatch.setitem(sys.modules, "transformer_engine", None)
+    with simulated_cuda(8, capability=(8, 0)), pytest.raises(PresetConfigError) as excinfo:
+        lightning_presets.precision("fp8-te")
+    assert codes(excinfo) == ("LP007", "LP604")
+    assert "lightning-presets[fp8]" in excinfo.value.findings[0].hint
+    assert "needs 8.9 or newer" in excinfo.value.findings[1].message
