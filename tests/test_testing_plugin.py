@@ -3,11 +3,8 @@ build real Trainers on simulated GPUs and clusters and undo everything after the
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import textwrap
-import types
 from importlib import metadata
 from typing import Any
 
@@ -18,8 +15,8 @@ from conftest import run_python
 from helpers import QUIET
 from lightning_presets.core.hardware import SimulatedGPU
 from lightning_presets.testing import check_examples
-from lightning_presets.testing import examples as examples_adapter
 from lightning_presets.tools.docs import builtin_presets
+from lightning_presets.tools.examples import rules_of
 
 pytest_plugins = ("pytester",)
 
@@ -110,28 +107,33 @@ def test_fixtures_undo_everything_after_the_test(pytester: pytest.Pytester) -> N
     assert "PytestAssertRewriteWarning" not in result.stdout.str()
 
 
-# --- check_examples: the plugin's wrapper over the examples engine (lightning_presets.tools.examples) -------------
-
-ENGINE_MERGED = importlib.util.find_spec(examples_adapter.ENGINE) is not None
+# --- check_examples: the plugin's name for the examples engine (lightning_presets.tools.examples) -----------------
 
 
-@pytest.mark.skipif(not ENGINE_MERGED, reason=f"{examples_adapter.ENGINE} (issue 7) is not merged yet")
 @pytest.mark.parametrize("preset", builtin_presets(), ids=lambda preset: preset.name)
 def test_every_documented_example_of_every_builtin_preset_is_executed(preset: Any) -> None:
     report = check_examples(preset.name)
     assert list(report.failures) == []
-    assert report.checked >= 2 * len(preset.rules)  # a failing and a fixed example per rule, none left unexecuted
+    assert report.checked == 2 * len(rules_of(preset))  # a failing and a fixed example per rule, none skipped
 
 
 def test_check_examples_is_the_engines(monkeypatch: pytest.MonkeyPatch) -> None:
-    engine = types.ModuleType("stand_in_engine")
-    engine.check_examples = lambda name: ("the engine's report for", name)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "stand_in_engine", engine)
-    monkeypatch.setattr(examples_adapter, "ENGINE", "stand_in_engine")
+    """No second engine: the plugin's function returns what ``tools.examples.check_examples`` returns."""
+    from lightning_presets.tools import examples
+
+    monkeypatch.setattr(examples, "check_examples", lambda name: ("the engine's report for", name))
     assert check_examples("acme_fsdp") == ("the engine's report for", "acme_fsdp")
 
 
-def test_check_examples_names_a_missing_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(examples_adapter, "ENGINE", "lightning_presets.tools.no_such_engine")
-    with pytest.raises(NotImplementedError, match=r"check_examples\('fsdp2'\) needs lightning_presets.tools.no_such"):
-        check_examples("fsdp2")
+def test_check_examples_reports_a_failing_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A documented ``fails`` example that no longer fails is reported, not passed over."""
+    import dataclasses
+
+    from lightning_presets.registry import catalog
+
+    fsdp2 = catalog.strategy_catalog().presets["fsdp2"]
+    (first, *rest) = fsdp2.rules
+    broken = dataclasses.replace(first, fails=first.fixed)
+    monkeypatch.setitem(catalog.strategy_catalog().presets, "fsdp2", dataclasses.replace(fsdp2, rules=(broken, *rest)))
+    report = check_examples("fsdp2")
+    assert report.failures == (f"fsdp2: {first.code} fails example did not raise or warn {first.code} (got none)",)
