@@ -22,7 +22,7 @@ QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": 
 @pytest.mark.parametrize("name", ["acme_fsdp", "acme-bf16"])
 def test_every_documented_example_behaves_as_documented(name: str) -> None:
     report = check_examples(name)
-    assert report.failures == []
+    assert report.failures == ()
     assert report.checked > 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from lightning_presets import Context, Problem, rule
+from lightning_presets.core.rules import Setting
 from lightning_presets.strategies.fsdp2 import FSDP2
 
 GPUS_PER_NODE = 8
@@ -19,6 +20,8 @@ GPUS_PER_NODE = 8
     "LP901", "error", "construction", "more devices per node than an Acme node has GPUs",
     fails='Trainer(strategy="acme_fsdp", accelerator="cuda", devices=16)   # on a 16-GPU workstation',
     fixed='Trainer(strategy="acme_fsdp", accelerator="cuda", devices=8, num_nodes=2)',
+    evidence="source: Acme's node inventory (8 GPUs each): a local rank of 8 or more has no GPU to select",
+    setting=Setting(gpus=16),
 )  # fmt: skip
 def fits_an_acme_node(ctx: Context) -> Problem | None:
     """On the Acme cluster, local ranks 8 and up select a GPU no node has: they fail at launch."""
