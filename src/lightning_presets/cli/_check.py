@@ -82,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--env", action="append", default=[], type=key_value, metavar="KEY=VALUE",
                         help="an environment variable of the job, applied last (repeatable)")  # fmt: skip
     target.add_argument("--interactive", action="store_true", help="simulate a notebook / interactive session")
+    target.add_argument("--model", metavar="MODULE:FACTORY",
+                        help="plan this model's memory per GPU under the job's preset (traced, as `lightning-presets "
+                        "plan --model`) and compare it with --gpu-memory (LP730, LP731)")  # fmt: skip
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the report as JSON (schema in docs/check-schema.json)")
     out.add_argument("--strict", action="store_true", help="warnings reject the configuration too")
@@ -117,6 +120,7 @@ def request_from(args: argparse.Namespace) -> _check.CheckRequest:
         env=dict(args.env),
         interactive=args.interactive,
         notes=tuple(notes),
+        model=args.model,
     )
     return request
 

@@ -14,7 +14,7 @@ import inspect
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 from unittest import mock
@@ -77,6 +77,8 @@ class CheckRequest:
     """Simulate a notebook / interactive session."""
     notes: tuple[str, ...] = ()
     """What the request leaves out (e.g. config keys the check does not build); reported as given."""
+    model: str | None = None
+    """``MODULE:FACTORY``: plan the model's memory under the job's preset against ``gpu_memory`` (LP730-LP731)."""
 
     @property
     def caller(self) -> str:
@@ -102,12 +104,13 @@ class CheckRequest:
         return f"{self.caller}({', '.join(parts)})"
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "mode": self.mode,
             "arguments": {key: _jsonable(value) for key, value in self.arguments.items()},
             "plugins": list(self.plugins),
             "overrides": {key: _jsonable(value) for key, value in self.overrides.items()},
         }
+        return data if self.model is None else {**data, "model": self.model}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -550,6 +553,12 @@ def run_check(request: CheckRequest) -> CheckReport:
         interactive_compatible=getattr(launcher, "is_interactive_compatible", None),
     )
     out.add(_cluster.cluster_findings(target), "check", evidence)
+    if request.model is not None and resolved is not None and outcome.built is not None and not out.has_error:
+        from lightning_presets.tools.check_memory import memory_findings
+
+        memory, notes = memory_findings(request.model, request.gpu_memory, resolved, request.call())
+        out.add(memory, "check", evidence)
+        request = replace(request, notes=(*request.notes, *notes))
     simulated = {
         "gpus_per_node": request.gpus,
         "gpus_visible": visible,

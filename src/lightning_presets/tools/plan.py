@@ -1,249 +1,428 @@
-"""Which preset fits a model: a documented, arithmetic-only estimate of per-GPU memory for each preset.
+"""Which preset fits a model: per-GPU memory under every preset, and the fastest preset that fits.
 
-Evidence: none. Nothing is built, measured or launched; the numbers are arithmetic over the model below.
+Two ways in:
 
-Memory model (the "model states" accounting of the ZeRO paper, Rajbhandari et al. 2020):
+* ``--model MODULE:FACTORY`` traces. For each preset, the user's model is built under fake tensors at the
+  target world size, wrapped as the preset wraps it and put through one training step whose memory torch's
+  trackers attribute (``tools/trace.py``; it runs in a child process, ``tools/plan_worker.py``). Evidence
+  ``traced`` for FSDP2, tensor parallel and DDP replicas; for the presets whose strategy needs CUDA to
+  wrap (FSDP1, DeepSpeed) the model states come from a named formula and the activations from a trace of
+  the model unwrapped: evidence ``arithmetic + traced activations``.
+* ``--params COUNT`` is arithmetic over a bare parameter count: model states only (``tools/memory.py``),
+  with a share of each GPU set aside for what is not modelled (activations). Evidence ``arithmetic``.
 
-* Every parameter costs ``weights + grads + optimizer`` bytes. With AdamW and mixed precision that is
-  16 bytes per parameter. Lightning's ``bf16-mixed``/``16-mixed`` keeps fp32 weights and autocasts, so
-  the 16 bytes are 4 (fp32 weights) + 4 (fp32 grads) + 8 (Adam's two fp32 moments); DeepSpeed keeps
-  half-precision weights and an fp32 master copy in the optimizer instead: 2 + 2 + 12. ``*-true``
-  precisions keep everything in that dtype (bf16-true AdamW: 2 + 2 + 4). ``sgd`` means SGD with
-  momentum: one state instead of Adam's two (and DeepSpeed's fp32 master copy in mixed precision).
-* Sharding divides a component by the number of ranks that share it:
-  DDP shards nothing; ``fsdp_grad_op`` (ZeRO-2 / SHARD_GRAD_OP) shards grads and optimizer states but
-  holds full weights between forward and backward; ``fsdp2`` (full shard, ZeRO-3) shards all three over
-  the world; ``fsdp_hybrid_shard`` shards all three within a node and replicates across nodes;
-  ``tp2d_hybrid`` splits tensors over the GPUs of a node and shards over nodes (all three divided by the
-  world size); offload presets keep the offloaded components in CPU memory (counted per node).
-* Activations are not modelled. A fixed fraction of every GPU (``headroom``, default 30%) is set aside
-  for activations, the all-gathered working set of FSDP, communication buckets, the CUDA context and
-  allocator fragmentation: model states must fit in the rest. Large batches or long sequences can need
-  more: raise ``headroom``, or pick a preset that checkpoints activations (the ``*_ckpt`` ones).
+A preset fits when its peak per GPU is at most the usable GPU memory (the memory less ``headroom``: the CUDA
+context, NCCL buffers and allocator fragmentation, which no trace sees; and with ``--params`` the
+activations too) and what it keeps in CPU memory fits the node's CPU memory (given, or assumed: twice the
+node's GPU memory). Whether a preset applies at all is what ``lightning-presets check`` says for the job on
+simulated GPUs: the same guards.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
+from lightning_presets.core.preset import Preset
 from lightning_presets.registry import catalog
+from lightning_presets.registry.requirements import is_importable
+from lightning_presets.tools import memory
+from lightning_presets.tools.memory import OPTIMIZERS, PRECISIONS, Layout, bytes_per_param
+
+__all__ = [
+    "GIB", "OPTIMIZERS", "PRECISIONS", "Estimate", "Plan", "PlanRequest", "bytes_per_param", "format_count",
+    "format_bytes", "format_size", "parse_count", "plan",
+]  # fmt: skip
 
 PLAN_SCHEMA = "lightning-presets/plan"
-PLAN_SCHEMA_VERSION = 1
-DEFAULT_HEADROOM = 0.3
+PLAN_SCHEMA_VERSION = 2
 GIB = 2**30
-
-Optimizer = Literal["adamw", "sgd"]
-OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
-PRECISIONS: tuple[str, ...] = ("bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true", "64-true")
-_DTYPE_BYTES = {"32-true": 4, "64-true": 8, "bf16-true": 2, "16-true": 2}
+HEADROOM_ARITHMETIC = 0.3
+"""``--params``: a share of each GPU for everything but model states (activations are not modelled)."""
+HEADROOM_TRACED = 0.1
+"""``--model``: a share of each GPU for the CUDA context, NCCL buffers and fragmentation (not traced)."""
+DEFAULT_HEADROOM = HEADROOM_ARITHMETIC
+CPU_MEMORY_PER_GPU_MEMORY = 2
+"""Without ``--cpu-memory``, a node is assumed to have twice its GPUs' memory as CPU memory."""
+MAX_PARAMS = 10**18
+MAX_BATCH = 2**16
+RULE = (
+    "the first preset that fits, in preference order: replicas (DDP) before sharding, then the least "
+    "communication (SHARD_GRAD_OP, hybrid, full shard, tensor parallel), CPU offload last; at the same placement "
+    "FSDP2 before FSDP1 before DeepSpeed, and no gradient hook before one. Fits: peak per GPU ≤ usable GPU "
+    "memory, and CPU offload ≤ CPU memory per node"
+)
 _COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
-
-Sharding = Literal["none", "grad_op", "full", "node", "offload_optimizer", "offload_all"]
-
-
-@dataclass(frozen=True, slots=True)
-class BytesPerParam:
-    weights: float
-    grads: float
-    optimizer: float
-
-    @property
-    def total(self) -> float:
-        return self.weights + self.grads + self.optimizer
-
-
-def bytes_per_param(precision: str, optimizer: str, *, deepspeed: bool = False) -> BytesPerParam:
-    """Bytes of weights, gradients and optimizer state per parameter (see the module docstring)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer={optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
-    states = 2 if optimizer == "adamw" else 1
-    if precision.endswith("-mixed"):
-        if deepspeed:  # half-precision weights and grads; fp32 master copy + fp32 states in the optimizer
-            return BytesPerParam(2, 2, 4 + 4 * states)
-        return BytesPerParam(4, 4, 4 * states)  # Lightning AMP: fp32 weights, autocast
-    size = _DTYPE_BYTES[precision]
-    return BytesPerParam(size, size, size * states)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PresetModel:
-    """How one built-in preset places model states."""
-
-    name: str
-    rank: int
-    """Preference when several fit: lower is faster."""
-    sharding: Sharding
-    summary: str
-    deepspeed: bool = False
-    needs_multi_node: bool = False
-    needs_multi_gpu_node: bool = False
-    extra: str | None = None
-    """The ``lightning-presets`` extra the preset needs."""
-    note: str = ""
-
-
-# Preference order: no sharding first, then the least communication that fits. On several nodes hybrid
-# sharding ranks before full sharding (its all-gathers stay inside a node). Offload last: CPU memory and
-# PCIe traffic trade speed for fitting; ZeRO-2 offload keeps weights on the GPU, so it is the fastest of them.
-PRESET_MODELS: tuple[PresetModel, ...] = (
-    PresetModel(name="ddp_static_graph", rank=0, sharding="none",
-                summary="DDP: every GPU holds full weights, grads and optimizer states"),
-    PresetModel(name="ddp_bf16_compress", rank=1, sharding="none",
-                summary="DDP with bf16 gradient compression: memory as DDP, less traffic between nodes"),
-    PresetModel(name="fsdp_grad_op", rank=2, sharding="grad_op",
-                summary="FSDP SHARD_GRAD_OP: grads and optimizer states sharded, full weights kept"),
-    PresetModel(name="fsdp_hybrid_shard", rank=3, sharding="node", needs_multi_node=True,
-                summary="FSDP HYBRID_SHARD: everything sharded within a node, replicated across nodes",
-                note="needs several nodes (LP110)"),
-    PresetModel(name="fsdp2", rank=4, sharding="full",
-                summary="FSDP2 full shard: weights, grads and optimizer states sharded over every GPU"),
-    PresetModel(name="tp2d_hybrid", rank=5, sharding="full", needs_multi_gpu_node=True,
-                summary="tensor parallel inside a node × FSDP2 across nodes: everything divided by the world",
-                note="needs a configure_model that applies a tensor-parallel plan"),
-    PresetModel(name="deepspeed_zero2_offload", rank=6, sharding="offload_optimizer", deepspeed=True,
-                extra="deepspeed",
-                summary="ZeRO-2 with the optimizer in CPU memory: full weights and sharded grads on the GPU"),
-    PresetModel(name="fsdp2_offload_ckpt", rank=7, sharding="offload_all",
-                summary="FSDP2 full shard, weights/grads/optimizer in CPU memory, activation checkpointing"),
-    PresetModel(name="fsdp_offload_ckpt", rank=8, sharding="offload_all",
-                summary="FSDP full shard, weights/grads/optimizer in CPU memory, activation checkpointing"),
-    PresetModel(name="deepspeed_zero3_offload_ckpt", rank=9, sharding="offload_all", deepspeed=True,
-                extra="deepspeed",
-                summary="ZeRO-3 with weights and optimizer in CPU memory, activation checkpointing"),
-)  # fmt: skip
+Progress = Callable[[str, int, int], None]
+"""``progress(what, done, total)``: called while tracing (``total`` may grow as batch sizes are searched)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanRequest:
-    params: int
+    """A model (a bare parameter count, or a factory to trace) and the cluster to plan it for."""
+
     gpus_per_node: int
+    params: int | None = None
+    model: str | None = None
+    """``MODULE:FACTORY``: a function or class returning a LightningModule (or nn.Module) with an
+    ``example_input_array``; traced."""
     num_nodes: int = 1
     gpu_memory: int = 80 * GIB
     precision: str = "bf16-mixed"
     optimizer: str = "adamw"
-    headroom: float = DEFAULT_HEADROOM
+    """For ``--params``, and for a model without ``configure_optimizers``."""
+    headroom: float | None = None
+    """Share of each GPU not planned for; ``None``: 0.3 with ``params``, 0.1 with ``model``."""
     cpu_memory: int | None = None
-    """CPU memory per node in bytes; ``None``: offload presets are not checked against it."""
+    """CPU memory per node in bytes; ``None``: assumed (:data:`CPU_MEMORY_PER_GPU_MEMORY`)."""
+    batch_size: int | None = None
+    """Overrides the batch dimension of ``example_input_array``."""
+    max_batch: bool = False
+    """Also search the largest micro-batch that fits, per preset (traced runs)."""
+    presets: tuple[str, ...] = ()
+    """Plan only these presets; all the planner knows when empty."""
+    timeout_s: float = 900.0
 
     def __post_init__(self) -> None:
         problems = []
-        if self.params <= 0:
-            problems.append(f"params={self.params} must be positive")
+        if (self.params is None) == (self.model is None):
+            problems.append("give either params or model")
+        if self.params is not None and not 0 < self.params <= MAX_PARAMS:
+            problems.append(f"params={self.params} must be between 1 and {MAX_PARAMS:.0e}")
         if self.gpus_per_node < 1:
             problems.append(f"gpus={self.gpus_per_node} must be 1 or more")
         if self.num_nodes < 1:
             problems.append(f"num_nodes={self.num_nodes} must be 1 or more")
         if self.gpu_memory <= 0:
             problems.append(f"gpu_memory={self.gpu_memory} must be positive")
-        if not 0 <= self.headroom < 1:
+        if self.headroom is not None and not 0 <= self.headroom < 1:
             problems.append(f"headroom={self.headroom} must be at least 0 and below 1")
+        if self.cpu_memory is not None and self.cpu_memory <= 0:
+            problems.append(f"cpu_memory={self.cpu_memory} must be positive")
+        if self.batch_size is not None and not 0 < self.batch_size <= MAX_BATCH:
+            problems.append(f"batch_size={self.batch_size} must be between 1 and {MAX_BATCH}")
+        if self.batch_size is not None and self.model is None:
+            problems.append("batch_size needs a model (--model)")
+        if self.max_batch and self.model is None:
+            problems.append("the largest batch is searched on a traced model (--model)")
+        if self.model is not None:
+            problems += _spec_problems(self.model)
         if problems:
             raise ValueError("; ".join(problems))
         bytes_per_param(self.precision, self.optimizer)  # validates both names
+
+    @property
+    def traced(self) -> bool:
+        return self.model is not None
 
     @property
     def world_size(self) -> int:
         return self.gpus_per_node * self.num_nodes
 
     @property
+    def effective_headroom(self) -> float:
+        if self.headroom is not None:
+            return self.headroom
+        return HEADROOM_TRACED if self.traced else HEADROOM_ARITHMETIC
+
+    @property
     def usable_gpu_bytes(self) -> float:
-        return self.gpu_memory * (1 - self.headroom)
+        return self.gpu_memory * (1 - self.effective_headroom)
+
+    @property
+    def cpu_memory_per_node(self) -> int:
+        if self.cpu_memory is not None:
+            return self.cpu_memory
+        return CPU_MEMORY_PER_GPU_MEMORY * self.gpus_per_node * self.gpu_memory
+
+    def cpu_memory_text(self) -> str:
+        if self.cpu_memory is not None:
+            return f"{_gib(self.cpu_memory)} of CPU memory per node"
+        return (f"{_gib(self.cpu_memory_per_node)} of CPU memory per node assumed ({CPU_MEMORY_PER_GPU_MEMORY} × "
+                f"{self.gpus_per_node} × {_gib(self.gpu_memory)} of GPU memory; pass --cpu-memory)")  # fmt: skip
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"params": self.params, "model": self.model, "gpus_per_node": self.gpus_per_node,
+                "num_nodes": self.num_nodes, "gpu_memory_bytes": self.gpu_memory, "precision": self.precision,
+                "optimizer": self.optimizer, "headroom": self.effective_headroom,
+                "cpu_memory_bytes": self.cpu_memory, "cpu_memory_bytes_assumed": self.cpu_memory is None,
+                "cpu_memory_per_node_bytes": self.cpu_memory_per_node, "batch_size": self.batch_size,
+                "max_batch": self.max_batch, "presets": list(self.presets)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PlanRequest:
+        return cls(gpus_per_node=data["gpus_per_node"], params=data["params"], model=data["model"],
+                   num_nodes=data["num_nodes"], gpu_memory=data["gpu_memory_bytes"], precision=data["precision"],
+                   optimizer=data["optimizer"], headroom=data["headroom"], cpu_memory=data["cpu_memory_bytes"],
+                   batch_size=data["batch_size"], max_batch=data["max_batch"],
+                   presets=tuple(data["presets"]))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Estimate:
+    """One preset's memory per GPU, whether it fits, and how we know."""
+
     preset: str
-    rank: int
+    rank: tuple[int, int, int]
+    summary: str
     applicable: bool
     fits: bool
-    gpu_bytes: float
-    """Model states per GPU."""
-    cpu_bytes_per_node: float
-    usable_gpu_bytes: float
-    per_param: BytesPerParam
-    why: str
-    extra: str | None = None
+    evidence: str
+    """``traced``, ``arithmetic + traced activations``, ``arithmetic``, or ``failed`` (the trace broke)."""
+    parameters: int
+    gradients: int
+    optimizer: int
+    activations: int | None
+    """Bytes saved for backward at the end of the forward pass; ``None`` when not modelled (``--params``)."""
+    total_peak: int
+    """The step's peak per GPU (traced), or the model states plus the gathered weights (arithmetic)."""
+    usable_gpu_bytes: int
+    offloaded_per_gpu: int = 0
+    """Bytes each GPU's rank keeps in CPU memory (offloaded weights, gradients and optimizer state)."""
+    cpu_bytes_per_node: int = 0
+    cpu_fits: bool = True
+    formula: str = ""
+    why: tuple[str, ...] = ()
+    install: str | None = None
+    """The command that installs what the preset needs, when it is missing here."""
+    batch: int | None = None
+    max_batch: int | None = None
+    max_batch_note: str | None = None
 
     @property
-    def headroom_bytes(self) -> float:
-        return self.usable_gpu_bytes - self.gpu_bytes
+    def headroom_bytes(self) -> int:
+        return self.usable_gpu_bytes - self.total_peak
+
+    @property
+    def gpu_fits(self) -> bool:
+        return self.total_peak <= self.usable_gpu_bytes
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "preset": self.preset,
-            "applicable": self.applicable,
+            "per_gpu_bytes": {"parameters": self.parameters, "gradients": self.gradients,
+                              "optimizer": self.optimizer, "activations": self.activations,
+                              "total_peak": self.total_peak},
             "fits": self.fits,
-            "gpu_bytes": round(self.gpu_bytes),
-            "gpu_gib": round(self.gpu_bytes / GIB, 2),
-            "usable_gpu_bytes": round(self.usable_gpu_bytes),
-            "headroom_bytes": round(self.headroom_bytes),
-            "cpu_bytes_per_node": round(self.cpu_bytes_per_node),
-            "bytes_per_param": {"weights": self.per_param.weights, "grads": self.per_param.grads,
-                                "optimizer": self.per_param.optimizer},
-            "extra": self.extra,
-            "why": self.why,
+            "evidence": self.evidence,
+            "applicable": self.applicable,
+            "usable_gpu_bytes": self.usable_gpu_bytes,
+            "headroom_bytes": self.headroom_bytes,
+            "offloaded_bytes_per_gpu": self.offloaded_per_gpu,
+            "cpu_bytes_per_node": self.cpu_bytes_per_node,
+            "cpu_fits": self.cpu_fits,
+            "formula": self.formula,
+            "summary": self.summary,
+            "why": list(self.why),
+            "install": self.install,
+            "batch": self.batch,
+            "max_micro_batch": self.max_batch,
+            "max_micro_batch_note": self.max_batch_note,
+            "rank": list(self.rank),
         }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Estimate:
+        per = data["per_gpu_bytes"]
+        return cls(preset=data["preset"], rank=tuple(data["rank"]), summary=data["summary"],
+                   applicable=data["applicable"], fits=data["fits"], evidence=data["evidence"],
+                   parameters=per["parameters"], gradients=per["gradients"], optimizer=per["optimizer"],
+                   activations=per["activations"], total_peak=per["total_peak"],
+                   usable_gpu_bytes=data["usable_gpu_bytes"], offloaded_per_gpu=data["offloaded_bytes_per_gpu"],
+                   cpu_bytes_per_node=data["cpu_bytes_per_node"], cpu_fits=data["cpu_fits"],
+                   formula=data["formula"], why=tuple(data["why"]), install=data["install"], batch=data["batch"],
+                   max_batch=data["max_micro_batch"], max_batch_note=data["max_micro_batch_note"])  # fmt: skip
 
 
 def _gib(value: float) -> str:
-    return f"{value / GIB:.1f} GiB"
+    return format_bytes(value)
 
 
-def estimate(model: PresetModel, request: PlanRequest) -> Estimate:
-    """Model states per GPU (and CPU memory per node for offload) for one preset."""
-    per = bytes_per_param(request.precision, request.optimizer, deepspeed=model.deepspeed)
-    p, world, node = request.params, request.world_size, request.gpus_per_node
-    cpu = 0.0
-    if model.sharding == "none":
-        gpu, how = p * per.total, "nothing sharded"
-    elif model.sharding == "grad_op":
-        gpu = p * per.weights + p * (per.grads + per.optimizer) / world
-        how = f"weights whole, grads + optimizer / {world}"
-    elif model.sharding == "full":
-        gpu, how = p * per.total / world, f"all / {world}"
-    elif model.sharding == "node":
-        gpu, how = p * per.total / node, f"all / {node} (one node), replicated × {request.num_nodes}"
-    elif model.sharding == "offload_optimizer":
-        gpu = p * per.weights + p * per.grads / world
-        cpu = p * per.optimizer / request.num_nodes
-        how = f"weights whole, grads / {world} on GPU; optimizer in CPU memory"
-    else:
-        gpu, cpu = 0.0, p * per.total / request.num_nodes
-        how = "weights, grads and optimizer in CPU memory; the GPU holds the working set (headroom)"
-    usable = request.usable_gpu_bytes
-    reasons = [f"{model.summary}; {per.weights:g}+{per.grads:g}+{per.optimizer:g} B/param, {how}"]
-    applicable = True
-    if model.needs_multi_node and request.num_nodes < 2:
-        applicable = False
-        reasons.append(f"not applicable on {request.num_nodes} node: {model.note}")
-    if model.needs_multi_gpu_node and node < 2:
-        applicable = False
-        reasons.append(f"not applicable with {node} GPU per node: tensor parallelism needs 2 or more")
-    elif model.note and applicable and not model.needs_multi_node:
-        reasons.append(model.note)
-    fits = applicable and gpu <= usable
-    if applicable and gpu > usable:
-        reasons.append(f"{_gib(gpu)} of model states per GPU > {_gib(usable)} usable")
-    if cpu:
-        if request.cpu_memory is None:
-            reasons.append(f"needs {_gib(cpu)} of CPU memory per node (not checked: pass --cpu-memory)")
-        elif cpu > request.cpu_memory:
-            fits = False
-            reasons.append(f"needs {_gib(cpu)} of CPU memory per node > {_gib(request.cpu_memory)}")
-        else:
-            reasons.append(f"needs {_gib(cpu)} of {_gib(request.cpu_memory)} CPU memory per node")
-    if model.extra:
-        reasons.append(f"needs pip install 'lightning-presets[{model.extra}]'")
-    return Estimate(preset=model.name, rank=model.rank, applicable=applicable, fits=fits, gpu_bytes=gpu,
-                    cpu_bytes_per_node=cpu, usable_gpu_bytes=usable, per_param=per, why="; ".join(reasons),
-                    extra=model.extra)  # fmt: skip
+def _spec_problems(spec: str) -> list[str]:
+    """What is wrong with ``MODULE:FACTORY`` that can be told without importing anything."""
+    import importlib.util
+
+    module, sep, attr = spec.partition(":")
+    if not sep or not re.fullmatch(r"[A-Za-z_][\w.]*", module.strip()) or not attr.strip():
+        return [f"--model {spec!r} is not MODULE:FACTORY, e.g. my_project.models:build_model"]
+    top = module.strip().split(".")[0]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return [f"--model {spec}: no module named {top!r} here (run from the directory that holds it, or install it)"]
+    return []
+
+
+# --------------------------------------------------------------------------------------------- presets
+
+
+def _layouts() -> list[tuple[Preset, Layout]]:
+    """Every installed strategy preset of a family the planner knows, in preference order."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        presets = catalog.strategy_catalog().presets
+    found = [(preset, layout) for preset in presets.values() if (layout := memory.layout_of(preset)) is not None]
+    return sorted(found, key=lambda pair: (pair[1].rank, pair[0].name))
+
+
+def planned_presets() -> list[str]:
+    """The names of the presets the planner can plan, in preference order."""
+    return [preset.name for preset, _ in _layouts()]
+
+
+def plannable(request: PlanRequest) -> list[tuple[Preset, Layout]]:
+    """The presets to plan for ``request`` (``request.presets``, or all), in preference order."""
+    found = _layouts()
+    unknown = sorted(set(request.presets) - {preset.name for preset, _ in found})
+    if unknown:
+        raise ValueError(f"cannot plan {', '.join(unknown)}: the presets with a GPU memory layout are "
+                         f"{', '.join(preset.name for preset, _ in found)}")  # fmt: skip
+    return [(preset, layout) for preset, layout in found if not request.presets or preset.name in request.presets]
+
+
+def unplanned(request: PlanRequest) -> tuple[str, ...]:
+    """A note naming the installed strategy presets the planner has no layout for (TPU, unknown families)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        presets = catalog.strategy_catalog().presets
+    names = sorted(
+        name for name, preset in presets.items()
+        if memory.layout_of(preset) is None and (not request.presets or name in request.presets)
+    )  # fmt: skip
+    return (f"not planned (no GPU memory layout): {', '.join(names)}",) if names else ()
+
+
+def mesh_sizes(preset: Preset, layout: Layout, request: PlanRequest) -> dict[str, int] | None:
+    """The device mesh the preset builds for this cluster (ModelParallelStrategy presets), else ``None``."""
+    if layout.family != "model_parallel" or preset.mesh is None:
+        return None
+    return preset.mesh.resolve(preset.init_params, request.gpus_per_node, request.num_nodes)
+
+
+def applicability(preset: Preset, layout: Layout, request: PlanRequest) -> tuple[list[str], str | None]:
+    """Why the preset does not apply to this job (empty when it does), and an install command if it needs one.
+
+    The job is checked as ``lightning-presets check`` checks it, on simulated GPUs: the presets' own guards.
+    A missing optional dependency is not a reason: the plan is for the target machine.
+    """
+    from lightning_presets.tools.check import CheckRequest, run_check
+
+    install = next((each.install_command for each in preset.requires if not is_importable(each.module)), None)
+    arguments = {"strategy": preset.name, "accelerator": "cuda", "devices": request.gpus_per_node,
+                 "num_nodes": request.num_nodes, "precision": request.precision}  # fmt: skip
+    report = run_check(CheckRequest(arguments=arguments, gpus=request.gpus_per_node, gpu_memory=request.gpu_memory))
+    reasons = [f"{each.code}: {each.message}" for each in report.findings
+               if each.severity == "error" and each.code != "LP007"]  # fmt: skip
+    mesh = mesh_sizes(preset, layout, request)
+    if layout.tensor_parallel and mesh is not None and mesh.get("tensor_parallel", 1) < 2:
+        reasons.append(f"with {request.gpus_per_node} GPU per node the tensor-parallel size would be 1: that is "
+                       "FSDP2 across nodes, use strategy='fsdp2'")  # fmt: skip
+    return reasons, install
+
+
+# --------------------------------------------------------------------------------------------- estimates
+
+
+def _sizes(request: PlanRequest, params: int, facts: Any = None) -> memory.Sizes:
+    return memory.Sizes(
+        params=params, gpus_per_node=request.gpus_per_node, num_nodes=request.num_nodes,
+        precision=request.precision, optimizer=request.optimizer,
+        largest_layer=getattr(facts, "largest_layer", 0), root_params=getattr(facts, "root_params", 0),
+        block_params=getattr(facts, "block_params", 0),
+    )  # fmt: skip
+
+
+def finish(
+    layout: Layout,
+    request: PlanRequest,
+    *,
+    reasons: list[str],
+    install: str | None,
+    evidence: str,
+    parameters: float,
+    gradients: float,
+    optimizer: float,
+    activations: int | None,
+    total_peak: float,
+    offloaded_per_gpu: float,
+    cpu_per_node: float,
+    formula: str,
+    notes: tuple[str, ...] = (),
+    batch: int | None = None,
+) -> Estimate:
+    """An :class:`Estimate` from its figures: the verdict and the reasons, in words."""
+    usable = int(request.usable_gpu_bytes)
+    why = [layout.summary, *notes]
+    applicable = not reasons
+    why += [f"not applicable: {reason}" for reason in reasons]
+    gpu_fits = total_peak <= usable
+    cpu_fits = cpu_per_node <= request.cpu_memory_per_node
+    if applicable and not gpu_fits:
+        why.append(f"peak {_gib(total_peak)} per GPU > {_gib(usable)} usable")
+    if cpu_per_node:
+        verdict = "≤" if cpu_fits else ">"
+        assumed = " (assumed)" if request.cpu_memory is None else ""
+        why.append(f"needs {_gib(cpu_per_node)} of CPU memory per node {verdict} {_gib(request.cpu_memory_per_node)}"
+                   f"{assumed}")  # fmt: skip
+    if install:
+        why.append(f"needs {install} (not installed here)")
+    return Estimate(
+        preset=layout.preset, rank=layout.rank, summary=layout.summary, applicable=applicable,
+        fits=applicable and gpu_fits and cpu_fits, evidence=evidence, parameters=round(parameters),
+        gradients=round(gradients), optimizer=round(optimizer), activations=activations,
+        total_peak=round(total_peak), usable_gpu_bytes=usable, offloaded_per_gpu=round(offloaded_per_gpu),
+        cpu_bytes_per_node=round(cpu_per_node), cpu_fits=cpu_fits, formula=formula, why=tuple(why),
+        install=install, batch=batch,
+    )  # fmt: skip
+
+
+def arithmetic_estimate(preset: Preset, layout: Layout, request: PlanRequest, params: int) -> Estimate:
+    """Model states by the layout's formula: ``--params``, and presets that could not be traced."""
+    reasons, install = applicability(preset, layout, request)
+    states = memory.model_states(layout, _sizes(request, params))
+    return finish(layout, request, reasons=reasons, install=install, evidence="arithmetic",
+                  parameters=states.parameters, gradients=states.gradients, optimizer=states.optimizer,
+                  activations=None, total_peak=states.gpu + states.working_set,
+                  offloaded_per_gpu=states.cpu_per_node / request.gpus_per_node, cpu_per_node=states.cpu_per_node,
+                  formula=states.formula)  # fmt: skip
+
+
+def traced_estimate(
+    layout: Layout, request: PlanRequest, traced: Any, reasons: list[str], install: str | None
+) -> Estimate:
+    """An estimate from a trace (:class:`lightning_presets.tools.trace.Traced`).
+
+    Traced layouts take every figure from the trace; the others take the model states from their formula
+    and add the trace's activations and transient peak (activations and temporaries of the unwrapped model).
+    """
+    if layout.traceable:
+        host = traced.parameters + traced.gradients + traced.optimizer if traced.offloaded else 0
+        on_gpu = 0 if traced.offloaded else 1
+        how = "DDP replica: the module traced unwrapped, with DDP's gradient buckets held between steps" if (
+            layout.kind == "replica") else "the preset's own wrapping, traced"  # fmt: skip
+        return finish(layout, request, reasons=reasons, install=install, evidence="traced",
+                      parameters=traced.parameters * on_gpu, gradients=traced.gradients * on_gpu,
+                      optimizer=traced.optimizer * on_gpu, activations=traced.activations, total_peak=traced.peak,
+                      offloaded_per_gpu=host, cpu_per_node=host * request.gpus_per_node,
+                      formula=how + (" (weights, gradients and optimizer state in CPU memory)" if host else ""),
+                      notes=traced.notes, batch=traced.batch)  # fmt: skip
+    states = memory.model_states(layout, _sizes(request, traced.facts.numel, traced.facts))
+    return finish(layout, request, reasons=reasons, install=install,
+                  evidence="arithmetic + traced activations", parameters=states.parameters,
+                  gradients=states.gradients, optimizer=states.optimizer, activations=traced.activations,
+                  total_peak=states.gpu + states.working_set + traced.transient_peak,
+                  offloaded_per_gpu=states.cpu_per_node / request.gpus_per_node, cpu_per_node=states.cpu_per_node,
+                  formula=f"{states.formula}; + traced activations and temporaries of the model unwrapped",
+                  notes=traced.notes, batch=traced.batch)  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------- the plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +431,8 @@ class Plan:
     estimates: tuple[Estimate, ...]
     """Fitting presets by preference first, then the rest by preference."""
     notes: tuple[str, ...] = field(default=())
+    model_parameters: int | None = None
+    """Parameters of the traced model (``--params`` gives its own count)."""
 
     @property
     def fitting(self) -> tuple[Estimate, ...]:
@@ -264,6 +445,13 @@ class Plan:
     @property
     def exit_code(self) -> int:
         return 0 if self.fitting else 1
+
+    @property
+    def evidence(self) -> str:
+        if not self.request.traced:
+            return "none: arithmetic estimate of model states only; nothing was built or measured"
+        kinds = sorted({each.evidence for each in self.estimates})
+        return f"traced under fake tensors at world size {self.request.world_size} (per preset: {', '.join(kinds)})"
 
     def trainer_line(self) -> str | None:
         best = self.recommended
@@ -284,51 +472,80 @@ class Plan:
         if best is None:
             return None
         r = self.request
+        model = f" --model {r.model}" if r.model else ""
         return (
             f"lightning-presets check --strategy {best.preset} --accelerator cuda --devices {r.gpus_per_node} "
             f"--num-nodes {r.num_nodes} --precision {r.precision} --gpus {r.gpus_per_node} "
-            f"--gpu-memory {format_size(r.gpu_memory)}"
+            f"--gpu-memory {format_size(r.gpu_memory)}{model}"
         )
 
     def hint(self) -> str | None:
+        """When nothing fits: an offload preset whose GPU side fits, with the CPU memory it needs, or more GPUs."""
         if self.fitting:
             return None
         r = self.request
-        offload = [each for each in self.estimates if each.applicable and each.cpu_bytes_per_node]
-        need = min(offload, key=lambda each: each.cpu_bytes_per_node) if offload else None
-        cpu = f"; {need.preset} needs {_gib(need.cpu_bytes_per_node)}" if need else ""
-        return (
-            f"nothing fits {format_count(r.params)} parameters on {r.gpus_per_node} GPU(s) × {r.num_nodes} node(s) "
-            f"of {format_size(r.gpu_memory)}: add GPUs (--gpus) or nodes (--num-nodes) so sharding divides more, "
-            f"use an offload preset with more CPU memory per node (--cpu-memory{cpu}), "
-            "or a lower precision (bf16-true)"
-        )
+        offload = [each for each in self.estimates if each.applicable and each.gpu_fits and each.cpu_bytes_per_node]
+        parts = []
+        if offload:
+            best = min(offload, key=lambda each: each.cpu_bytes_per_node)
+            parts.append(f"{best.preset} fits on the GPU ({_gib(best.total_peak)} per GPU) and needs "
+                         f"{_gib(best.cpu_bytes_per_node)} of CPU memory per node, more than the "
+                         f"{r.cpu_memory_text()}: on nodes with that much, pass --cpu-memory "
+                         f"{format_size_up(best.cpu_bytes_per_node)}")  # fmt: skip
+        size = format_count(r.params) + " parameters" if r.params else r.model
+        smaller = "" if r.params else ", or a smaller --batch-size"
+        parts.append(f"nothing fits {size} on {r.gpus_per_node} GPU(s) × {r.num_nodes} node(s) of "
+                     f"{format_size(r.gpu_memory)}: add GPUs (--gpus) or nodes (--num-nodes) so sharding divides "
+                     f"more, or a lower precision (bf16-true){smaller}")  # fmt: skip
+        return "; ".join(parts)
 
     def as_dict(self) -> dict[str, Any]:
-        r = self.request
         best = self.recommended
         return {
             "schema": PLAN_SCHEMA,
             "schema_version": PLAN_SCHEMA_VERSION,
-            "evidence": "none: arithmetic estimate of model states only; nothing was built or measured",
-            "request": {"params": r.params, "gpus_per_node": r.gpus_per_node, "num_nodes": r.num_nodes,
-                        "gpu_memory_bytes": r.gpu_memory, "precision": r.precision, "optimizer": r.optimizer,
-                        "headroom": r.headroom, "cpu_memory_bytes": r.cpu_memory},
+            "evidence": self.evidence,
+            "request": self.request.as_dict(),
+            "model_parameters": self.model_parameters if self.request.traced else self.request.params,
             "recommended": best.preset if best else None,
+            "rule": RULE,
             "trainer": self.trainer_line(),
             "fabric": self.fabric_line(),
             "check": self.check_command(),
             "hint": self.hint(),
-            "estimates": [each.as_dict() for each in self.estimates],
+            "presets": [each.as_dict() for each in self.estimates],
             "notes": list(self.notes),
             "exit_code": self.exit_code,
-        }  # fmt: skip
+        }
 
 
-def plan(request: PlanRequest, models: tuple[PresetModel, ...] = PRESET_MODELS, notes: tuple[str, ...] = ()) -> Plan:
-    """Estimate every modelled preset; fitting ones first, each group in preference order."""
-    estimates = sorted((estimate(model, request) for model in models), key=lambda each: (not each.fits, each.rank))
-    return Plan(request, tuple(estimates), notes)
+def order(estimates: list[Estimate] | tuple[Estimate, ...]) -> tuple[Estimate, ...]:
+    return tuple(sorted(estimates, key=lambda each: (not each.fits, each.rank, each.preset)))
+
+
+def plan(request: PlanRequest, progress: Progress | None = None, notes: tuple[str, ...] = ()) -> Plan:
+    """Plan every preset the planner knows (or ``request.presets``): fitting ones first, by preference.
+
+    With a model, the tracing runs in a child process (:func:`lightning_presets.tools.plan_worker.run`):
+    a factory that aborts the interpreter cannot take the caller down. Raises ``ValueError`` for a bad
+    request and :class:`lightning_presets.tools.plan_worker.PlanFailed` when the model cannot be planned.
+    """
+    notes = (*notes, *unplanned(request))
+    if request.params is not None:
+        estimates = [arithmetic_estimate(preset, layout, request, request.params)
+                     for preset, layout in plannable(request)]  # fmt: skip
+        return Plan(request, order(estimates), notes)
+    from lightning_presets.tools import plan_worker
+
+    estimates, parameters = plan_worker.run(request, progress)
+    return Plan(request, order(estimates), notes, parameters)
+
+
+def with_max_batch(estimate: Estimate, batch: int | None, note: str | None) -> Estimate:
+    return replace(estimate, max_batch=batch, max_batch_note=note)
+
+
+# --------------------------------------------------------------------------------------------- text
 
 
 def parse_count(text: str) -> int:
@@ -336,54 +553,39 @@ def parse_count(text: str) -> int:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([a-zA-Z]?)\s*", text)
     if not match or match.group(2).lower() not in _COUNT_SUFFIX:
         raise ValueError(f"{text!r} is not a parameter count such as 7B, 350M or 7000000000")
-    value = round(float(match.group(1)) * _COUNT_SUFFIX[match.group(2).lower()])
-    if value <= 0:
+    value = float(match.group(1)) * _COUNT_SUFFIX[match.group(2).lower()]
+    if not math.isfinite(value) or value > MAX_PARAMS:
+        raise ValueError(f"{text!r} is more parameters than any model has (at most {MAX_PARAMS:.0e})")
+    if round(value) <= 0:
         raise ValueError(f"{text!r} is not a positive parameter count")
-    return value
+    return round(value)
 
 
-def format_count(count: int) -> str:
+def format_count(count: int | None) -> str:
+    if count is None:
+        return "?"
     for suffix, size in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
         if count >= size:
             return f"{count / size:.3g}{suffix}"
     return str(count)
 
 
+def format_bytes(size: float) -> str:
+    """``26.5 GiB``, ``812.3 KiB``: one decimal in the largest unit that keeps the number at least 1."""
+    for suffix, unit in (("TiB", 2**40), ("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(size) >= unit:
+            return f"{size / unit:.1f} {suffix}"
+    return f"{size:.0f} B"
+
+
 def format_size(size: int) -> str:
     """Bytes as the ``--gpu-memory`` flag takes them (``80GiB`` when exact)."""
-    for suffix, unit in (("TiB", 2**40), ("GiB", GIB), ("MiB", 2**20)):
+    for suffix, unit in (("TiB", 2**40), ("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
         if size % unit == 0:
             return f"{size // unit}{suffix}"
     return str(size)
 
 
-def count_parameters(spec: str) -> int:
-    """Parameters of ``module:attr`` (an ``nn.Module`` or a factory returning one), built on the meta device."""
-    import importlib
-
-    import torch
-
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"--model {spec!r} is not module:attr, e.g. my_project.models:build_model")
-    target: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    if not isinstance(target, torch.nn.Module):
-        with torch.device("meta"):  # no memory is allocated for the weights
-            target = target()
-    if not isinstance(target, torch.nn.Module):
-        raise ValueError(f"--model {spec!r} gave a {type(target).__name__}, not a torch.nn.Module")
-    return sum(parameter.numel() for parameter in target.parameters())
-
-
-def unmodelled() -> tuple[str, ...]:
-    """A note naming installed strategy presets the memory model does not cover (third-party, TPU)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        names = sorted(set(catalog.strategy_catalog().presets) - {model.name for model in PRESET_MODELS})
-    return (f"not estimated (no memory model): {', '.join(names)}",) if names else ()
-
-
-def describe_models() -> Mapping[str, str]:
-    return {model.name: model.summary for model in PRESET_MODELS}
+def format_size_up(size: float) -> str:
+    """At least ``size`` bytes, in whole GiB as ``--cpu-memory`` takes them."""
+    return f"{math.ceil(size / GIB)}GiB"
