@@ -152,8 +152,10 @@ def plan_in_process(request: PlanRequest, progress: Progress | None = None) -> t
         warnings.simplefilter("ignore")
         try:
             factory = user_model.load_factory(spec)
-            jobs = [(preset, layout, *applicability(preset, layout, request)) for preset, layout in plannable(request)]
             tracer = _Tracer(factory, spec, request, report)
+            report(f"building {spec} under fake tensors", 0, 1)
+            tracer.numel()  # builds the model once: a factory that fails, fails before anything else runs
+            jobs = [(preset, layout, *applicability(preset, layout, request)) for preset, layout in plannable(request)]
             tracer.total = len({tracer.key(job[0], job[1], request.batch_size) for job in jobs if not job[2]})
             with trace.fake_world(request.world_size):
                 estimates = [tracer.estimate(*job) for job in jobs]
@@ -271,24 +273,17 @@ def search_batch(peak: Callable[[int], float], usable: float, start: int) -> int
 
 
 def _next_probe(measured: dict[int, float], usable: float, low: int, high: int | None) -> int:
+    """The next batch to trace: on the line through the two probes nearest the limit, else double or bisect."""
     ceiling = (high - 1) if high is not None else MAX_BATCH
     fallback = min(ceiling, max(low * 2, low + 1)) if high is None else (low + high) // 2
     if len(measured) >= 2:
-        (b1, p1), (b2, p2) = sorted(measured.items())[-2:] if high is None else _bracketing(measured, low, high)
-        slope = (p2 - p1) / (b2 - b1) if b2 != b1 else 0
+        (b1, p1), (b2, p2) = sorted(sorted(measured.items(), key=lambda point: abs(point[1] - usable))[:2])
+        slope = (p2 - p1) / (b2 - b1)
         if slope > 0:
-            guess = math.floor(b1 + (usable - p1) / slope)
-            guess = min(ceiling, max(low + 1, guess))
+            guess = min(ceiling, max(low + 1, math.floor(b1 + (usable - p1) / slope)))
             if guess not in measured:
                 return guess
     return max(low + 1, min(ceiling, fallback))
-
-
-def _bracketing(measured: dict[int, float], low: int, high: int) -> list[tuple[int, float]]:
-    points = sorted(measured.items())
-    below = [point for point in points if point[0] <= low] or points[:1]
-    above = [point for point in points if point[0] >= high] or points[-1:]
-    return [below[-1], above[0]]
 
 
 if __name__ == "__main__":
