@@ -292,3 +292,17 @@ def test_cli_usage_errors_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFi
         main(list(argv))
     assert exited.value.code == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_install_note_agrees_with_doctor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSpeed is installed in the test environment: no install note; reported missing, the note names the extra."""
+    from lightning_presets.tools import doctor
+
+    installed = doctor.dependencies_section()[0]["deepspeed"]["status"] == "found"
+    estimates = by_name(plan(PlanRequest(params=10**9, gpus_per_node=8)))
+    assert (estimates["deepspeed_zero2_offload"].install is None) is installed
+    monkeypatch.setattr(_plan, "is_importable", lambda module: module != "deepspeed")
+    missing = by_name(plan(PlanRequest(params=10**9, gpus_per_node=8)))["deepspeed_zero2_offload"]
+    assert missing.install == "pip install 'lightning-presets[deepspeed]'"
+    assert missing.fits  # the plan is for the target machine: a missing package here is a note, not a misfit
+    assert any("not installed here" in why for why in missing.why)

@@ -43,7 +43,8 @@ def real_run() -> dict[str, dict[str, int]]:
         capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert lines, done.stdout[-2000:]
     result: dict[str, dict[str, int]] = json.loads(lines[0].removeprefix("RESULT "))
     return result
 
@@ -338,3 +339,55 @@ def test_plan_reports_progress_while_tracing() -> None:
     traced = [call for call in calls if call[0].startswith("tracing")]
     assert traced[-1][1] == traced[-1][2] == 2  # the two DDP presets share one trace
     assert [done for _, done, _ in traced] == sorted(done for _, done, _ in traced)
+
+
+# --- check --model ----------------------------------------------------------------------------------------------
+
+
+def _check(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["check", *argv, "--json"]) in (0, 1)
+    data: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return data
+
+
+def test_check_model_without_gpu_memory_or_for_a_lightning_strategy_is_a_note(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    job = ("--accelerator", "cuda", "--gpus", "2", "--devices", "2", "--model", TINY)
+    report = _check(capsys, "--strategy", "fsdp2", *job)
+    assert report["valid"]
+    assert [finding["code"] for finding in report["findings"]] == []
+    assert any("no --gpu-memory" in note for note in report["notes"])
+    report = _check(capsys, "--strategy", "ddp", *job, "--gpu-memory", "1KiB")  # Lightning's own: not planned
+    assert not [finding for finding in report["findings"] if finding["code"].startswith("LP73")]
+    assert any("not DDPStrategy" in note for note in report["notes"])
+    assert report["request"]["model"] == TINY
+
+
+def no_configure_model() -> Any:
+    from lightning.pytorch import LightningModule
+
+    from lightning_presets.tools.reference_models import Decoder
+
+    class Plain(LightningModule):  # type: ignore[misc]  # Lightning is not followed by mypy
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = Decoder(64, 32, 4, 2)
+            self.example_input_array = torch.zeros(4, 16, dtype=torch.long)
+
+        def forward(self, tokens: torch.Tensor) -> Any:
+            return self.model(tokens)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(self.parameters())
+
+    return Plain()
+
+
+def test_tensor_parallel_needs_a_configure_model() -> None:
+    request = PlanRequest(model=f"{__name__}:no_configure_model", gpus_per_node=2, presets=("tp2d_hybrid", "fsdp2"))
+    estimates, _ = plan_worker.plan_in_process(request)
+    by_name = {each.preset: each for each in estimates}
+    assert not by_name["tp2d_hybrid"].applicable
+    assert any("LP208" in why for why in by_name["tp2d_hybrid"].why)
+    assert by_name["fsdp2"].fits  # the preset shards it itself

@@ -105,7 +105,7 @@ CHECK_CODES: tuple[Code, ...] = (
     Code(
         code="LP731", severity="warning", stage="check",
         title="a predicted peak within the headroom of --gpu-memory, or above it by arithmetic",
-        fails=f"{CHECK} --strategy fsdp2 --accelerator cuda --gpus 2 --devices 2 --gpu-memory 420KiB --model {_MODEL}",
+        fails=f"{CHECK} --strategy fsdp2 --accelerator cuda --gpus 2 --devices 2 --gpu-memory 620KiB --model {_MODEL}",
         fixed=f"{CHECK} --strategy fsdp2 --accelerator cuda --gpus 2 --devices 2 --gpu-memory 80GiB --model {_MODEL}",
     ),
 )  # fmt: skip

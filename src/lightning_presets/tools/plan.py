@@ -382,10 +382,14 @@ def finish(
     )  # fmt: skip
 
 
-def arithmetic_estimate(preset: Preset, layout: Layout, request: PlanRequest, params: int) -> Estimate:
-    """Model states by the layout's formula: ``--params``, and presets that could not be traced."""
+def arithmetic_estimate(
+    preset: Preset, layout: Layout, request: PlanRequest, params: int, facts: Any = None, more: tuple[str, ...] = ()
+) -> Estimate:
+    """Model states by the layout's formula: ``--params``, and presets not traced (``facts``: the model's sizes;
+    ``more``: reasons the preset does not apply that the trace found)."""
     reasons, install = applicability(preset, layout, request)
-    states = memory.model_states(layout, _sizes(request, params))
+    reasons = [*reasons, *more]
+    states = memory.model_states(layout, _sizes(request, params, facts))
     return finish(layout, request, reasons=reasons, install=install, evidence="arithmetic",
                   parameters=states.parameters, gradients=states.gradients, optimizer=states.optimizer,
                   activations=None, total_peak=states.gpu + states.working_set,

@@ -208,12 +208,13 @@ class _Tracer:
         from lightning_presets.tools import trace
 
         if reasons:
-            return arithmetic_estimate(preset, layout, self.request, self.numel())
+            return arithmetic_estimate(preset, layout, self.request, self.numel(), self.facts)
         traced = self.trace(preset, layout, self.request.batch_size)
-        if isinstance(traced, trace.TraceError):
-            failed = arithmetic_estimate(preset, layout, self.request, self.numel())
+        if isinstance(traced, trace.NotApplicable):
+            return arithmetic_estimate(preset, layout, self.request, self.numel(), self.facts, (str(traced),))
+        if isinstance(traced, trace.TraceError):  # this preset's wrapping or step failed: the others go on
+            failed = arithmetic_estimate(preset, layout, self.request, self.numel(), self.facts)
             return with_why(failed, evidence="failed", fits=False, why=f"the trace failed: {traced}")
-        self.facts = traced.facts
         return traced_estimate(layout, self.request, traced, reasons, install)
 
     def numel(self) -> int:

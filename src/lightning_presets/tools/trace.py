@@ -29,6 +29,7 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 
 from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.strategies import fsdp2
+from lightning_presets.strategies.model_parallel import _defines_configure_model as defines_configure_model
 from lightning_presets.tools import user_model
 from lightning_presets.tools.memory import Layout
 
@@ -39,7 +40,6 @@ STATES = PARAMETERS + GRADIENTS + OPTIMIZER
 HOST_RESIDENT = ("Sharded Param", "Sharded Grad", "OptState")
 """What FSDP2's CPU offload policy keeps in CPU memory: the shards, their gradients and the optimizer state."""
 _DTYPES = {"bf16": torch.bfloat16, "16": torch.float16, "32": torch.float32, "64": torch.float64}
-_LIGHTNING_PACKAGES = ("lightning.pytorch.", "pytorch_lightning.", "lightning.fabric.", "lightning_fabric.")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +104,10 @@ class Traced:
 
 class TraceError(Exception):
     """This preset's wrapping or step failed on the user's model (the others may still be planned)."""
+
+
+class NotApplicable(TraceError):
+    """The preset cannot wrap this model (the message says which guard says so)."""
 
 
 # --------------------------------------------------------------------------------------------- the fake world
@@ -293,19 +297,16 @@ def model_facts(factory: Callable[[], Any], spec: str) -> ModelFacts:
         return facts_of(user_model.build(factory, spec))
 
 
-def _defines_configure_model(model: nn.Module) -> bool:
-    for klass in type(model).__mro__:
-        if "configure_model" in vars(klass):
-            return not klass.__module__.startswith(_LIGHTNING_PACKAGES)
-    return False
-
-
 def _wrap(model: nn.Module, layout: Layout, mesh: Any, spec: str) -> list[str]:
     """Apply the preset's wrapping in place, as its strategy does; returns notes for the reader."""
     notes = []
     if mesh is not None:
         object.__setattr__(model, "_device_mesh", mesh)  # what ModelParallelStrategy gives a LightningModule
-    if _defines_configure_model(model):
+    defines = defines_configure_model(model)
+    if layout.tensor_parallel and not defines:
+        raise NotApplicable(f"LP208: {type(model).__name__} does not override configure_model(), so nothing would "
+                            f"apply tensor parallelism under {layout.preset}")  # fmt: skip
+    if defines:
         try:
             with user_model.contained(f"{spec}: configure_model()"):
                 cast(Any, model).configure_model()
