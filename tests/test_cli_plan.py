@@ -301,7 +301,9 @@ def test_install_note_agrees_with_doctor(monkeypatch: pytest.MonkeyPatch) -> Non
     installed = doctor.dependencies_section()[0]["deepspeed"]["status"] == "found"
     estimates = by_name(plan(PlanRequest(params=10**9, gpus_per_node=8)))
     assert (estimates["deepspeed_zero2_offload"].install is None) is installed
-    monkeypatch.setattr(_plan, "is_importable", lambda module: module != "deepspeed")
+    from lightning_presets.tools import estimates as _estimates
+
+    monkeypatch.setattr(_estimates, "is_importable", lambda module: module != "deepspeed")
     missing = by_name(plan(PlanRequest(params=10**9, gpus_per_node=8)))["deepspeed_zero2_offload"]
     assert missing.install == "pip install 'lightning-presets[deepspeed]'"
     assert missing.fits  # the plan is for the target machine: a missing package here is a note, not a misfit

@@ -27,7 +27,7 @@ from lightning_presets.cli import _plan as cli_plan
 from lightning_presets.cli import main
 from lightning_presets.registry.catalog import strategy_catalog
 from lightning_presets.tools import memory, plan_worker, trace, user_model
-from lightning_presets.tools.plan import Estimate, PlanRequest, traced_estimate
+from lightning_presets.tools.estimates import Estimate, PlanRequest, traced_estimate
 
 TINY = "lightning_presets.tools.reference_models:decoder_tiny"
 VALIDATED = ("fsdp2", "fsdp2_offload_ckpt", "ddp_static_graph", "tp2d_hybrid")

@@ -196,7 +196,9 @@ def render(report: _check.CheckReport, strict: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = _check.run_check(request_from(args))
+    from lightning_presets.tools.check_memory import run_check  # check, with --model's memory plan
+
+    report = run_check(request_from(args))
     if args.json:
         emit_json(report.as_dict(args.strict))
     else:

@@ -14,7 +14,7 @@ import inspect
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 from unittest import mock
@@ -78,7 +78,8 @@ class CheckRequest:
     notes: tuple[str, ...] = ()
     """What the request leaves out (e.g. config keys the check does not build); reported as given."""
     model: str | None = None
-    """``MODULE:FACTORY``: plan the model's memory under the job's preset against ``gpu_memory`` (LP730-LP731)."""
+    """``MODULE:FACTORY``: the model whose memory ``tools.check_memory.run_check`` plans under the job's preset
+    against ``gpu_memory`` (LP730-LP731); :func:`run_check` itself does not read it."""
 
     @property
     def caller(self) -> str:
@@ -553,12 +554,6 @@ def run_check(request: CheckRequest) -> CheckReport:
         interactive_compatible=getattr(launcher, "is_interactive_compatible", None),
     )
     out.add(_cluster.cluster_findings(target), "check", evidence)
-    if request.model is not None and resolved is not None and outcome.built is not None and not out.has_error:
-        from lightning_presets.tools.check_memory import memory_findings
-
-        memory, notes = memory_findings(request.model, request.gpu_memory, resolved, request.call())
-        out.add(memory, "check", evidence)
-        request = replace(request, notes=(*request.notes, *notes))
     simulated = {
         "gpus_per_node": request.gpus,
         "gpus_visible": visible,

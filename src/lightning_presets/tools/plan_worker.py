@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from lightning_presets.tools.plan import (
+from lightning_presets.tools.estimates import (
     MAX_BATCH,
     Estimate,
     PlanRequest,
