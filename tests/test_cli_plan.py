@@ -262,14 +262,15 @@ def test_cli_nothing_fits_exits_1_with_hint(capsys: pytest.CaptureFixture[str]) 
     assert "--cpu-memory" in data["hint"]
 
 
-def test_cli_model_of_a_plain_module_is_traced(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = run(capsys, "plan", "--model", f"{__name__}:tiny_model", "--gpus", "1", "--json")
-    data = json.loads(out)
-    assert code == 0
-    assert data["model_parameters"] == 325
-    ddp = next(each for each in data["presets"] if each["preset"] == "ddp_static_graph")
-    assert ddp["evidence"] == "traced"
-    assert ddp["per_gpu_bytes"]["parameters"] == 325 * 4  # fp32 weights (bf16-mixed autocasts)
+def test_a_plain_module_is_traced_with_the_default_optimizer() -> None:
+    from lightning_presets.tools import plan_worker
+
+    request = PlanRequest(model=f"{__name__}:tiny_model", gpus_per_node=1, presets=("ddp_static_graph",))
+    (ddp,), parameters = plan_worker.plan_in_process(request)
+    assert parameters == 325
+    assert ddp.evidence == "traced"
+    assert ddp.parameters == 325 * 4  # fp32 weights (bf16-mixed autocasts)
+    assert ddp.optimizer >= 2 * 325 * 4  # no configure_optimizers: AdamW, two fp32 moments (+ step counters)
 
 
 @pytest.mark.parametrize(
