@@ -286,6 +286,13 @@ def test_a_factory_that_fails_is_a_usage_error_of_the_cli(
     assert "Traceback" not in err
 
 
+def test_a_plan_that_takes_too_long_is_stopped(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", "--model", TINY, "--gpus", "2", "--timeout", "1"])
+    assert exited.value.code == 2
+    assert "took longer than 1 s and was stopped" in capsys.readouterr().err
+
+
 def test_plan_json_of_a_traced_model(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = run(capsys, "plan", "--model", TINY, "--gpus", "2", "--json")
     data = json.loads(out)
@@ -304,7 +311,7 @@ def test_plan_json_of_a_traced_model(capsys: pytest.CaptureFixture[str]) -> None
     assert {name for name, each in by_name.items() if each["evidence"] == "arithmetic + traced activations"} == {
         "fsdp_grad_op", "fsdp_offload_ckpt", "deepspeed_zero2_offload", "deepspeed_zero3_offload_ckpt",
     }  # fmt: skip
-    assert by_name["fsdp_hybrid_shard"]["applicable"] is False  # LP110 on one node
+    assert by_name["fsdp_hybrid_shard"]["applicable"] is False  # one node: a single replica, full sharding
     assert "DeepSpeed estimate_zero2" in by_name["deepspeed_zero2_offload"]["formula"]
     assert data["recommended"] == "ddp_static_graph"
     assert "--model" in data["check"]

@@ -127,6 +127,9 @@ CHECK_CODES: tuple[Code, ...] = (
     ),
     Code(
         code="LP730", severity="error", stage="check", title="the traced peak memory per GPU exceeds --gpu-memory",
+        evidence="runtime: tests/test_plan_trace.py::test_traced_plan_matches_a_real_two_process_run (the traced "
+        "step's peak equals a real step's on 2 gloo processes; a CUDA step past the device's memory raises "
+        "torch.OutOfMemoryError)",
         fails=f"{CHECK} --strategy ddp_static_graph --accelerator cuda --gpus 2 --devices 2 --gpu-memory 512KiB "
         f"--model {_MODEL}",
         fixed=f"{CHECK} --strategy ddp_static_graph --accelerator cuda --gpus 2 --devices 2 --gpu-memory 80GiB "

@@ -280,6 +280,20 @@ def mesh_sizes(preset: Preset, layout: Layout, request: PlanRequest) -> dict[str
     return preset.mesh.resolve(preset.init_params, request.gpus_per_node, request.num_nodes)
 
 
+def _degenerate(preset: Preset, layout: Layout, request: PlanRequest) -> str | None:
+    """Why the preset's mesh on this cluster makes it another preset in disguise (the planner recommends that one)."""
+    sizes = preset.mesh.resolve(preset.init_params, request.gpus_per_node, request.num_nodes) if preset.mesh else None
+    if not sizes:
+        return None
+    if layout.tensor_parallel and sizes.get("tensor_parallel", 1) < 2:
+        return (f"with {request.gpus_per_node} GPU per node the tensor-parallel size would be 1: that is FSDP2 "
+                "across nodes, use strategy='fsdp2'")  # fmt: skip
+    if layout.kind == "hybrid" and sizes.get("replicate", 1) < 2:
+        return (f"with {request.num_nodes} node the mesh has a single replica: that is full sharding inside the node "
+                "with extra process groups, use strategy='fsdp2' (or plan --num-nodes 2 or more)")  # fmt: skip
+    return None
+
+
 def applicability(preset: Preset, layout: Layout, request: PlanRequest) -> tuple[list[str], str | None]:
     """Why the preset does not apply to this job (empty when it does), and an install command if it needs one.
 
@@ -294,10 +308,9 @@ def applicability(preset: Preset, layout: Layout, request: PlanRequest) -> tuple
     report = run_check(CheckRequest(arguments=arguments, gpus=request.gpus_per_node, gpu_memory=request.gpu_memory))
     reasons = [f"{each.code}: {each.message}" for each in report.findings
                if each.severity == "error" and each.code != "LP007"]  # fmt: skip
-    mesh = mesh_sizes(preset, layout, request)
-    if layout.tensor_parallel and mesh is not None and mesh.get("tensor_parallel", 1) < 2:
-        reasons.append(f"with {request.gpus_per_node} GPU per node the tensor-parallel size would be 1: that is "
-                       "FSDP2 across nodes, use strategy='fsdp2'")  # fmt: skip
+    degenerate = _degenerate(preset, layout, request)
+    if degenerate:
+        reasons.append(degenerate)
     return reasons, install
 
 

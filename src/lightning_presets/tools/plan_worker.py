@@ -52,12 +52,20 @@ def run(request: PlanRequest, progress: Progress | None = None) -> tuple[list[Es
     estimates: list[Estimate] = []
     errors: list[str] = []
     parameters = None
-    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as stderr:
-        process = subprocess.Popen(
+    timed_out = threading.Event()
+    with (
+        tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as stderr,
+        subprocess.Popen(
             [sys.executable, "-m", _MODULE, payload],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True, encoding="utf-8",
-        )  # fmt: skip
-        timer = threading.Timer(request.timeout_s, process.kill)
+        ) as process,
+    ):  # fmt: skip
+
+        def stop() -> None:
+            timed_out.set()
+            process.kill()
+
+        timer = threading.Timer(request.timeout_s, stop)
         timer.start()
         try:
             for event in _events(process.stdout):
@@ -73,7 +81,6 @@ def run(request: PlanRequest, progress: Progress | None = None) -> tuple[list[Es
             code = process.wait()
         except BaseException:  # Ctrl-C or a broken reader: the child must not outlive the plan
             process.kill()
-            process.wait()
             raise
         finally:
             timer.cancel()
@@ -82,7 +89,7 @@ def run(request: PlanRequest, progress: Progress | None = None) -> tuple[list[Es
     if errors:
         raise PlanFailed(errors[0])
     if code != 0 or not estimates:
-        raise PlanFailed(_ended(request, code, tail, timed_out=not timer.is_alive() and code == -signal.SIGKILL))
+        raise PlanFailed(_ended(request, code, tail, timed_out=timed_out.is_set()))
     return estimates, parameters
 
 
