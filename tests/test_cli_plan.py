@@ -1,8 +1,12 @@
-"""``lightning-presets plan``: the documented memory arithmetic, the preference order, JSON and exit codes."""
+"""``lightning-presets plan --params``: the documented memory arithmetic, the preference order, JSON and exit codes.
+
+The traced planner (``--model``) is tested in test_plan_trace.py.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
@@ -19,8 +23,10 @@ def by_name(result: _plan.Plan) -> dict[str, _plan.Estimate]:
 
 
 def tiny_model() -> torch.nn.Module:
-    """A factory for ``--model``: 10*20+20 + 20*5+5 = 325 parameters."""
-    return torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.Linear(20, 5))
+    """A factory for ``--model``: 10*20+20 + 20*5+5 = 325 parameters, with an example input."""
+    model = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.Linear(20, 5))
+    model.example_input_array = torch.zeros(4, 10)  # type: ignore[assignment]  # Lightning's convention, on a plain module
+    return model
 
 
 @pytest.mark.parametrize(
@@ -52,22 +58,40 @@ def test_parse_count_rejects(text: str) -> None:
         parse_count(text)
 
 
+@pytest.mark.parametrize("text", ["1e400", "2e18", "9999999T"])
+def test_parse_count_rejects_counts_no_model_has(text: str) -> None:
+    with pytest.raises(ValueError, match="more parameters than any model has"):
+        parse_count(text)
+
+
 def test_7b_on_8x80gib_ddp_does_not_fit_sharding_does() -> None:
     result = plan(PlanRequest(params=7 * 10**9, gpus_per_node=8, gpu_memory=80 * GIB))
     estimates = by_name(result)
-    assert estimates["ddp_static_graph"].gpu_bytes == 112e9  # 16 B/param, nothing sharded
+    assert estimates["ddp_static_graph"].total_peak == 112e9  # 16 B/param, nothing sharded
     assert not estimates["ddp_static_graph"].fits
-    assert estimates["fsdp2"].gpu_bytes == 14e9  # 112 GB / 8
+    assert estimates["fsdp2"].total_peak == 14e9  # 112 GB / 8
     assert estimates["fsdp2"].fits
-    assert estimates["fsdp_grad_op"].gpu_bytes == 28e9 + 84e9 / 8  # whole fp32 weights + (grads + Adam) / 8
-    assert estimates["fsdp_offload_ckpt"].gpu_bytes == 0
+    # fp32 shards + the bf16 weights FSDP gathers from forward to backward + (grads + Adam) / 8
+    assert estimates["fsdp_grad_op"].total_peak == 28e9 / 8 + 14e9 + 84e9 / 8
+    assert estimates["fsdp_offload_ckpt"].total_peak == 0  # the gathered weights are not modelled without --model
     assert estimates["fsdp_offload_ckpt"].cpu_bytes_per_node == 112e9
-    assert estimates["deepspeed_zero2_offload"].gpu_bytes == 14e9 + 14e9 / 8  # bf16 weights + grads / 8
-    assert estimates["deepspeed_zero2_offload"].cpu_bytes_per_node == 84e9  # fp32 master + 2 moments
+    # DeepSpeed's estimate_zero2_model_states_mem_needs(cpu_offload=True): 2Ψ on the GPU, Ψ·max(4N, 16)·1.5 on the CPU
+    assert estimates["deepspeed_zero2_offload"].total_peak == 14e9
+    assert estimates["deepspeed_zero2_offload"].cpu_bytes_per_node == 7e9 * 32 * 1.5
+    assert estimates["deepspeed_zero2_offload"].evidence == "arithmetic"
     assert result.recommended is not None
     assert result.recommended.preset == "fsdp_grad_op"
     assert result.request.usable_gpu_bytes == pytest.approx(0.7 * 80 * GIB)
     assert result.exit_code == 0
+
+
+def test_per_gpu_categories_add_up_to_the_arithmetic_peak() -> None:
+    estimates = by_name(plan(PlanRequest(params=10**9, gpus_per_node=4, precision="bf16-true")))
+    ddp = estimates["ddp_static_graph"]
+    assert (ddp.parameters, ddp.gradients, ddp.optimizer) == (2e9, 2e9, 4e9)  # bf16-true AdamW: 2 + 2 + 4
+    assert ddp.activations is None  # not modelled without --model
+    fsdp2 = estimates["fsdp2"]
+    assert (fsdp2.parameters, fsdp2.gradients, fsdp2.optimizer) == (0.5e9, 0.5e9, 1e9)
 
 
 def test_small_model_recommends_ddp_and_orders_fitting_first_by_speed() -> None:
@@ -83,11 +107,11 @@ def test_small_model_recommends_ddp_and_orders_fitting_first_by_speed() -> None:
 
 
 def test_multi_node_prefers_hybrid_shard_to_full_shard_when_it_fits() -> None:
-    result = plan(PlanRequest(params=13 * 10**9, gpus_per_node=8, num_nodes=2, gpu_memory=80 * GIB))
+    result = plan(PlanRequest(params=25 * 10**9, gpus_per_node=8, num_nodes=2, gpu_memory=80 * GIB))
     estimates = by_name(result)
-    assert estimates["fsdp_grad_op"].gpu_bytes == 52e9 + 156e9 / 16  # 57.5 GiB > 56 GiB usable
+    assert estimates["fsdp_grad_op"].total_peak == 100e9 / 16 + 50e9 + 300e9 / 16  # 69.8 GiB > 56 GiB usable
     assert not estimates["fsdp_grad_op"].fits
-    assert estimates["fsdp_hybrid_shard"].gpu_bytes == 208e9 / 8  # sharded within a node only
+    assert estimates["fsdp_hybrid_shard"].parameters == 100e9 / 8  # sharded within a node only
     assert result.recommended is not None
     assert result.recommended.preset == "fsdp_hybrid_shard"
     assert [each.preset for each in result.fitting][:2] == ["fsdp_hybrid_shard", "fsdp2"]
@@ -97,7 +121,7 @@ def test_70b_on_4_nodes_needs_full_shard() -> None:
     result = plan(PlanRequest(params=70 * 10**9, gpus_per_node=8, num_nodes=4, gpu_memory=80 * GIB))
     estimates = by_name(result)
     assert not estimates["fsdp_hybrid_shard"].fits  # 1120 GB / 8 = 140 GB per GPU
-    assert estimates["fsdp2"].gpu_bytes == 1120e9 / 32
+    assert estimates["fsdp2"].total_peak == 1120e9 / 32
     assert result.recommended is not None
     assert result.recommended.preset == "fsdp2"
 
@@ -105,7 +129,7 @@ def test_70b_on_4_nodes_needs_full_shard() -> None:
 def test_tp2d_needs_two_gpus_per_node() -> None:
     estimates = by_name(plan(PlanRequest(params=10**8, gpus_per_node=1, num_nodes=2)))
     assert not estimates["tp2d_hybrid"].applicable
-    assert "tensor parallelism needs 2 or more" in estimates["tp2d_hybrid"].why
+    assert any("tensor-parallel size would be 1" in why for why in estimates["tp2d_hybrid"].why)
     assert by_name(plan(PlanRequest(params=10**8, gpus_per_node=2, num_nodes=2)))["tp2d_hybrid"].applicable
 
 
@@ -124,7 +148,34 @@ def test_cpu_memory_limits_offload() -> None:
     assert by_name(plan(request(512 * GIB)))["fsdp_offload_ckpt"].fits
     small = by_name(plan(request(64 * GIB)))["fsdp_offload_ckpt"]
     assert not small.fits
-    assert "CPU memory per node > 64.0 GiB" in small.why
+    assert any("CPU memory per node > 64.0 GiB" in why for why in small.why)
+
+
+def test_cpu_memory_is_judged_when_not_given() -> None:
+    """1e15 parameters: the offload presets would need petabytes of CPU memory; without --cpu-memory a node is
+    assumed to have twice its GPU memory, and nothing fits."""
+    result = plan(PlanRequest(params=10**15, gpus_per_node=8, gpu_memory=80 * GIB))
+    offload = by_name(result)["fsdp2_offload_ckpt"]
+    assert offload.cpu_bytes_per_node == 16 * 10**15
+    assert not offload.cpu_fits
+    assert not offload.fits
+    assert result.request.cpu_memory_per_node == 2 * 8 * 80 * GIB
+    assert any("(assumed)" in why for why in offload.why)
+    assert result.exit_code == 1
+
+
+def test_offload_hint_names_a_preset_and_a_cpu_memory_that_fits() -> None:
+    result = plan(PlanRequest(params=70 * 10**9, gpus_per_node=1, gpu_memory=24 * GIB, cpu_memory=64 * GIB))
+    hint = result.hint()
+    assert hint is not None
+    offload = by_name(result)["fsdp2_offload_ckpt"]  # 16 B/param in CPU memory, nothing on the GPU (--params)
+    assert "fsdp2_offload_ckpt fits on the GPU" in hint
+    size = re.search(r"--cpu-memory (\d+)GiB", hint)
+    assert size is not None
+    needed = int(size.group(1)) * GIB
+    assert needed >= offload.cpu_bytes_per_node  # the memory named would be enough
+    again = by_name(plan(PlanRequest(params=70 * 10**9, gpus_per_node=1, gpu_memory=24 * GIB, cpu_memory=needed)))
+    assert again["fsdp2_offload_ckpt"].fits
 
 
 def test_request_rejects_impossible_values() -> None:
@@ -145,7 +196,7 @@ def test_cli_text_labels_the_estimate_and_gives_trainer_and_check(capsys: pytest
     assert 'Trainer(strategy="fsdp_grad_op", accelerator="cuda", devices=8, num_nodes=1, precision="bf16-mixed")' in out
     assert "lightning-presets check --strategy fsdp_grad_op" in out
     assert 'Fabric(strategy="fsdp_grad_op", accelerator="cuda", devices=8' in out
-    assert "not estimated (no memory model): xla_fsdp_ckpt" in out
+    assert "not planned (no GPU memory layout): xla_fsdp_ckpt" in out
     assert out.index("fsdp_grad_op") < out.index("ddp_static_graph")  # recommended first, DDP among the misfits
 
 
@@ -154,7 +205,7 @@ def test_cli_text_labels_the_estimate_and_gives_trainer_and_check(capsys: pytest
     [
         (("--params", "7B", "--gpus", "8"), "fsdp_grad_op"),
         (("--params", "1B", "--gpus", "8"), "ddp_static_graph"),
-        (("--params", "13B", "--gpus", "8", "--num-nodes", "2"), "fsdp_hybrid_shard"),
+        (("--params", "25B", "--gpus", "8", "--num-nodes", "2"), "fsdp_hybrid_shard"),
     ],
 )
 def test_cli_recommended_check_command_passes_check(
@@ -174,9 +225,9 @@ def test_every_modelled_preset_is_a_builtin_and_every_gpu_builtin_is_modelled() 
     builtins = {
         name for name, preset in strategy_catalog().presets.items() if preset.distribution == "lightning-presets"
     }
-    modelled = {model.name for model in _plan.PRESET_MODELS}
+    modelled = set(_plan.planned_presets())
     assert modelled <= builtins
-    assert builtins - modelled == {"xla_fsdp_ckpt"}  # TPU: no GPU memory model
+    assert builtins - modelled == {"xla_fsdp_ckpt"}  # TPU: no GPU memory layout
 
 
 def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -186,10 +237,13 @@ def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["schema"] == "lightning-presets/plan"
     assert data["evidence"].startswith("none")
     assert data["recommended"] == "fsdp_grad_op"
-    ddp = next(each for each in data["estimates"] if each["preset"] == "ddp_static_graph")
-    assert ddp["gpu_bytes"] == 112_000_000_000
+    assert "first preset that fits" in data["rule"]
+    ddp = next(each for each in data["presets"] if each["preset"] == "ddp_static_graph")
+    assert ddp["per_gpu_bytes"] == {"parameters": 28 * 10**9, "gradients": 28 * 10**9, "optimizer": 56 * 10**9,
+                                    "activations": None, "total_peak": 112 * 10**9}  # fmt: skip
     assert ddp["fits"] is False
-    assert ddp["bytes_per_param"] == {"weights": 4, "grads": 4, "optimizer": 8}
+    assert ddp["evidence"] == "arithmetic"
+    assert data["model_parameters"] == 7 * 10**9
 
 
 def test_cli_nothing_fits_exits_1_with_hint(capsys: pytest.CaptureFixture[str]) -> None:
@@ -199,7 +253,7 @@ def test_cli_nothing_fits_exits_1_with_hint(capsys: pytest.CaptureFixture[str]) 
     assert "NOTHING FITS" in out
     assert "--gpus" in out
     assert "--num-nodes" in out
-    assert "offload" in out
+    assert "fsdp2_offload_ckpt fits on the GPU" in out
     code, out = run(capsys, *argv, "--json")
     data = json.loads(out)
     assert code == data["exit_code"] == 1
@@ -208,10 +262,15 @@ def test_cli_nothing_fits_exits_1_with_hint(capsys: pytest.CaptureFixture[str]) 
     assert "--cpu-memory" in data["hint"]
 
 
-def test_cli_model_counts_parameters_on_meta(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = run(capsys, "plan", "--model", f"{__name__}:tiny_model", "--gpus", "1", "--json")
-    assert code == 0
-    assert json.loads(out)["request"]["params"] == 325
+def test_a_plain_module_is_traced_with_the_default_optimizer() -> None:
+    from lightning_presets.tools import plan_worker
+
+    request = PlanRequest(model=f"{__name__}:tiny_model", gpus_per_node=1, presets=("ddp_static_graph",))
+    (ddp,), parameters = plan_worker.plan_in_process(request)
+    assert parameters == 325
+    assert ddp.evidence == "traced"
+    assert ddp.parameters == 325 * 4  # fp32 weights (bf16-mixed autocasts)
+    assert ddp.optimizer >= 2 * 325 * 4  # no configure_optimizers: AdamW, two fp32 moments (+ step counters)
 
 
 @pytest.mark.parametrize(
@@ -224,6 +283,9 @@ def test_cli_model_counts_parameters_on_meta(capsys: pytest.CaptureFixture[str])
         ("plan", "--params", "7B", "--gpus", "8", "--precision", "fp8"),
         ("plan", "--model", "no_such_module_xyz:build", "--gpus", "8"),
         ("plan", "--model", "nocolon", "--gpus", "8"),
+        ("plan", "--params", "1e400", "--gpus", "8"),
+        ("plan", "--params", "7B", "--gpus", "8", "--batch-size", "4"),  # a batch needs a traced model
+        ("plan", "--params", "7B", "--gpus", "8", "--preset", "no_such_preset"),
     ],
 )
 def test_cli_usage_errors_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
@@ -231,3 +293,19 @@ def test_cli_usage_errors_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFi
         main(list(argv))
     assert exited.value.code == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_install_note_agrees_with_doctor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSpeed is installed in the test environment: no install note; reported missing, the note names the extra."""
+    from lightning_presets.tools import doctor
+
+    installed = doctor.dependencies_section()[0]["deepspeed"]["status"] == "found"
+    estimates = by_name(plan(PlanRequest(params=10**9, gpus_per_node=8)))
+    assert (estimates["deepspeed_zero2_offload"].install is None) is installed
+    from lightning_presets.tools import estimates as _estimates
+
+    monkeypatch.setattr(_estimates, "is_importable", lambda module: module != "deepspeed")
+    missing = by_name(plan(PlanRequest(params=10**9, gpus_per_node=8)))["deepspeed_zero2_offload"]
+    assert missing.install == "pip install 'lightning-presets[deepspeed]'"
+    assert missing.fits  # the plan is for the target machine: a missing package here is a note, not a misfit
+    assert any("not installed here" in why for why in missing.why)

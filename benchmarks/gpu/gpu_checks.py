@@ -121,6 +121,8 @@ CHECKS: tuple[Check, ...] = (
           strategy="deepspeed_zero2_offload", requires=("deepspeed",), timeout_s=120),
     Check(name="deepspeed_zero3_offload_ckpt", what="DeepSpeed ZeRO-3, parameters + optimizer offloaded, "
           "blocks checkpointed", strategy="deepspeed_zero3_offload_ckpt", requires=("deepspeed",), timeout_s=120),
+    Check(name="plan_memory", what="`plan --model`'s traced peak per GPU vs torch.cuda.max_memory_allocated of a "
+          "real step, per preset (within 15%)", precision=None, timeout_s=160),
 )  # fmt: skip
 BY_NAME = {check.name: check for check in CHECKS}
 CLI_ARGUMENTS = ("check", "--mode", "trainer", "--strategy", "fsdp_offload_ckpt", "--accelerator", "cuda",
@@ -460,6 +462,55 @@ def _cli_check() -> dict[str, Any]:
     return figures
 
 
+PLAN_PRESETS = ("ddp_static_graph", "fsdp2", "fsdp2_offload_ckpt", "tp2d_hybrid")
+PLAN_TOLERANCE = 0.15
+
+
+def _plan_memory(cpu: bool) -> dict[str, Any]:
+    """``plan --model`` (traced on this machine's CPU) against the real peak of each preset's second step.
+
+    The plan covers every GPU of this machine; each preset then trains in its own process
+    (``benchmarks/gpu/plan_fit.py``, the same model and loss). Within ``PLAN_TOLERANCE`` or the check fails.
+    """
+    import torch
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    plan_fit = importlib.import_module("plan_fit")
+    from lightning_presets.tools import plan as _plan
+
+    devices = 2 if cpu else torch.cuda.device_count()
+    memory = 80 * 2**30 if cpu else torch.cuda.get_device_properties(0).total_memory
+    presets = tuple(name for name in PLAN_PRESETS if devices >= 2 or name != "tp2d_hybrid")
+    request = _plan.PlanRequest(model=plan_fit.model_spec(cpu), gpus_per_node=devices, gpu_memory=memory,
+                                precision="32-true" if cpu else "bf16-mixed", presets=presets)  # fmt: skip
+    planned = {each.preset: each for each in _plan.plan(request).estimates}
+    figures: dict[str, Any] = {"model": plan_fit.model_spec(cpu), "devices": devices,
+                               "tolerance": PLAN_TOLERANCE, "presets": {}}  # fmt: skip
+    problems = []
+    for name in presets:
+        done = subprocess.run([sys.executable, str(SCRIPT.parent / "plan_fit.py"), "--preset", name,
+                               *(["--cpu"] if cpu else [])], capture_output=True, text=True, timeout=120,
+                              env=_child_env(), check=False)  # fmt: skip
+        lines = [line for line in done.stdout.splitlines() if line.startswith(plan_fit.PREFIX)]
+        if done.returncode != 0 or not lines:
+            problems.append(f"{name}: the real run failed ({done.returncode}): {done.stderr[-500:]}")
+            continue
+        real = json.loads(lines[-1][len(plan_fit.PREFIX) :])
+        estimate = planned[name]
+        row = {"planned_peak_mib": round(estimate.total_peak / 2**20, 1), "evidence": estimate.evidence,
+               "planned": {key: value for key, value in estimate.as_dict()["per_gpu_bytes"].items()}}  # fmt: skip
+        if "peak_bytes" in real:
+            ratio = real["peak_bytes"] / estimate.total_peak
+            row.update(measured_peak_mib=round(real["peak_bytes"] / 2**20, 1), ratio=round(ratio, 4))
+            if abs(ratio - 1) > PLAN_TOLERANCE:
+                problems.append(f"{name}: measured {row['measured_peak_mib']} MiB, planned {row['planned_peak_mib']} "
+                                f"MiB (ratio {ratio:.3f})")  # fmt: skip
+        figures["presets"][name] = row
+    if problems:
+        raise CheckFailed("; ".join(problems))
+    return figures
+
+
 def run_child(name: str, cpu: bool) -> int:
     """One check in this process; rank 0 prints one ``GPU_CHECK_RESULT`` line."""
     check = BY_NAME[name]
@@ -471,6 +522,8 @@ def run_child(name: str, cpu: bool) -> int:
         _require(check, cpu)
         if name == "cli_check":
             figures = _cli_check()
+        elif name == "plan_memory":
+            figures = _plan_memory(cpu)
         else:
             figures = _fit(check, sizes, cpu)
             problems = _expectations(check, figures, sizes, cpu)

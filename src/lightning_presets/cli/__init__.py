@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
         ("check", _check, "validate a Trainer/Fabric configuration for a target cluster, without launching"),
         ("matrix", _matrix, "check every strategy × accelerator × devices × precision; write the matrix"),
         ("doctor", _doctor, "explain this environment: versions, autoload, registries, trust, extras, cluster"),
-        ("plan", _plan, "estimate which preset fits a model on given GPUs (arithmetic only)"),
+        ("plan", _plan, "per-GPU memory of a model under every preset (traced with --model) and which fits"),
     ):
         sub = commands.add_parser(name, help=text, description=text)
         module.add_arguments(sub)

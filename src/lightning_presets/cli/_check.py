@@ -91,6 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--env", action="append", default=[], type=key_value, metavar="KEY=VALUE",
                         help="an environment variable of the job, applied last (repeatable)")  # fmt: skip
     target.add_argument("--interactive", action="store_true", help="simulate a notebook / interactive session")
+    target.add_argument("--model", metavar="MODULE:FACTORY",
+                        help="plan this model's memory per GPU under the job's preset (traced, as `lightning-presets "
+                        "plan --model`) and compare it with --gpu-memory (LP730, LP731)")  # fmt: skip
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the report as JSON (schema in docs/check-schema.json)")
     out.add_argument("--strict", action="store_true", help="warnings reject the configuration too")
@@ -126,6 +129,7 @@ def request_from(args: argparse.Namespace) -> _check.CheckRequest:
         env=dict(args.env),
         interactive=args.interactive,
         notes=tuple(notes),
+        model=args.model,
     )
     return request
 
@@ -201,7 +205,9 @@ def render(report: _check.CheckReport, strict: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = _check.run_check(request_from(args))
+    from lightning_presets.tools.check_memory import run_check  # check, with --model's memory plan
+
+    report = run_check(request_from(args))
     if args.json:
         emit_json(report.as_dict(args.strict))
     else:

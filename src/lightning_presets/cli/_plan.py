@@ -1,19 +1,30 @@
-"""``lightning-presets plan``: which preset fits a model, by an arithmetic estimate of per-GPU memory."""
+"""``lightning-presets plan``: per-GPU memory of a model under every preset, traced or by arithmetic."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 
 from lightning_presets.cli._check import memory
-from lightning_presets.cli._output import emit_json, table
+from lightning_presets.cli._output import emit_json, table, wrapped
 from lightning_presets.core.findings import UsageError
 from lightning_presets.tools import plan as _plan
 
-_EVIDENCE = (
+_EVIDENCE_PARAMS = (
     "evidence: none. An ESTIMATE of model states (weights, grads, optimizer) per GPU by arithmetic; activations "
-    "are not modelled, a fixed {headroom:.0%} of each GPU is set aside for them and working memory."
+    "are not modelled, {headroom:.0%} of each GPU is set aside for them and working memory. Trace your model with "
+    "--model MODULE:FACTORY."
 )
+_EVIDENCE_MODEL = (
+    "evidence: per preset. traced = the preset's wrapping and one training step of your model ran under fake "
+    "tensors at world size {world} (example_input_array, configure_optimizers, loss = sum of the outputs); "
+    "arithmetic + traced activations = the named formula for model states (the strategy needs CUDA to wrap), "
+    "plus the traced activations. {headroom:.0%} of each GPU is kept for the CUDA context, NCCL buffers and "
+    "fragmentation, which no trace sees."
+)
+_GIB = _plan.GIB
 
 
 def _count(text: str) -> int:
@@ -45,76 +56,162 @@ def _fraction(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--params", type=_count, metavar="COUNT", help="parameter count: 7B, 350M, 7000000000")
-    model.add_argument("--model", metavar="MODULE:ATTR",
-                       help="count the parameters of an nn.Module or a factory (built on the meta device)")  # fmt: skip
+    model.add_argument("--model", metavar="MODULE:FACTORY",
+                       help="trace your model: a function or class returning a LightningModule (or nn.Module) with "
+                       "an example_input_array, built under fake tensors (no memory, no GPU)")  # fmt: skip
+    model.add_argument("--params", type=_count, metavar="COUNT",
+                       help="a bare parameter count (7B, 350M, 7000000000): model states by arithmetic")  # fmt: skip
     parser.add_argument("--gpus", type=_positive, required=True, help="GPUs per node")
     parser.add_argument("--num-nodes", dest="num_nodes", type=_positive, default=1, help="nodes (default 1)")
-    parser.add_argument("--gpu-memory", dest="gpu_memory", type=memory, default=80 * _plan.GIB, metavar="SIZE",
+    parser.add_argument("--gpu-memory", dest="gpu_memory", type=memory, default=80 * _GIB, metavar="SIZE",
                         help="memory per GPU, e.g. 80GiB (default 80GiB)")  # fmt: skip
     parser.add_argument("--precision", choices=_plan.PRECISIONS, default="bf16-mixed",
                         help="Trainer precision (default bf16-mixed)")  # fmt: skip
     parser.add_argument("--optimizer", choices=_plan.OPTIMIZERS, default="adamw",
-                        help="adamw (2 states) or sgd with momentum (1 state); default adamw")  # fmt: skip
-    parser.add_argument("--headroom", type=_fraction, default=_plan.DEFAULT_HEADROOM, metavar="FRACTION",
-                        help="share of each GPU kept for activations and working memory (default 0.3)")  # fmt: skip
+                        help="with --params, or a model without configure_optimizers: adamw (2 states) or sgd "
+                        "with momentum (1 state); default adamw")  # fmt: skip
+    parser.add_argument(
+        "--batch-size",
+        dest="batch_size",
+        type=_positive,
+        metavar="N",
+        help="--model: the micro-batch per GPU (replaces the batch dimension of example_input_array)",
+    )
+    parser.add_argument(
+        "--max-batch",
+        dest="max_batch",
+        action="store_true",
+        help="--model: also find the largest micro-batch that fits, per preset (more traced runs)",
+    )
+    parser.add_argument(
+        "--preset",
+        dest="presets",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="plan only this preset (repeatable; default: every preset with a GPU memory layout)",
+    )
+    parser.add_argument("--headroom", type=_fraction, metavar="FRACTION",
+                        help="share of each GPU not planned for (default 0.3 with --params: activations are not "
+                        "modelled; 0.1 with --model: CUDA context, NCCL buffers, fragmentation)")  # fmt: skip
     parser.add_argument("--cpu-memory", dest="cpu_memory", type=memory, metavar="SIZE",
-                        help="CPU memory per node, to check offload presets against (default: unchecked)")  # fmt: skip
+                        help="CPU memory per node, for the offload presets (default: assumed 2 × the node's GPU "
+                        "memory)")  # fmt: skip
+    parser.add_argument("--timeout", type=_positive, default=900, metavar="SECONDS",
+                        help="stop tracing after this long (default 900)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
 def request_from(args: argparse.Namespace) -> _plan.PlanRequest:
-    params = args.params
-    if params is None:
-        try:
-            params = _plan.count_parameters(args.model)
-        except (ImportError, AttributeError, ValueError, TypeError) as error:
-            raise UsageError(f"--model {args.model}: {type(error).__name__}: {error}") from None
     try:
-        return _plan.PlanRequest(params=params, gpus_per_node=args.gpus, num_nodes=args.num_nodes,
-                                 gpu_memory=args.gpu_memory, precision=args.precision, optimizer=args.optimizer,
-                                 headroom=args.headroom, cpu_memory=args.cpu_memory)  # fmt: skip
+        return _plan.PlanRequest(params=args.params, model=args.model, gpus_per_node=args.gpus,
+                                 num_nodes=args.num_nodes, gpu_memory=args.gpu_memory, precision=args.precision,
+                                 optimizer=args.optimizer, headroom=args.headroom, cpu_memory=args.cpu_memory,
+                                 batch_size=args.batch_size, max_batch=args.max_batch, presets=tuple(args.presets),
+                                 timeout_s=args.timeout)  # fmt: skip
     except ValueError as error:
         raise UsageError(str(error)) from None
 
 
-def render(result: _plan.Plan) -> str:
-    r = result.request
-    gib = _plan.GIB
-    lines = [
-        f"lightning-presets plan: {_plan.format_count(r.params)} parameters ({r.params:,}), {r.gpus_per_node} GPU(s) "
-        f"× {r.num_nodes} node(s) of {r.gpu_memory / gib:g} GiB, precision {r.precision}, optimizer {r.optimizer}",
-        f"  {_EVIDENCE.format(headroom=r.headroom)}",
-        f"  usable for model states: {r.usable_gpu_bytes / gib:.1f} GiB per GPU",
-        "",
-    ]
-    rows = []
-    for each in result.estimates:
-        verdict = "fits" if each.fits else ("n/a" if not each.applicable else "no")
-        mark = "*" if each is result.recommended else ""
-        rows.append((f"{mark}{each.preset}", verdict, f"{each.gpu_bytes / gib:.1f}",
-                     f"{each.headroom_bytes / gib:+.1f}", each.why))  # fmt: skip
-    lines.append(table(("preset", "fits", "GiB/GPU (est.)", "headroom GiB", "why"), rows, wrap_last=60))
-    lines.append("")
-    best = result.recommended
-    if best is None:
-        lines += ["NOTHING FITS (estimate).", f"hint: {result.hint()}"]
-    else:
-        lines += [
-            f"recommended (estimate): {best.preset}, the fastest preset that fits",
-            f"  {result.trainer_line()}",
-            f"  {result.fabric_line()}",
-            f"  validate it: {result.check_command()}",
-        ]
-    lines += [f"note: {note}" for note in result.notes]
-    lines.append(f"exit {result.exit_code}")
-    return "\n".join(lines)
+@contextlib.contextmanager
+def progress_display(enabled: bool) -> Iterator[_plan.Progress | None]:
+    """A rich progress bar on stderr while tracing, only on a terminal (none when piped or with --json)."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("loading the model", total=None)
+
+        def update(what: str, done: int, total: int) -> None:
+            bar.update(task, description=what, completed=done, total=total)
+
+        yield update
 
 
 def run(args: argparse.Namespace) -> int:
-    result = _plan.plan(request_from(args), notes=_plan.unmodelled())
+    from lightning_presets.tools.plan_worker import PlanFailed
+
+    request = request_from(args)
+    try:
+        with progress_display(request.traced and not args.json) as progress:
+            result = _plan.plan(request, progress)
+    except (ValueError, PlanFailed) as error:
+        raise UsageError(str(error)) from None
     if args.json:
         emit_json(result.as_dict())
     else:
         sys.stdout.write(render(result) + "\n")
     return result.exit_code
+
+
+_UNITS = (("TiB", 2**40), ("GiB", _GIB), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+
+
+def _unit(estimates: tuple[_plan.Estimate, ...]) -> tuple[str, int]:
+    """The unit the table's figures are given in: the largest that keeps the largest figure at least 1."""
+    largest = max((each.total_peak for each in estimates), default=0)
+    return next(((name, size) for name, size in _UNITS if largest >= size), ("B", 1))
+
+
+def _in(value: float | None, unit: int) -> str:
+    return "-" if value is None else f"{value / unit:.2f}"
+
+
+def render(result: _plan.Plan) -> str:
+    r = result.request
+    subject = (f"{_plan.format_count(r.params)} parameters ({r.params:,})" if r.params is not None
+               else f"--model {r.model}" + (f", batch {r.batch_size}" if r.batch_size else ""))  # fmt: skip
+    evidence = (_EVIDENCE_MODEL if r.traced else _EVIDENCE_PARAMS).format(headroom=r.effective_headroom,
+                                                                           world=r.world_size)  # fmt: skip
+    lines = [
+        f"lightning-presets plan: {subject}, {r.gpus_per_node} GPU(s) × {r.num_nodes} node(s) of "
+        f"{r.gpu_memory / _GIB:g} GiB, precision {r.precision}",
+        f"  {wrapped(evidence, 2)}",
+        f"  usable per GPU: {r.usable_gpu_bytes / _GIB:.1f} GiB; CPU: {r.cpu_memory_text()}",
+        "",
+    ]
+    headers = ["preset", "fits", "evidence", "params", "grads", "optim", "activ", "peak", "CPU/node"]
+    if r.max_batch:
+        headers.append("max batch")
+    unit_name, unit = _unit(result.estimates)
+    rows = []
+    for each in result.estimates:
+        verdict = "fits" if each.fits else ("n/a" if not each.applicable else "no")
+        row = [("*" if each is result.recommended else "") + each.preset, verdict, each.evidence,
+               _in(each.parameters, unit), _in(each.gradients, unit), _in(each.optimizer, unit),
+               _in(each.activations, unit), _in(each.total_peak, unit),
+               _in(each.cpu_bytes_per_node, unit) if each.cpu_bytes_per_node else "-"]  # fmt: skip
+        if r.max_batch:
+            row.append(str(each.max_batch) if each.max_batch else "-")
+        rows.append(row)
+    lines.append(f"{unit_name} per GPU (" + ("ESTIMATE" if not r.traced else "one traced training step") + ")")
+    lines.append(table(headers, rows))
+    lines += ["", "how and why"]
+    for each in result.estimates:
+        details = [each.formula, *each.why[1:]]
+        if each.max_batch_note:
+            details.append(f"max batch: {each.max_batch_note}")
+        lines.append("  " + wrapped(f"{each.preset}: " + "; ".join(part for part in details if part), 4))
+    lines.append("")
+    best = result.recommended
+    if best is None:
+        lines += [
+            "NOTHING FITS" + (" (estimate)." if not r.traced else "."),
+            f"hint: {wrapped(result.hint() or '', 6)}",
+        ]
+    else:
+        lines += [
+            f"recommended{' (estimate)' if not r.traced else ''}: {best.preset}",
+            f"  rule: {wrapped(_plan.RULE, 8)}",
+            f"  {result.trainer_line()}",
+            f"  {result.fabric_line()}",
+            f"  validate it: {result.check_command()}",
+        ]
+    lines += [f"note: {wrapped(note, 6)}" for note in result.notes]
+    lines.append(f"exit {result.exit_code}")
+    return "\n".join(lines)

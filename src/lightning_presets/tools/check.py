@@ -81,6 +81,9 @@ class CheckRequest:
     """Simulate a notebook / interactive session."""
     notes: tuple[str, ...] = ()
     """What the request leaves out (e.g. config keys the check does not build); reported as given."""
+    model: str | None = None
+    """``MODULE:FACTORY``: the model whose memory ``tools.check_memory.run_check`` plans under the job's preset
+    against ``gpu_memory`` (LP730-LP731); :func:`run_check` itself does not read it."""
 
     @property
     def caller(self) -> str:
@@ -106,12 +109,13 @@ class CheckRequest:
         return f"{self.caller}({', '.join(parts)})"
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "mode": self.mode,
             "arguments": {key: _jsonable(value) for key, value in self.arguments.items()},
             "plugins": list(self.plugins),
             "overrides": {key: _jsonable(value) for key, value in self.overrides.items()},
         }
+        return data if self.model is None else {**data, "model": self.model}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

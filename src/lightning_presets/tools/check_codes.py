@@ -5,6 +5,7 @@ from __future__ import annotations
 from lightning_presets.core.codes import Code
 
 CHECK = "lightning-presets check"
+_MODEL = "lightning_presets.tools.reference_models:decoder_tiny"
 
 CHECK_CODES: tuple[Code, ...] = (
     Code(
@@ -123,5 +124,21 @@ CHECK_CODES: tuple[Code, ...] = (
         code="LP716", severity="warning", stage="check", title="a single-device strategy asked for several devices",
         fails=f"{CHECK} --accelerator cpu --devices 2 --strategy single_device",
         fixed=f"{CHECK} --accelerator cpu --devices 1 --strategy single_device",
+    ),
+    Code(
+        code="LP730", severity="error", stage="check", title="the traced peak memory per GPU exceeds --gpu-memory",
+        evidence="runtime: tests/test_plan_trace.py::test_traced_plan_matches_a_real_two_process_run (the traced "
+        "step's peak equals a real step's on 2 gloo processes; a CUDA step past the device's memory raises "
+        "torch.OutOfMemoryError)",
+        fails=f"{CHECK} --strategy ddp_static_graph --accelerator cuda --gpus 2 --devices 2 --gpu-memory 512KiB "
+        f"--model {_MODEL}",
+        fixed=f"{CHECK} --strategy ddp_static_graph --accelerator cuda --gpus 2 --devices 2 --gpu-memory 80GiB "
+        f"--model {_MODEL}",
+    ),
+    Code(
+        code="LP731", severity="warning", stage="check",
+        title="a predicted peak within the headroom of --gpu-memory, or above it by arithmetic",
+        fails=f"{CHECK} --strategy fsdp2 --accelerator cuda --gpus 2 --devices 2 --gpu-memory 620KiB --model {_MODEL}",
+        fixed=f"{CHECK} --strategy fsdp2 --accelerator cuda --gpus 2 --devices 2 --gpu-memory 80GiB --model {_MODEL}",
     ),
 )  # fmt: skip

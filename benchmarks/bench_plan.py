@@ -1,0 +1,120 @@
+"""``lightning-presets plan --model`` on a 1.3B-parameter decoder for 8 GPUs: wall time and peak memory.
+
+    python benchmarks/bench_plan.py [--output benchmarks/results/plan.txt]
+
+Each command runs as a child process of this script, the way a user runs it; its wall time is measured
+around it, and its peak resident memory is ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` read after
+it exits: the largest peak of the command and of the tracing process it starts (the model is never
+materialised: 1.34B fp32 parameters alone would be 5.0 GiB). Also runs ``check --model`` for the same
+model under ``ddp_static_graph`` on 16 GiB GPUs (refused) and on 141 GiB GPUs (accepted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+MODEL = "lightning_presets.tools.reference_models:decoder_1b3"
+PLAN = ("plan", "--model", MODEL, "--gpus", "8", "--gpu-memory", "80GiB")
+CHECK = ("check", "--strategy", "ddp_static_graph", "--accelerator", "cuda", "--gpus", "8", "--devices", "8",
+         "--precision", "bf16-mixed", "--model", MODEL)  # fmt: skip
+LIMIT_S = 60.0
+LIMIT_RSS_GIB = 2.0
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "lightning_presets", *args]
+
+
+def _run(*args: str) -> tuple[float, float, int, str]:
+    """(wall seconds, peak RSS GiB of the command and its children, exit code, stdout) of one command."""
+    started = time.perf_counter()
+    done = subprocess.run(_command(*args), capture_output=True, text=True, check=False, timeout=600)
+    wall = time.perf_counter() - started
+    # ru_maxrss of the children is the largest peak among every descendant waited for so far, in KiB:
+    # run the measured command first, in a fresh script, so nothing larger came before it.
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return wall, peak, done.returncode, done.stdout
+
+
+def _table(plan: dict[str, object]) -> list[str]:
+    rows = []
+    presets = plan["presets"]
+    assert isinstance(presets, list)
+    for each in presets:
+        per = each["per_gpu_bytes"]
+        cells = [per[key] for key in ("parameters", "gradients", "optimizer", "activations", "total_peak")]
+        figures = " | ".join("-" if value is None else f"{value / 2**30:.2f}" for value in cells)
+        cpu = f"{each['cpu_bytes_per_node'] / 2**30:.1f}" if each["cpu_bytes_per_node"] else "-"
+        verdict = "yes" if each["fits"] else ("n/a" if not each["applicable"] else "no")
+        rows.append(f"| `{each['preset']}` | {figures} | {cpu} | {verdict} | {each['evidence']} |")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", default="benchmarks/results/plan.txt")
+    parser.add_argument("--inner", choices=("plan", "refused", "accepted"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner:  # one measured command per fresh process: RUSAGE_CHILDREN then belongs to it alone
+        command = {"plan": (*PLAN, "--json"), "refused": (*CHECK, "--gpu-memory", "16GiB", "--json"),
+                   "accepted": (*CHECK, "--gpu-memory", "141GiB", "--json")}[args.inner]  # fmt: skip
+        wall, peak, code, out = _run(*command)
+        print(json.dumps({"wall_s": wall, "peak_rss_gib": peak, "exit_code": code, "output": json.loads(out)}))
+        return
+    measured = {}
+    for name in ("plan", "refused", "accepted"):
+        done = subprocess.run([sys.executable, __file__, "--inner", name], capture_output=True, text=True,
+                              check=True, timeout=900)  # fmt: skip
+        measured[name] = json.loads(done.stdout)
+    plan, refused, accepted = measured["plan"], measured["refused"], measured["accepted"]
+    load = " ".join(f"{value:.1f}" for value in os.getloadavg())
+    lines = [
+        "lightning-presets plan --model (benchmarks/bench_plan.py)",
+        f"python {platform.python_version()}, lightning {version('lightning')}, torch {version('torch')}, "
+        f"{os.cpu_count()} CPU(s), load average {load}",
+        "",
+        f"$ lightning-presets {' '.join(PLAN)}",
+        f"  model: {plan['output']['model_parameters']:,} parameters (24 layers, width 2048, sequence 2048, vocabulary "
+        "32,000, batch 1), traced for 8 GPUs",
+        f"  wall time {plan['wall_s']:.1f} s (limit {LIMIT_S:.0f} s); peak RSS {plan['peak_rss_gib']:.2f} GiB "
+        f"(limit {LIMIT_RSS_GIB:.0f} GiB); exit {plan['exit_code']}; recommended {plan['output']['recommended']}",
+        "",
+        "| preset | parameters | gradients | optimizer | activations | peak | CPU/node | fits 80 GiB | evidence |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *_table(plan["output"]),
+        "",
+    ]
+    for name, result in (("16GiB", refused), ("141GiB", accepted)):
+        report = result["output"]
+        codes = [finding["code"] for finding in report["findings"]]
+        verdict = "REJECTED" if not report["valid"] else "VALID"
+        lines.append(f"$ lightning-presets {' '.join(CHECK)} --gpu-memory {name}")
+        lines.append(f"  {verdict}, exit {result['exit_code']}, codes {codes}, wall {result['wall_s']:.1f} s, "
+                     f"peak RSS {result['peak_rss_gib']:.2f} GiB")  # fmt: skip
+        for finding in report["findings"]:
+            lines.append(f"  {finding['code']}: {finding['message']}")
+            lines.append(f"    hint: {finding['hint']}")
+        lines += [f"  note: {note}" for note in report["notes"]]
+        lines.append("")
+    ok = (plan["wall_s"] <= LIMIT_S and plan["peak_rss_gib"] <= LIMIT_RSS_GIB and refused["exit_code"] == 1
+          and accepted["exit_code"] == 0)  # fmt: skip
+    lines.append(f"figures within the issue's limits: {'yes' if ok else 'NO'}")
+    text = "\n".join(lines) + "\n"
+    sys.stdout.write(text)
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

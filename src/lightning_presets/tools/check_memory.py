@@ -1,0 +1,100 @@
+"""``check --model``: the job's predicted peak memory per GPU against ``--gpu-memory`` (LP730, LP731).
+
+The check plans the model under the job's preset (``tools.plan``: traced where the strategy can be traced)
+for the world the Trainer resolved. A traced peak above the GPU memory is an error: the step cannot fit.
+A traced peak inside the headroom kept for what no trace sees (CUDA context, NCCL buffers, fragmentation),
+or an arithmetic estimate above the memory (FSDP1 and DeepSpeed are not traced), is a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from lightning_presets.core.findings import Finding, UsageError
+from lightning_presets.tools import check as _check
+from lightning_presets.tools import plan as _plan
+from lightning_presets.tools.check import CheckReport, CheckRequest, Reported
+from lightning_presets.tools.resolved import Resolved
+
+
+def run_check(request: CheckRequest) -> CheckReport:
+    """``check``, and with ``request.model`` the memory plan of the job's preset (when the job itself passed)."""
+    report = _check.run_check(request)
+    if request.model is None or report.resolved is None or not report.constructed or report.rejected():
+        return report
+    findings, notes = memory_findings(request.model, request.gpu_memory, report.resolved, request.call())
+    memory = tuple(Reported(finding=each, source="check", level=report.evidence) for each in findings)
+    return replace(report, reported=_ordered((*report.reported, *memory)),
+                   request=replace(request, notes=(*request.notes, *notes)))  # fmt: skip
+
+
+def _ordered(reported: tuple[Reported, ...]) -> tuple[Reported, ...]:
+    return tuple(sorted(reported, key=lambda each: each.finding.severity != "error"))
+
+
+def _gib(value: float) -> str:
+    return _plan.format_bytes(value)
+
+
+def _breakdown(estimate: _plan.Estimate) -> str:
+    parts = [("parameters", estimate.parameters), ("gradients", estimate.gradients),
+             ("optimizer", estimate.optimizer), ("activations", estimate.activations or 0)]  # fmt: skip
+    return " + ".join(f"{name} {_gib(value)}" for name, value in parts) + " + working memory"
+
+
+def _alternatives(request: _plan.PlanRequest) -> str:
+    """The other presets that fit (a second plan, only when the job's preset does not)."""
+    others = tuple(name for name in _plan.planned_presets() if name not in request.presets)
+    if not others:
+        return ""
+    fitting = [f"{each.preset} ({_gib(each.total_peak)}, {each.evidence})"
+               for each in _plan.plan(replace(request, presets=others)).fitting]  # fmt: skip
+    return ("presets that fit: " + ", ".join(fitting)) if fitting else "no preset fits: add GPUs or nodes"
+
+
+def memory_findings(
+    model: str, gpu_memory: int | None, resolved: Resolved, call: str
+) -> tuple[list[Finding], list[str]]:
+    """Findings (LP730/LP731) and notes for ``--model`` on the resolved job; ``UsageError`` if the model cannot
+    be planned."""
+    from lightning_presets.tools.plan_worker import PlanFailed
+
+    preset = resolved.preset
+    if gpu_memory is None:
+        return [], [f"--model {model}: no --gpu-memory to compare its plan with; pass e.g. --gpu-memory 80GiB"]
+    if preset is None or preset not in _plan.planned_presets():
+        name = resolved.strategy_class.rsplit(".", 1)[-1] + (f" ({preset!r})" if preset else "")
+        return [], [f"--model {model}: the memory plan covers the presets with a GPU memory layout, not {name}"]
+    if resolved.precision not in _plan.PRECISIONS:
+        return [], [f"--model {model}: precision {resolved.precision!r} is not planned"]
+    try:
+        request = _plan.PlanRequest(model=model, gpus_per_node=resolved.devices_per_node,
+                                    num_nodes=resolved.num_nodes, gpu_memory=gpu_memory,
+                                    precision=resolved.precision, presets=(preset,))  # fmt: skip
+        (estimate,) = _plan.plan(request).estimates
+        peak = estimate.total_peak
+        plan_command = (f"lightning-presets plan --model {model} --gpus {resolved.devices_per_node} --num-nodes "
+                        f"{resolved.num_nodes} --gpu-memory {_plan.format_size(gpu_memory)}")  # fmt: skip
+        summary = f"--model {model}: {preset} needs {_gib(peak)} per GPU ({estimate.evidence}), {_breakdown(estimate)}"
+        if estimate.evidence == "traced" and peak > gpu_memory:
+            alternatives = _alternatives(request)
+            return [Finding(
+                code="LP730", severity="error",
+                message=f"{call}: the traced training step of {model} needs {_gib(peak)} per GPU under {preset!r} "
+                f"({_breakdown(estimate)}), more than the {_gib(gpu_memory)} of each GPU: it would run out of memory",
+                hint=(f"{alternatives}; " if alternatives else "") + f"see `{plan_command}`",
+            )], []  # fmt: skip
+    except (PlanFailed, ValueError) as error:
+        raise UsageError(f"--model {model}: {error}") from None
+    if peak <= request.usable_gpu_bytes:
+        return [], [summary]
+    why = ("an arithmetic estimate (the strategy is not traced) above the GPU memory" if peak > gpu_memory else
+           f"within the {request.effective_headroom:.0%} of each GPU kept for the CUDA context, NCCL buffers and "
+           "fragmentation, which no trace sees")  # fmt: skip
+    return [Finding(
+        code="LP731", severity="warning",
+        message=f"{call}: {model} needs {_gib(peak)} per GPU under {preset!r} ({estimate.evidence}) of "
+        f"{_gib(gpu_memory)}: {why}",
+        hint=f"confirm on one GPU with torch.cuda.max_memory_allocated(), or find the batch that fits: "
+        f"`{plan_command} --max-batch`",
+    )], [summary]  # fmt: skip

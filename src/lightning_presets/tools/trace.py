@@ -1,0 +1,480 @@
+"""One training step of the user's model under fake tensors, wrapped as a preset wraps it, and its memory.
+
+Fake tensors (``FakeTensorMode``) carry shapes, dtypes and storages but no data, so a 1.3B-parameter model
+costs no memory; a fake process group (``torch.testing._internal.distributed.fake_pg``) of the target world
+size makes every collective a no-op with the right output shapes; torch's own trackers
+(``torch.distributed._tools``: ``FSDPMemTracker`` for FSDP2, ``MemTracker`` otherwise) attribute every
+storage to parameters, gradients, optimizer state, activations and temporaries as the step runs.
+
+What is wrapped is what the preset does: ``configure_model`` with the preset's device mesh, then the
+preset's own FSDP2 sharding (``strategies.fsdp2.shard_blocks_and_root``: the repeated blocks, activation
+checkpointing and the CPU offload policy); a DDP replica is the unwrapped module with its gradients kept
+between steps (DDP's gradient buckets, ``gradient_as_bucket_view=True``). The optimizer state is created
+by a step on zero gradients; then one training step is measured: forward (under autocast for ``*-mixed``),
+a loss that is the sum of the outputs, backward, the optimizer step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+from unittest import mock
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten, tree_map_only
+
+from lightning_presets.guards.blocks import find_repeated_blocks
+from lightning_presets.strategies import fsdp2
+from lightning_presets.strategies.model_parallel import _defines_configure_model as defines_configure_model
+from lightning_presets.tools import user_model
+from lightning_presets.tools.memory import Layout
+
+PARAMETERS = ("Sharded Param", "Unsharded Param", "Buffer", "Parameter")
+GRADIENTS = ("Sharded Grad", "Unsharded Grad", "Gradient")
+OPTIMIZER = ("OptState", "Optstate")
+STATES = PARAMETERS + GRADIENTS + OPTIMIZER
+HOST_RESIDENT = ("Sharded Param", "Sharded Grad", "OptState")
+"""What FSDP2's CPU offload policy keeps in CPU memory: the shards, their gradients and the optimizer state."""
+_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16, "32": torch.float32, "64": torch.float64}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelFacts:
+    """Sizes of the model the arithmetic needs."""
+
+    numel: int
+    largest_layer: int
+    """Parameters of the module with the most parameters of its own."""
+    block_params: int
+    """Parameters of one repeated block (0 when there is none)."""
+    root_params: int
+    """Parameters outside the repeated blocks."""
+    blocks: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Traced:
+    """Bytes per rank of one measured training step."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+    """Held after the optimizer step, before ``zero_grad``, wherever they live (GPU, or CPU when offloaded)."""
+    activations: int
+    """Bytes saved for backward at the end of the forward pass (parameters excluded)."""
+    peak: int
+    """The step's peak on the device: everything but what the CPU offload policy keeps in CPU memory."""
+    peak_all: int
+    """The step's peak of everything the rank holds, CPU-offloaded state included."""
+    transient_peak: int
+    """The step's peak of what is not parameters, gradients or optimizer state."""
+    offloaded: bool
+    batch: int | None
+    facts: ModelFacts
+    notes: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "parameters": self.parameters, "gradients": self.gradients, "optimizer": self.optimizer,
+            "activations": self.activations, "peak": self.peak, "peak_all": self.peak_all,
+            "transient_peak": self.transient_peak, "offloaded": self.offloaded, "batch": self.batch,
+            "facts": {"numel": self.facts.numel, "largest_layer": self.facts.largest_layer,
+                      "block_params": self.facts.block_params, "root_params": self.facts.root_params,
+                      "blocks": list(self.facts.blocks)},
+            "notes": list(self.notes),
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Traced:
+        facts = data["facts"]
+        return cls(
+            parameters=data["parameters"], gradients=data["gradients"], optimizer=data["optimizer"],
+            activations=data["activations"], peak=data["peak"], peak_all=data["peak_all"],
+            transient_peak=data["transient_peak"], offloaded=data["offloaded"], batch=data["batch"],
+            facts=ModelFacts(numel=facts["numel"], largest_layer=facts["largest_layer"],
+                             block_params=facts["block_params"], root_params=facts["root_params"],
+                             blocks=tuple(facts["blocks"])),
+            notes=tuple(data["notes"]),
+        )  # fmt: skip
+
+
+class TraceError(Exception):
+    """This preset's wrapping or step failed on the user's model (the others may still be planned)."""
+
+
+class NotApplicable(TraceError):
+    """The preset cannot wrap this model (the message says which guard says so)."""
+
+
+# --------------------------------------------------------------------------------------------- the fake world
+
+
+@contextlib.contextmanager
+def fake_world(world_size: int) -> Iterator[None]:
+    """A fake process group of ``world_size`` ranks, this process being rank 0; destroyed on exit."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise RuntimeError("a process group already exists in this process; plan in a fresh process")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def device_mesh(sizes: Mapping[str, int]) -> Any:
+    """A CPU ``DeviceMesh`` over the fake world with these named dimensions (created outside fake mode)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    shape = tuple(sizes.values())
+    world = 1
+    for size in shape:
+        world *= size
+    return DeviceMesh("cpu", torch.arange(world).view(shape), mesh_dim_names=tuple(sizes))
+
+
+@contextlib.contextmanager
+def _as_on_a_real_run() -> Iterator[None]:
+    """Two things torch does differently under an outer fake mode than on a real run, made as on a real run.
+
+    Device meshes made while tracing (FSDP2 over a tensor-parallel mesh concatenates two) compute rank
+    coordinates from a real tensor, as torch's own ``DeviceMesh.__getitem__`` does under fake mode. DTensor's
+    sharding propagation computes output shapes in a fake mode of its own, as it does on a real run, instead
+    of in ours: its scratch tensors are no memory of the step.
+    """
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.device_mesh import DeviceMesh
+
+    original = DeviceMesh.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        with unset_fake_temporarily():
+            original(self, *args, **kwargs)
+
+    with (
+        mock.patch.object(DeviceMesh, "__init__", init),
+        mock.patch("torch.distributed.tensor._sharding_prop.detect_fake_mode", return_value=None),
+    ):
+        yield
+
+
+# --------------------------------------------------------------------------------------------- measuring
+
+
+def storages(tensor: torch.Tensor) -> list[Any]:
+    from torch.distributed._tools.common_utils import get_untyped_storages
+
+    return list(get_untyped_storages(tensor))
+
+
+def _is_parameter(tensor: torch.Tensor) -> bool:
+    return isinstance(tensor, nn.Parameter) or isinstance(getattr(tensor, "_base", None), nn.Parameter)
+
+
+class SavedBytes:
+    """Bytes of the distinct storages saved for backward while it is active, parameters (and their views)
+    excluded: the activation memory held from the end of the forward pass until backward frees it."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self._held: dict[int, Any] = {}
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not _is_parameter(tensor):
+            for storage in storages(tensor):
+                if id(storage) not in self._held:
+                    self._held[id(storage)] = storage
+                    self.bytes += storage.nbytes()
+        return tensor
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[SavedBytes]:
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack):
+            yield self
+        self._held.clear()  # the ids were held only to keep them unique while counting
+
+
+def _unpack(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def _category_sum(snapshot: Mapping[Any, Mapping[Any, int]], names: tuple[str, ...]) -> int:
+    return sum(
+        amount for device in snapshot.values() for key, amount in device.items()
+        if str(getattr(key, "value", key)) in names
+    )  # fmt: skip
+
+
+def _total(snapshot: Mapping[Any, Mapping[Any, int]]) -> int:
+    return sum(device.get("Total", 0) for device in snapshot.values())
+
+
+class _Peaks:
+    """Mixed into torch's trackers in place of their per-module peak bookkeeping (a deep copy of the snapshot per
+    new peak per active module, most of a trace's time): the peaks of the device share, of everything, and of
+    the transient memory, over the whole step."""
+
+    _curr_mem_snap: dict[Any, dict[Any, int]]
+    lp_host: tuple[str, ...] = ()
+    lp_peak = lp_peak_all = lp_transient = 0
+
+    def _update_peak_stats(self, peak_state: Any) -> None:
+        snapshot = self._curr_mem_snap
+        total = _total(snapshot)
+        if total <= min(self.lp_peak, self.lp_peak_all, self.lp_transient):
+            return  # each peak is at most the total: none can grow
+        self.lp_peak_all = max(self.lp_peak_all, total)
+        self.lp_peak = max(self.lp_peak, total - _category_sum(snapshot, self.lp_host))
+        self.lp_transient = max(self.lp_transient, total - _category_sum(snapshot, STATES))
+
+
+def _tracker(model: nn.Module, optimizers: list[torch.optim.Optimizer], offloaded: bool) -> Any:
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    fsdp_module = fsdp2._fsdp2().FSDPModule
+    outermost = next((module for module in model.modules() if isinstance(module, fsdp_module)), None)
+    tracker: Any
+    if outermost is not None:
+        tracker = type("FSDPPeaks", (_Peaks, FSDPMemTracker), {})(outermost, optimizers[0] if optimizers else None)
+    else:
+        tracker = type("Peaks", (_Peaks, MemTracker), {})()
+        tracker.track_external(model, *optimizers)
+    tracker.lp_host = HOST_RESIDENT if offloaded else ()
+    return tracker
+
+
+# --------------------------------------------------------------------------------------------- the step
+
+
+def scalar_loss(output: Any) -> torch.Tensor:
+    """The sum of every floating-point tensor in the output: a loss with no buffers of its own."""
+    leaves = [leaf for leaf in tree_flatten(output)[0] if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()]
+    if not leaves:
+        raise TraceError("the forward returned no floating-point tensor to take a loss of")
+    loss = leaves[0].float().sum()
+    for leaf in leaves[1:]:
+        loss = loss + leaf.float().sum()
+    return loss
+
+
+def precision_dtypes(precision: str, compute: str) -> tuple[torch.dtype | None, torch.dtype | None]:
+    """(dtype the module is converted to, autocast dtype) for a Lightning precision and a layout's compute."""
+    dtype = _DTYPES[precision.split("-")[0]]
+    if compute == "autocast":
+        return None, dtype
+    if compute == "half_weights":
+        return dtype, dtype
+    return (None if dtype == torch.float32 else dtype), None
+
+
+def facts_of(model: nn.Module) -> ModelFacts:
+    blocks = find_repeated_blocks(model)
+    instances = [module for module in model.modules() if isinstance(module, tuple(blocks))] if blocks else []
+    numel = sum(p.numel() for p in model.parameters())
+    in_blocks = sum(p.numel() for block in instances for p in block.parameters())
+    own = [sum(p.numel() for p in module.parameters(recurse=False)) for module in model.modules()]
+    return ModelFacts(
+        numel=numel,
+        largest_layer=max(own, default=0),
+        block_params=max((sum(p.numel() for p in block.parameters()) for block in instances), default=0),
+        root_params=numel - in_blocks,
+        blocks=tuple(sorted(block.__name__ for block in blocks)),
+    )
+
+
+def model_facts(factory: Callable[[], Any], spec: str) -> ModelFacts:
+    """The model's sizes, built under fake tensors (no memory)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return facts_of(user_model.build(factory, spec))
+
+
+def _wrap(model: nn.Module, layout: Layout, mesh: Any, spec: str) -> list[str]:
+    """Apply the preset's wrapping in place, as its strategy does; returns notes for the reader."""
+    notes = []
+    if mesh is not None:
+        object.__setattr__(model, "_device_mesh", mesh)  # what ModelParallelStrategy gives a LightningModule
+    defines = defines_configure_model(model)
+    if layout.tensor_parallel and not defines:
+        raise NotApplicable(f"LP208: {type(model).__name__} does not override configure_model(), so nothing would "
+                            f"apply tensor parallelism under {layout.preset}")  # fmt: skip
+    if defines:
+        try:
+            with user_model.contained(f"{spec}: configure_model()"):
+                cast(Any, model).configure_model()
+        except user_model.ModelError as error:
+            raise TraceError(str(error)) from None
+    parallelized = fsdp2.is_parallelized(model)
+    if layout.tensor_parallel:
+        if not parallelized:
+            notes.append("configure_model() applied no tensor parallelism or FSDP2: the model trains unsharded")
+    elif layout.family == "model_parallel":
+        if parallelized:
+            notes.append("configure_model() shards the model itself; the preset leaves it as it is")
+        else:
+            fsdp2.shard_blocks_and_root(
+                model, mesh["data_parallel"], offload=layout.offload, checkpoint=layout.checkpoint
+            )
+    elif layout.checkpoint:
+        from torch.distributed._composable.checkpoint_activation import checkpoint as checkpoint_module
+
+        blocks = tuple(find_repeated_blocks(model))
+        for module in [each for each in model.modules() if blocks and isinstance(each, blocks)]:
+            checkpoint_module(module)
+    return notes
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def trace(
+    factory: Callable[[], Any],
+    spec: str,
+    layout: Layout,
+    *,
+    precision: str,
+    optimizer: str = "adamw",
+    mesh_sizes: Mapping[str, int] | None = None,
+    batch_size: int | None = None,
+    optimize: bool = True,
+) -> Traced:
+    """Build the model under fake tensors, wrap it as ``layout`` says, measure one training step.
+
+    ``optimize=False`` leaves the optimizer out (forward and backward only: for the layouts whose model
+    states come from a formula, only the activations and temporaries are used).
+
+    Needs :func:`fake_world` around it. A :class:`user_model.ModelError` is the model's own problem (the
+    same for every preset); a :class:`TraceError` is this preset's.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mesh = device_mesh(mesh_sizes) if mesh_sizes else None
+    convert, autocast = precision_dtypes(precision, layout.compute_for(precision))
+    with _as_on_a_real_run(), FakeTensorMode(allow_non_fake_inputs=True):
+        with _default_dtype(convert):  # as Lightning's init_module() does for true precisions
+            model = user_model.build(factory, spec)
+        facts = facts_of(model)
+        args, kwargs = user_model.example_input(model, spec, batch_size)
+        if convert is not None:
+            args, kwargs = tree_map_only(torch.Tensor, lambda t: t.to(convert) if t.is_floating_point() else t,
+                                         (args, kwargs))  # fmt: skip
+        batch = user_model.batch_of((args, kwargs))
+        try:
+            notes = _wrap(model, layout, mesh, spec)
+        except TraceError:
+            raise
+        except Exception as error:
+            raise TraceError(f"wrapping the model as {layout.preset} failed: {type(error).__name__}: {error}") from None
+        optimizers = user_model.optimizers(model, spec, optimizer) if optimize else []
+        try:
+            measured = _measured_step(model, optimizers, args, kwargs, autocast, layout)
+        except (TraceError, user_model.ModelError):
+            raise
+        except Exception as error:
+            first = str(error).strip().splitlines()
+            raise TraceError(f"the training step failed under {layout.preset}: {type(error).__name__}"
+                             + (f": {first[0]}" if first else "")) from None  # fmt: skip
+    return Traced(**measured, batch=batch, facts=facts, notes=tuple(notes), offloaded=layout.offload)
+
+
+class _Stepper:
+    """Steps one optimizer. A ``torch.optim`` optimizer of DTensor parameters steps as a twin over their local
+    shards: its updates are elementwise, so the memory is the same, and DTensor's sharding propagation of
+    foreach ops (seconds per op on CPU) is skipped. Any other optimizer steps as it is."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        from torch.distributed.tensor import DTensor
+
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.optimizer = optimizer
+        elementwise = type(optimizer).__module__.startswith("torch.optim.") and "closure" not in type(
+            optimizer).__name__.lower() and not isinstance(optimizer, torch.optim.LBFGS)  # fmt: skip
+        parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        if not elementwise or not any(isinstance(p, DTensor) for p in parameters):
+            return
+        groups = []
+        for group in optimizer.param_groups:
+            local = []
+            for parameter in group["params"]:
+                shard = parameter._local_tensor if isinstance(parameter, DTensor) else parameter
+                self.pairs.append((parameter, shard))
+                local.append(shard)
+            groups.append({**{key: value for key, value in group.items() if key != "params"}, "params": local})
+        accepted = inspect.signature(type(optimizer)).parameters
+        defaults = {key: value for key, value in optimizer.defaults.items() if key in accepted}
+        self.optimizer = type(optimizer)(groups, **defaults)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for parameter, local in self.pairs:
+            grad = parameter.grad
+            local.grad = None if grad is None else getattr(grad, "_local_tensor", grad)
+        self.optimizer.step()
+        for _, local in self.pairs:
+            local.grad = None
+
+
+def _measured_step(
+    model: nn.Module,
+    optimizers: list[torch.optim.Optimizer],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    autocast: torch.dtype | None,
+    layout: Layout,
+) -> dict[str, int]:
+    """Create the optimizer state with one step on zero gradients, then measure one training step."""
+    keep_grads = layout.kind == "replica"  # DDP's buckets hold the gradients from one step to the next
+    steppers = [_Stepper(optimizer) for optimizer in optimizers]
+    for stepper in steppers:
+        for group in stepper.optimizer.param_groups:
+            if group.get("foreach", False) is None:  # the default: CUDA tensors get foreach (CPU ones do not)
+                group["foreach"] = True
+    for optimizer, stepper in zip(optimizers, steppers, strict=True):
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for parameter in group["params"]:
+                    parameter.grad = torch.zeros_like(parameter)
+        stepper.step()
+        optimizer.zero_grad(set_to_none=not keep_grads)
+    tracker = _tracker(model, [stepper.optimizer for stepper in steppers], layout.offload and layout.traceable)
+    if hasattr(tracker, "track_inputs"):  # FSDPMemTracker labels the inputs; MemTracker counts them as they come
+        tracker.track_inputs((args, kwargs))
+    counter = SavedBytes()
+    with tracker:
+        with counter.counting():
+            with torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext():
+                output = model(*args, **kwargs)
+            loss = scalar_loss(output)
+        del output
+        torch.autograd.backward(loss)
+        del loss
+        for stepper in steppers:
+            stepper.step()
+        snapshot = tracker.get_tracker_snapshot()
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=not keep_grads)
+    return {
+        "parameters": _category_sum(snapshot, PARAMETERS),
+        "gradients": _category_sum(snapshot, GRADIENTS),
+        "optimizer": _category_sum(snapshot, OPTIMIZER),
+        "activations": counter.bytes,
+        "peak": tracker.lp_peak,
+        "peak_all": tracker.lp_peak_all,
+        "transient_peak": tracker.lp_transient,
+    }
