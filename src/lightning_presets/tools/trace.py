@@ -237,9 +237,9 @@ class _Peaks:
 def _tracker(model: nn.Module, optimizers: list[torch.optim.Optimizer], offloaded: bool) -> Any:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed.fsdp import FSDPModule
 
-    fsdp_module = fsdp2._fsdp2().FSDPModule
-    outermost = next((module for module in model.modules() if isinstance(module, fsdp_module)), None)
+    outermost = next((module for module in model.modules() if isinstance(module, FSDPModule)), None)
     tracker: Any
     if outermost is not None:
         tracker = type("FSDPPeaks", (_Peaks, FSDPMemTracker), {})(outermost, optimizers[0] if optimizers else None)
