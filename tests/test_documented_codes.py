@@ -221,7 +221,7 @@ def _unregistered(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> Iterator[None]:
 
 
 DOCTOR_SITUATIONS: dict[str, Situation] = {
-    "LP720": _lightning("2.5.2"),
+    "LP720": _lightning("2.4.0"),  # the version the documented example names
     "LP721": _lightning(None),
     "LP722": NOTHING,  # the example sets LIGHTNING_PRESETS_AUTOLOAD=0 itself
     "LP723": _no_pth,
