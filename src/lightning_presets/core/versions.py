@@ -17,23 +17,22 @@ LIGHTNING = "2.6.6"
 LIGHTNING_TESTED = ("2.5.6", "2.6.6")
 """Every Lightning release CI runs on, one per supported minor."""
 TORCH = "2.13.0"
-"""The torch release the whole suite runs on, with every optional package (DeepSpeed, torchao, bitsandbytes)."""
+"""The torch release the whole suite runs on."""
 SUPPORTED_TORCH = ">=2.7"
 """FSDP2 (``fsdp2``, ``fsdp2_offload_ckpt``, ``tp2d_hybrid``) runs on CPU from torch 2.7 (2.4-2.6 need CUDA streams)."""
 TORCH_TESTED = ("2.7.0", TORCH, "2.15.0")
 """The ends of the range (the oldest declared, the newest on PyPI, on CPU) and :data:`TORCH`; CI runs the runtime and
-construction tests of every family on each."""
+construction tests of every family on each, with the optional packages that import there."""
 
 
 def tested(evidence: str, **packages: str) -> Mapping[str, str]:
     """A ``tested_with`` record: the Lightning and torch versions, other packages, and the evidence reached.
 
-    A preset whose tests need an optional package (``deepspeed="0.19.8"``) was tested on :data:`TORCH` only, where
-    CI installs it; the others on every release of :data:`TORCH_TESTED`. ``packages`` may also set ``torch``.
+    ``packages`` may also set ``torch`` where a preset's tests ran on fewer releases (its package does not import on
+    the others, or it needs its own torch).
     """
-    torch = TORCH if packages else ", ".join(TORCH_TESTED)
     return MappingProxyType(
-        {"lightning": ", ".join(LIGHTNING_TESTED), "torch": torch, **packages, "evidence": evidence}
+        {"lightning": ", ".join(LIGHTNING_TESTED), "torch": ", ".join(TORCH_TESTED), **packages, "evidence": evidence}
     )
 
 
