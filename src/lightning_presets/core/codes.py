@@ -75,4 +75,37 @@ CATALOG_CODES: tuple[Code, ...] = (
         fixed='lightning_presets.strategy("fsdp_offload_ckpt")',
         stage="options",
     ),
+    Code(
+        code="LP011", severity="error", title="a preset whose class or rules are malformed",
+        fails='Preset(name="acme_fsdp", strategy={"trainer": "FSDPStrategyy"}, rules=(Rule(code="ACME1", ...),), ...)',
+        fixed='Preset(name="acme_fsdp", strategy={"trainer": "FSDPStrategy"}, rules=(Rule(code="LP901", ...),), ...)',
+    ),
+    Code(
+        code="LP012", severity="error", title="a preset's rule that crashed instead of checking",
+        fails="def eight_per_node(ctx):   # a third party's rule\n    return 8 // (ctx.devices_per_node - 8)",
+        fixed='def eight_per_node(ctx):\n    return Problem("...", "devices=8") if ctx.devices_per_node != 8 else None',
+        stage="construction",
+    ),
+    Code(
+        code="LP013", severity="error", title="an installed distribution whose metadata has no name",
+        fails="site-packages/acme_presets-1.0.dist-info/METADATA   # no 'Name:' line",
+        fixed="pip install --force-reinstall acme-presets",
+    ),
+    Code(
+        code="LP014", severity="warning", title="an entry point that takes long to import",
+        fails="acme_presets/__init__.py   # time.sleep(30) or a network call at import",
+        fixed="LIGHTNING_PRESETS_DENY=acme-presets python train.py   # or import less at the top of the module",
+    ),
+    Code(
+        code="LP015", severity="error", title="a preset whose distribution the trust variables leave out",
+        fails="LIGHTNING_PRESETS_DENY=lightning-presets python train.py   # lightning_presets.strategy('fsdp2')",
+        fixed="python train.py   # LIGHTNING_PRESETS_DENY unset, in every process of the job",
+        stage="options",
+    ),
+    Code(
+        code="LP016", severity="error", title="an installed Lightning package that fails to import",
+        fails="lightning-presets doctor   # `import lightning.pytorch` raises ImportError",
+        fixed="pip install --force-reinstall 'lightning>=2.6.0,<2.7'",
+        stage="doctor",
+    ),
 )  # fmt: skip
