@@ -45,8 +45,8 @@ def capability(text: str) -> tuple[int, int]:
 
 def key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    if not sep or not key.strip() or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (without NUL characters)")
     return key.strip(), value
 
 

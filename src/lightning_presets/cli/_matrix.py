@@ -26,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _target(flag: str, path: str) -> Path:
     """A usage error now, before the seconds of checks, for a directory or (``--output``) a missing directory."""
     target = Path(path)
+    if "\0" in path:
+        raise UsageError(f"{flag} {path!r}: not a file name (a NUL character)")
     if target.is_dir():
         raise UsageError(f"{flag} {path}: is a directory; give a file name")
     if flag == "--output" and not target.parent.is_dir():

@@ -59,6 +59,8 @@ def _read(path: str) -> str:
             raw = file.read(MAX_BYTES + 1)
     except OSError as error:
         raise UsageError(f"--config {path}: {error.strerror or error}") from error
+    except ValueError as error:  # a NUL character: no file can have that name
+        raise UsageError(f"--config {path!r}: not a file name ({error})") from error
     if len(raw) > MAX_BYTES:
         raise UsageError(f"--config {path}: larger than {MAX_BYTES // 2**20} MiB; a LightningCLI config is a few KB")
     try:
