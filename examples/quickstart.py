@@ -32,13 +32,15 @@ class TinyRegressor(LightningModule):
         from torch.distributed.fsdp import fully_shard
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-        plan = {"0": ColwiseParallel(), "2": RowwiseParallel()}
+        # The last layer keeps its output a DTensor (use_local_output=False): converted inside the module,
+        # `to_local()` would return a view as the output of the fully_shard-ed module, which FSDP2 warns about.
+        plan = {"0": ColwiseParallel(), "2": RowwiseParallel(use_local_output=False)}
         parallelize_module(self.model, self.device_mesh["tensor_parallel"], plan)
         fully_shard(self.model, mesh=self.device_mesh["data_parallel"])
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         inputs, targets = batch
-        loss = F.mse_loss(self.model(inputs), targets)
+        loss = F.mse_loss(self.model(inputs).to_local(), targets)  # replicated over the tensor-parallel ranks
         self.losses.append(loss.item())
         return loss
 

@@ -262,7 +262,7 @@ BROKEN = (BROKEN_IMPORT, RAISING, WRONG_TYPE, UPPER_CASE, BUILTIN_NAME, DUP_ONE,
 # --- hostile and broken plugins (tests/test_reliability*.py) -------------------------------------------
 
 
-def _with_rule(dist: str, name: str, body: str, code: str = "LP901", strategy: str = "DDPStrategy") -> Dist:
+def with_rule(dist: str, name: str, body: str, code: str = "LP901", strategy: str = "DDPStrategy") -> Dist:
     """A distribution with one DDP preset ``name`` whose construction rule runs ``body`` (indented code)."""
     return Dist(
         name=dist,
@@ -325,14 +325,14 @@ SLOW = Dist(
     source="import time\n\ntime.sleep(1.0)\n" + textwrap.dedent(_preset_source("slow_ddp")),
     strategies={"slow_ddp": "slow_presets:PRESET"},
 )
-BAD_CLASS = _with_rule("bad-class-presets", "bad_class_ddp", "return None", strategy="NoSuchStrategy")
-CRASHING_RULE = _with_rule("crashing-presets", "crashing_ddp", "return 8 // (ctx.devices_per_node - 1)")
-WRONG_RETURN = _with_rule("wrong-return-presets", "wrong_return_ddp", 'return "devices must be 8"')
-FINE_RULE = _with_rule(
+BAD_CLASS = with_rule("bad-class-presets", "bad_class_ddp", "return None", strategy="NoSuchStrategy")
+CRASHING_RULE = with_rule("crashing-presets", "crashing_ddp", "return 8 // (ctx.devices_per_node - 1)")
+WRONG_RETURN = with_rule("wrong-return-presets", "wrong_return_ddp", 'return "devices must be 8"')
+FINE_RULE = with_rule(
     "fine-rule-presets",
     "fine_rule_ddp",
     'return Problem("Acme nodes have 8 devices", "use devices=8") if ctx.devices_per_node != 8 else None',
 )
-BAD_CODE = _with_rule("bad-code-presets", "bad_code_ddp", "return None", code="ACME1")
+BAD_CODE = with_rule("bad-code-presets", "bad_code_ddp", "return None", code="ACME1")
 HOSTILE = (RAISING, SYSTEM_EXIT, BASE_EXCEPTION, PRINTING, BAD_CODE)
 ALL = (ACME, IMPORTER, *BROKEN)

@@ -27,6 +27,27 @@ def cuda8() -> Iterator[SimulatedGPU]:
 
 
 @pytest.fixture
+def forbid_cuda_init(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """torch's CUDA initialisation raises and is recorded while the test runs, so that "no CUDA context was created"
+    can fail even on a CPU build of torch (where ``torch.cuda.is_initialized()`` is always ``False``).
+
+    Yields the stacks of the attempts; a test asserts it is empty (a swallowed attempt is still recorded).
+    """
+    import traceback
+
+    import torch
+
+    attempts: list[str] = []
+
+    def forbidden(*args: Any, **kwargs: Any) -> None:
+        attempts.append("".join(traceback.format_stack(limit=8)))
+        raise RuntimeError("this test forbids initialising CUDA")
+
+    monkeypatch.setattr(torch.cuda, "_lazy_init", forbidden)
+    return attempts
+
+
+@pytest.fixture
 def fresh_catalog() -> Iterator[None]:
     """Entry points and trust variables are read again by the next catalog use, and after the test."""
     _catalog.clear_cache()

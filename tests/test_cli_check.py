@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lightning_presets.cli import main
+from lightning_presets.registry.requirements import is_importable
 from lightning_presets.tools.check import CODES, CheckRequest, run_check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -355,7 +357,9 @@ def _children() -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
-def test_no_cuda_initialized_and_no_child_process(capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_cuda_initialized_and_no_child_process(
+    capsys: pytest.CaptureFixture[str], forbid_cuda_init: list[str]
+) -> None:
     before = _children()
     for args in (
         "--accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --strategy fsdp_offload_ckpt --precision bf16-mixed "
@@ -366,6 +370,7 @@ def test_no_cuda_initialized_and_no_child_process(capsys: pytest.CaptureFixture[
         "--accelerator cuda --gpus 8 --devices 8 --strategy tp2d_hybrid --cluster torchelastic",
     ):
         check(capsys, args)
+    assert forbid_cuda_init == []
     assert not torch.cuda.is_initialized()
     assert multiprocessing.active_children() == []
     assert _children() == before
@@ -461,12 +466,15 @@ def _argv(draw: st.DrawFn) -> list[str]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argv=_argv())
-def test_fuzz_only_findings_or_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+def test_fuzz_only_findings_or_usage_errors(
+    capsys: pytest.CaptureFixture[str], forbid_cuda_init: list[str], argv: list[str]
+) -> None:
     code, out = check(capsys, argv)
     capsys.readouterr()
     assert code in (0, 1, 2)
     if code != 2 and "--json" in argv:
         assert validate(json.loads(out), SCHEMA) == []
+    assert forbid_cuda_init == []
     assert not torch.cuda.is_initialized()
 
 
@@ -498,3 +506,50 @@ def test_check_works_under_python_O() -> None:
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert "LP101" in [finding["code"] for finding in json.loads(result.stdout)["findings"]]
+
+
+def test_the_no_cuda_guard_can_fail(forbid_cuda_init: list[str]) -> None:
+    """What the CUDA assertions above rely on: an initialisation attempt is recorded, even when it is swallowed."""
+    with contextlib.suppress(RuntimeError):
+        torch.cuda.current_device()
+    assert len(forbid_cuda_init) == 1
+    assert "current_device" in forbid_cuda_init[0]
+
+
+# --- the Trainer's accumulate_grad_batches reaches DeepSpeed's batch arithmetic (LP407) before launch --------------
+
+_DS_CONFIG = '{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}'
+_DS = f"--strategy deepspeed_zero2_offload --accelerator cuda --gpus 8 --devices 8 --set 'config={_DS_CONFIG}'"
+
+
+@pytest.mark.skipif(not is_importable("deepspeed"), reason="deepspeed is not installed")
+@pytest.mark.parametrize(
+    ("accumulation", "rejected"),
+    [("--accumulate-grad-batches 1", True), ("--accumulate-grad-batches 2", False),
+     ("--set accumulate_grad_batches=1", True), ("--set accumulate_grad_batches=2", False)],
+)  # fmt: skip
+def test_lp407_sees_accumulate_grad_batches_from_a_flag_or_set(
+    capsys: pytest.CaptureFixture[str], accumulation: str, rejected: bool
+) -> None:
+    code, report = check_json(capsys, f"{_DS} {accumulation}")
+    assert ("LP407" in [f["code"] for f in report["findings"]]) is rejected
+    assert code == (1 if rejected else 0)
+    assert validate(report, SCHEMA) == []
+
+
+@pytest.mark.skipif(not is_importable("deepspeed"), reason="deepspeed is not installed")
+def test_lp407_sees_accumulate_grad_batches_from_a_config_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("trainer:\n  accumulate_grad_batches: 1\n")
+    code, report = check_json(capsys, f"{_DS} --config {config}")
+    assert code == 1
+    (finding,) = [f for f in report["findings"] if f["code"] == "LP407"]
+    assert "accumulate_grad_batches=1" in finding["message"]
+    assert "4 × 1 × 8 = 32" in finding["hint"]
+
+
+def test_accumulate_grad_batches_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = check(capsys, "--accumulate-grad-batches 0")
+    assert code == 2

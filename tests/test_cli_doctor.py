@@ -21,7 +21,9 @@ def codes(findings: Sequence[Finding]) -> list[str]:
     return [each.code for each in findings]
 
 
-def test_doctor_in_this_environment_is_clean_and_creates_no_cuda_context(capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_in_this_environment_is_clean_and_creates_no_cuda_context(
+    capsys: pytest.CaptureFixture[str], forbid_cuda_init: list[str]
+) -> None:
     code, out = run(capsys, "doctor", "--json")
     data = json.loads(out)
     assert code == data["exit_code"] == 0, data["findings"]
@@ -37,6 +39,7 @@ def test_doctor_in_this_environment_is_clean_and_creates_no_cuda_context(capsys:
     assert set(data["optional_dependencies"]) == set(_requirements.DEPENDENCIES)
     assert data["torch"]["cuda_initialized"] is False
     assert torch.cuda.is_initialized() is False  # type: ignore[no-untyped-call]
+    assert forbid_cuda_init == []
 
 
 def test_doctor_text(capsys: pytest.CaptureFixture[str]) -> None:
@@ -241,7 +244,7 @@ def test_cluster_section_lists_variables_and_visible_devices() -> None:
 
 
 def test_codes_documented() -> None:
-    assert [code.code for code in _doctor.CODES] == ["LP720", "LP721", "LP722", "LP723", "LP724"]
+    assert [code.code for code in _doctor.CODES] == ["LP720", "LP721", "LP722", "LP723", "LP724", "LP016"]
     assert all(code.fails and code.fixed and code.title for code in _doctor.CODES)
 
 

@@ -63,17 +63,14 @@ def build(namespace: tuple[str, str, str], strategy: Any = STATIC, **kwargs: Any
 # ---------------------------------------------------------------------------------------------- rules
 
 
-def test_lp301_rejects_find_unused_parameters() -> None:
-    finding = ddp.static_graph_uses_all_parameters(options(find_unused_parameters=True, static_graph=True))
-    assert finding is not None
-    assert (finding.code, finding.severity) == ("LP301", "error")
-    assert "find_unused_parameters=True" in finding.message
-    assert "ddp_find_unused_parameters_true" in finding.hint
-
-
-@pytest.mark.parametrize("value", [False, None])
-def test_lp301_accepts_no_search_for_unused_parameters(value: Any) -> None:
-    assert ddp.static_graph_uses_all_parameters(options(find_unused_parameters=value)) is None
+@pytest.mark.parametrize("value", [True, False, None])
+def test_static_graph_accepts_find_unused_parameters(value: Any) -> None:
+    """torch documents that with static_graph=True the flag does not matter (the former LP301 refused True)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PresetWarning)
+        strategy = lightning_presets.strategy(STATIC, find_unused_parameters=value)
+    assert strategy._ddp_kwargs["static_graph"] is True
+    assert "LP301" not in {each.code for each in lightning_presets.get_preset(STATIC).rules}
 
 
 @pytest.mark.parametrize("key", ["static_graph", "gradient_as_bucket_view"])
@@ -103,17 +100,23 @@ def test_lp303_accepts_cuda() -> None:
 
 
 @pytest.mark.parametrize("backend", ["gloo", "mpi"])
-def test_lp304_rejects_a_backend_other_than_nccl(backend: str) -> None:
-    finding = ddp.bf16_compress_needs_nccl(options(BF16, process_group_backend=backend))
+def test_lp304_warns_about_a_backend_other_than_nccl(backend: str) -> None:
+    finding = ddp.bf16_compress_reduced_by_nccl(options(BF16, process_group_backend=backend))
     assert finding is not None
-    assert finding.code == "LP304"
+    assert (finding.code, finding.severity) == ("LP304", "warning")
     assert f"process_group_backend={backend!r}" in finding.message
     assert "process_group_backend='nccl'" in finding.hint
 
 
-@pytest.mark.parametrize("backend", ["nccl", None])
-def test_lp304_accepts_nccl_or_the_default(backend: str | None) -> None:
-    assert ddp.bf16_compress_needs_nccl(options(BF16, process_group_backend=backend)) is None
+@pytest.mark.parametrize("backend", ["nccl", None, "cpu:gloo,cuda:nccl", "cuda:nccl, cpu:gloo"])
+def test_lp304_accepts_nccl_for_cuda_tensors(backend: str | None) -> None:
+    assert ddp.bf16_compress_reduced_by_nccl(options(BF16, process_group_backend=backend)) is None
+
+
+def test_lp304_names_a_device_map_without_nccl_for_cuda() -> None:
+    finding = ddp.bf16_compress_reduced_by_nccl(options(BF16, process_group_backend="cpu:gloo"))
+    assert finding is not None
+    assert "reduced by no backend at all" in finding.message
 
 
 def test_lp305_warns_on_one_process_and_accepts_two() -> None:
@@ -161,11 +164,11 @@ def test_static_graph_constructs_in_every_namespace(namespace: tuple[str, str, s
 
 
 @pytest.mark.parametrize("caller", ["Trainer", "Fabric"])
-def test_lp301_and_lp302_when_the_strategy_is_built(caller: str) -> None:
+def test_lp302_when_the_strategy_is_built(caller: str) -> None:
     target = caller.lower()
-    with pytest.raises(PresetConfigError) as error:
+    with pytest.warns(PresetWarning) as caught:
         lightning_presets.strategy(STATIC, target=target, find_unused_parameters=True, gradient_as_bucket_view=False)
-    assert error.value.codes == ("LP301", "LP302")
+    assert [w.message.finding.code for w in caught if isinstance(w.message, PresetWarning)] == ["LP302"]
     strategy = lightning_presets.strategy(STATIC, target=target, find_unused_parameters=False, bucket_cap_mb=50)
     assert strategy._ddp_kwargs["bucket_cap_mb"] == 50
 
@@ -197,9 +200,9 @@ def test_lp303_at_construction_in_every_namespace(namespace: tuple[str, str, str
 
 
 def test_lp304_and_lp307_when_the_strategy_is_built(cuda8: SimulatedGPU) -> None:
-    with pytest.raises(PresetConfigError) as error:
+    with pytest.warns(PresetWarning) as caught:
         lightning_presets.strategy(BF16, process_group_backend="gloo", ddp_comm_hook=None)
-    assert error.value.codes == ("LP307", "LP304")
+    assert [w.message.finding.code for w in caught if isinstance(w.message, PresetWarning)] == ["LP307", "LP304"]
     strategy = build(
         NAMESPACES[0], lightning_presets.strategy(BF16, process_group_backend="nccl"), accelerator="cuda", devices=8
     )

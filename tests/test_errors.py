@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,24 @@ def test_report_points_the_warning_at_the_caller() -> None:
     with pytest.warns(PresetWarning) as caught:
         user_code()
     assert caught[0].lineno == user_code.__code__.co_firstlineno + 1
+
+
+def test_construction_warnings_point_at_the_users_trainer_line() -> None:
+    """A PresetWarning raised inside Trainer(...) (through Lightning's argparse wrapper and connector) and inside
+    Fabric(...) is attributed to the line of this file that constructs it, not to Lightning's frames."""
+    from lightning.fabric import Fabric
+    from lightning.pytorch import Trainer
+
+    with pytest.warns(PresetWarning) as caught:
+        Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=1, logger=False)  # LP305: one process
+    (record,) = [each for each in caught if isinstance(each.message, PresetWarning)]
+    assert (record.filename, record.lineno) == (__file__, _line_of("# LP305: one process"))
+    with pytest.warns(PresetWarning) as caught:
+        Fabric(strategy="ddp_static_graph", accelerator="cpu", devices=1)  # LP305 again
+    (record,) = [each for each in caught if isinstance(each.message, PresetWarning)]
+    assert (record.filename, record.lineno) == (__file__, _line_of("# LP305 again"))
+
+
+def _line_of(marker: str) -> int:
+    lines = Path(__file__).read_text(encoding="utf-8").splitlines()
+    return next(number for number, text in enumerate(lines, 1) if text.rstrip().endswith(marker))

@@ -68,17 +68,56 @@ def fsdp_kwargs(strategy: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- rules
 
 
-def test_lp110_rejects_one_node_and_names_the_presets_to_use() -> None:
-    finding = family.hybrid_needs_nodes(ctx(num_nodes=1))
+def test_lp110_warns_about_a_single_replica_and_names_the_presets_to_use() -> None:
+    finding = family.hybrid_has_replicas(ctx(num_nodes=1))
     assert finding is not None
-    assert (finding.code, finding.severity) == ("LP110", "error")
+    assert (finding.code, finding.severity) == ("LP110", "warning")
     assert "devices=8, num_nodes=1" in finding.message
+    assert "device_mesh=(1, 8): 1 replica(s)" in finding.message
     assert "fsdp_grad_op" in finding.hint
     assert "fsdp_offload_ckpt" in finding.hint
+    assert "device_mesh=(2, 4)" in finding.hint
 
 
-def test_lp110_accepts_two_nodes() -> None:
-    assert family.hybrid_needs_nodes(ctx(num_nodes=2)) is None
+@pytest.mark.parametrize(("mesh", "nodes"), [("auto", 2), ((2, 4), 1), ((2, 8), 2)])
+def test_lp110_accepts_replicas_on_one_node_or_across_nodes(mesh: Any, nodes: int) -> None:
+    """An explicit mesh on one 8-GPU node replicates inside the node: nothing to warn about."""
+    assert family.hybrid_has_replicas(ctx(device_mesh=mesh, num_nodes=nodes)) is None
+
+
+def test_lp116_rejects_shard_groups_of_one_device() -> None:
+    finding = family.shards_have_peers(ctx(devices_per_node=1, num_nodes=4))
+    assert finding is not None
+    assert (finding.code, finding.severity) == ("LP116", "error")
+    assert "device_mesh=(4, 1)" in finding.message
+    assert "NO_SHARD" in finding.message
+    assert "fsdp_grad_op" in finding.hint
+
+
+@pytest.mark.parametrize(("mesh", "per_node", "nodes"), [("auto", 8, 2), ((2, 4), 8, 1), ("auto", 1, 1)])
+def test_lp116_accepts_shard_groups_of_several_devices(mesh: Any, per_node: int, nodes: int) -> None:
+    assert family.shards_have_peers(ctx(device_mesh=mesh, devices_per_node=per_node, num_nodes=nodes)) is None
+
+
+@pytest.mark.parametrize("preset", [GRAD_OP, "fsdp_offload_ckpt"])
+def test_lp117_rejects_a_two_dimensional_mesh_without_hybrid_sharding(preset: str) -> None:
+    from lightning_presets.strategies import fsdp
+
+    finding = fsdp.mesh_needs_hybrid_sharding(options(preset, device_mesh=(2, 8), sharding_strategy="FULL_SHARD"))
+    assert finding is not None
+    assert (finding.code, finding.severity) == ("LP117", "error")
+    assert "only the first dimension" in finding.message
+    assert "fsdp_hybrid_shard" in finding.hint
+
+
+@pytest.mark.parametrize(
+    ("mesh", "sharding"),
+    [((2, 8), "HYBRID_SHARD"), ("auto", "_HYBRID_SHARD_ZERO2"), (None, "FULL_SHARD"), ((16,), "FULL_SHARD")],
+)
+def test_lp117_accepts_hybrid_sharding_or_no_two_dimensional_mesh(mesh: Any, sharding: str) -> None:
+    from lightning_presets.strategies import fsdp
+
+    assert fsdp.mesh_needs_hybrid_sharding(options(HYBRID, device_mesh=mesh, sharding_strategy=sharding)) is None
 
 
 @pytest.mark.parametrize("mesh", [(2, 4, 2), (0, 16), (2, -8), (2.0, 8), "2x8", 16])
@@ -114,21 +153,22 @@ def test_lp112_auto_mesh_always_matches_the_world() -> None:
     assert family.mesh_matches_world(ctx(devices_per_node=4, num_nodes=3)) is None
 
 
-def test_lp113_rejects_shard_groups_that_cross_nodes() -> None:
-    finding = family.shards_stay_in_node(ctx(device_mesh=(1, 16)))
+def test_lp113_warns_about_shard_groups_that_straddle_nodes_unevenly() -> None:
+    finding = family.shards_align_with_nodes(ctx(device_mesh=(2, 12), num_nodes=3))
     assert finding is not None
-    assert finding.code == "LP113"
-    assert "shard size of 16 does not divide the 8 devices per node" in finding.message
+    assert (finding.code, finding.severity) == ("LP113", "warning")
+    assert "shard size of 12 neither divides the 8 devices per node nor is a multiple of them" in finding.message
     assert "(1, 2, 4, 8)" in finding.hint
-    assert "device_mesh=(2, 8)" in finding.hint
+    assert "device_mesh=(3, 8)" in finding.hint
 
 
-def test_lp113_accepts_shard_groups_inside_a_node() -> None:
-    assert family.shards_stay_in_node(ctx(device_mesh=(4, 4))) is None
+@pytest.mark.parametrize(("mesh", "nodes"), [((4, 4), 2), ((1, 16), 2), ((2, 16), 4)])
+def test_lp113_accepts_shard_groups_inside_a_node_or_of_whole_nodes(mesh: Any, nodes: int) -> None:
+    assert family.shards_align_with_nodes(ctx(device_mesh=mesh, num_nodes=nodes)) is None
 
 
 def test_lp113_leaves_a_mesh_of_the_wrong_size_to_lp112() -> None:
-    assert family.shards_stay_in_node(ctx(device_mesh=(1, 12))) is None
+    assert family.shards_align_with_nodes(ctx(device_mesh=(1, 12))) is None
 
 
 @pytest.mark.parametrize(
@@ -171,7 +211,7 @@ def test_presets_reuse_the_shared_fsdp_rules() -> None:
     for preset in (HYBRID, GRAD_OP):
         codes = {each.code for each in lightning_presets.get_preset(preset).rules}
         assert {"LP101", "LP102", "LP103", "LP105", "LP114", "LP115"} <= codes
-    assert {"LP110", "LP111", "LP112", "LP113"} <= {each.code for each in family.HYBRID_RULES}
+    assert {"LP110", "LP111", "LP112", "LP113", "LP116"} <= {each.code for each in family.HYBRID_RULES}
     assert "LP106" in {each.code for each in family.GRAD_OP_RULES}
 
 
@@ -197,14 +237,30 @@ def test_grad_op_constructs_in_every_namespace(cuda8: SimulatedGPU, namespace: t
 
 @pytest.mark.parametrize("namespace", NAMESPACES, ids=NAMESPACE_IDS)
 def test_lp110_at_construction_in_every_namespace(cuda8: SimulatedGPU, namespace: tuple[str, str, str]) -> None:
-    with pytest.raises(PresetConfigError) as error:
+    with pytest.warns(PresetWarning) as caught:
         build(namespace, accelerator="cuda", devices=8)
-    assert error.value.codes == ("LP110",)
+    assert [w.message.finding.code for w in caught if isinstance(w.message, PresetWarning)] == ["LP110"]
 
 
-def test_lp110_neighbour_two_nodes_of_one_device(cuda8: SimulatedGPU) -> None:
-    strategy = trainer_strategy(accelerator="cuda", devices=1, num_nodes=2)
-    assert strategy.kwargs["device_mesh"] == (2, 1)
+def test_lp110_neighbour_an_explicit_mesh_on_one_node_is_accepted(cuda8: SimulatedGPU) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PresetWarning)
+        strategy = trainer_strategy(
+            lightning_presets.strategy(HYBRID, device_mesh=(2, 4)), accelerator="cuda", devices=8
+        )
+    assert strategy.kwargs["device_mesh"] == (2, 4)
+
+
+def test_lp116_at_construction_two_nodes_of_one_device(cuda8: SimulatedGPU) -> None:
+    with pytest.raises(PresetConfigError) as error:
+        trainer_strategy(accelerator="cuda", devices=1, num_nodes=2)
+    assert error.value.codes == ("LP116",)
+
+
+def test_lp117_at_construction_for_a_grad_op_mesh(cuda8: SimulatedGPU) -> None:
+    with pytest.raises(PresetConfigError) as error:
+        lightning_presets.strategy(GRAD_OP, device_mesh=(2, 8))
+    assert error.value.codes == ("LP117",)
 
 
 def test_lp112_user_mesh_of_the_wrong_size_at_construction(cuda8: SimulatedGPU) -> None:
@@ -228,18 +284,33 @@ def test_hybrid_device_mesh_none_means_the_automatic_mesh(cuda8: SimulatedGPU) -
 
 
 def test_lp113_at_construction(cuda8: SimulatedGPU) -> None:
-    with pytest.raises(PresetConfigError) as error:
-        trainer_strategy(lightning_presets.strategy(HYBRID, device_mesh=(1, 16)), **TWO_NODES)
-    assert error.value.codes == ("LP113",)
+    with pytest.warns(PresetWarning) as caught:
+        trainer_strategy(lightning_presets.strategy(HYBRID, device_mesh=(2, 12)), accelerator="cuda", devices=8,
+                         num_nodes=3)  # fmt: skip
+    assert [w.message.finding.code for w in caught if isinstance(w.message, PresetWarning)] == ["LP113"]
+
+
+def test_lp113_neighbour_shard_groups_of_two_whole_nodes(cuda8: SimulatedGPU) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PresetWarning)
+        strategy = trainer_strategy(lightning_presets.strategy(HYBRID, device_mesh=(2, 16)), accelerator="cuda",
+                                    devices=8, num_nodes=4)  # fmt: skip
+    assert strategy.kwargs["device_mesh"] == (2, 16)
 
 
 def test_lp111_and_lp114_when_the_strategy_is_built() -> None:
     with pytest.raises(PresetConfigError) as error:
         lightning_presets.strategy(HYBRID, device_mesh=(2, 4, 2), sharding_strategy="FULL_SHARD")
     assert set(error.value.codes) == {"LP111", "LP114"}
-    with pytest.raises(PresetConfigError) as error:
+    with pytest.warns(PresetWarning, match="LP114"):
         lightning_presets.strategy(GRAD_OP, sharding_strategy="FULL_SHARD", target="fabric")
-    assert error.value.codes == ("LP114",)
+
+
+def test_lp114_and_lp117_hybrid_preset_with_full_shard_keeps_its_mesh() -> None:
+    """FULL_SHARD on the hybrid preset's automatic 2-D mesh would train apart: LP117 refuses, LP114 explains."""
+    with pytest.raises(PresetConfigError) as error:
+        lightning_presets.strategy(HYBRID, sharding_strategy="FULL_SHARD")
+    assert error.value.codes == ("LP117", "LP114")
 
 
 @pytest.mark.parametrize("preset", [HYBRID, GRAD_OP])

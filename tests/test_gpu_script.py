@@ -47,13 +47,15 @@ def _report(out: Path) -> dict[str, Any]:
     return data
 
 
-def test_no_gpu_path_skips_every_check_and_exits_0(tmp_path: Path) -> None:
+def test_no_gpu_path_skips_every_check_and_exits_non_zero(tmp_path: Path) -> None:
+    """No visible GPU (or a GPU node whose CUDA is broken) is not a pass: exit 2, the report still written."""
     start = time.monotonic()
     done = subprocess.run(
         ["bash", str(RUN_SH)], env=_env(tmp_path), capture_output=True, text=True, timeout=120, check=False
     )
     elapsed = time.monotonic() - start
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == gpu_checks.EXIT_NO_GPU == 2, done.stdout + done.stderr
+    assert "no CUDA device is visible: every GPU check was skipped; exit 2" in done.stdout
     assert elapsed < 60
     report = _report(tmp_path)
     assert report["schema"] == "lightning-presets/gpu-checks"
@@ -229,3 +231,23 @@ def test_source_metadata_exposes_the_entry_points_when_not_installed(
     assert strategies["fsdp_offload_ckpt"] == "lightning_presets.strategies.fsdp:FSDP_OFFLOAD_CKPT"
     assert {"fsdp2", "tp2d_hybrid", "deepspeed_zero3_offload_ckpt"} <= set(strategies)
     assert {"fp8-torchao", "nf4-bnb", "bf16-fp32-reduce"} <= precision
+
+
+def _fake_probe(gpus: int) -> Any:
+    def probe(import_optional: bool = False) -> dict[str, Any]:
+        devices = [{"capability": "9.0", "name": "H100"}] * gpus
+        return {"gpus": gpus, "devices": devices, "optional": {"deepspeed": "not installed"}}
+
+    return probe
+
+
+@pytest.mark.parametrize(("gpus", "code"), [(1, 0), (0, gpu_checks.EXIT_NO_GPU)])
+def test_exit_code_tells_a_skipped_package_from_no_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: int, code: int
+) -> None:
+    """Checks skipped because an optional package is missing leave a GPU run green; no GPU at all does not."""
+    names = [check.name for check in gpu_checks.CHECKS if "deepspeed" in check.requires]
+    assert names
+    monkeypatch.setattr(gpu_checks, "_probe", _fake_probe(gpus))
+    assert gpu_checks.main(["--only", ",".join(names), "--out", str(tmp_path)]) == code
+    assert {check["status"] for check in _report(tmp_path)["checks"]} == {"skipped"}

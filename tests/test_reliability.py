@@ -312,7 +312,7 @@ def test_a_class_that_does_not_resolve_is_broken_in_list_show_and_doctor(
     assert "LP724" not in [f["code"] for f in data["findings"]]  # not expected in the registries either
 
 
-def test_a_class_that_does_not_resolve_is_not_registered_and_not_built(install: Any) -> None:
+def test_an_unresolvable_class_is_not_registered_or_built(install: Any) -> None:
     install(BAD_CLASS)
     registry = _StrategyRegistry()
     findings = _bridge.register_into(registry, namespace_for_target("trainer"), HEADS)

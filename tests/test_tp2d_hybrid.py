@@ -29,6 +29,7 @@ import lightning_presets
 from helpers import QUIET
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.strategies import model_parallel as mp
+from lightning_presets.tools.examples import check_examples
 from lightning_presets.tools.simulation import SimulatedGPU
 from models import TinyTransformer, parallelize
 
@@ -282,11 +283,21 @@ def test_lp202_when_the_strategy_is_built(target: str) -> None:
     assert raised.value.codes == ("LP202",)
 
 
-def test_lp203_on_simulated_cuda(cuda8: SimulatedGPU) -> None:
+def test_lp203_warns_on_simulated_cuda(cuda8: SimulatedGPU) -> None:
+    """Tensor groups that straddle nodes unevenly are slow, not broken (formerly an error)."""
     strategy = lightning_presets.strategy(PRESET, data_parallel_size=4, tensor_parallel_size=3)
-    with pytest.raises(PresetConfigError) as raised:
+    with pytest.warns(PresetWarning) as caught:
         Trainer(strategy=strategy, accelerator="cuda", devices=4, num_nodes=3, **QUIET)
-    assert raised.value.codes == ("LP203",)
+    assert [w.message.finding.code for w in caught if isinstance(w.message, PresetWarning)] == ["LP203"]
+
+
+def test_lp203_the_issues_two_by_twelve_on_three_nodes_of_eight_is_accepted_with_a_warning(
+    cuda8: SimulatedGPU,
+) -> None:
+    strategy = lightning_presets.strategy(PRESET, data_parallel_size=2, tensor_parallel_size=12)
+    with pytest.warns(PresetWarning, match="LP203"):
+        trainer = Trainer(strategy=strategy, accelerator="cuda", devices=8, num_nodes=3, **QUIET)
+    assert trainer.strategy._lp_context.world_size == 24
 
 
 def test_lp203_neighbour_on_simulated_cuda(cuda8: SimulatedGPU) -> None:
@@ -427,31 +438,12 @@ def test_lp208_neighbour_connect_accepts_configure_model() -> None:
 
 # ------------------------------------------------------------- the documented examples of every rule
 
-CONSTRUCTION_RULES = [each for each in lightning_presets.get_preset(PRESET).rules if each.stage != "model"]
 
-
-def codes_raised_or_warned(example: str) -> set[str]:
-    """Evaluate one documented example on 8 simulated GPUs; the codes it raised or warned."""
-    from lightning.fabric import Fabric
-
-    from lightning_presets.tools.simulation import simulated_cuda
-
-    names = {"Trainer": Trainer, "Fabric": Fabric, "lightning_presets": lightning_presets, "parallelize": keep_model}
-    with simulated_cuda(8), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            eval(example, names)  # the rule's own documented example
-        except PresetConfigError as error:
-            return set(error.codes)
-    return {warning.message.finding.code for warning in caught if isinstance(warning.message, PresetWarning)}
-
-
-@pytest.mark.parametrize("rule", CONSTRUCTION_RULES, ids=[each.code for each in CONSTRUCTION_RULES])
-def test_documented_examples_fail_and_pass(rule: Any) -> None:
-    if 'accelerator="mps"' in rule.fails:
-        pytest.skip("Apple MPS cannot be simulated; LP206 is covered by a foreign accelerator above")
-    assert rule.code in codes_raised_or_warned(rule.fails)
-    assert rule.code not in codes_raised_or_warned(rule.fixed)
+def test_documented_examples_fail_and_pass() -> None:
+    """Every rule's ``fails`` example raises or warns its code and ``fixed`` does not (MPS through a stand-in)."""
+    report = check_examples(PRESET)
+    assert report.checked == 2 * len(lightning_presets.get_preset(PRESET).rules)
+    assert report.failures == ()
 
 
 # ---------------------------------------------------------------- real 2-process training on CPU (gloo)
@@ -591,3 +583,4 @@ def test_quickstart_runs_end_to_end() -> None:
     assert last < first
     assert "rejected while Trainer(...) was constructed, codes ['LP101']" in out
     assert out.count("[LP101]") == 1  # shown once, by rank 0
+    assert "returned a view tensor" not in result.stderr  # torch's "wrong gradients" warning about FSDP2 outputs

@@ -45,6 +45,8 @@ SCHEMA_VERSION = 1
 RESULT_PREFIX = "GPU_CHECK_RESULT "
 ENV_PREFIX = "GPU_CHECK_ENV "
 NO_CUDA = "no CUDA device"
+EXIT_NO_GPU = 2
+"""Exit code when no CUDA device is visible (outside ``--cpu-smoke``): not a pass, not a failed check."""
 DEFAULT_BUDGET_S = 330.0
 MIN_CHECK_S = 20.0
 OPTIONAL_PACKAGES = ("deepspeed", "torchao", "bitsandbytes", "transformer_engine")
@@ -827,7 +829,13 @@ def run_harness(args: argparse.Namespace) -> int:
     (out / "gpu_checks.log").write_text("\n".join(log) + "\n" + "".join(details))
     shutil.rmtree(scratch, ignore_errors=True)
     say(f"wrote {out / 'gpu_checks.json'} and {out / 'gpu_checks.log'}")
-    return 1 if summary["failed"] else 0
+    if summary["failed"]:
+        return 1
+    if not cpu and not env.get("gpus"):
+        # A GPU node whose CUDA is broken must not pass: nothing ran, so nothing was shown to work.
+        say(f"no CUDA device is visible: every GPU check was skipped; exit {EXIT_NO_GPU}")
+        return EXIT_NO_GPU
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,8 @@
 # Writes gpu_checks.json and gpu_checks.log under $OUT when set, else under benchmarks/results/gpu/.
 # Installs nothing. Optional: a folder of extra pure-Python packages (e.g. lightning, when the machine
 # lacks it) at build/gpu-site, or wherever LP_GPU_SITE points, is put on PYTHONPATH after src/.
-# Exit code: 0 when no check failed (skipped checks do not fail the run), 1 otherwise.
+# Exit code: 0 when a GPU is visible and no check failed (checks skipped for a missing package do not fail the
+# run), 1 when a check failed, 2 when no CUDA device is visible (every check skipped: not a pass).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"

@@ -16,7 +16,7 @@ _UNITS = {"b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6
           "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}  # fmt: skip
 MAX_MEMORY = 2**60
 """The largest memory size accepted (1 EiB): far above any device or node, far below what overflows."""
-_ARGUMENT_FLAGS = ("accelerator", "devices", "num_nodes", "strategy", "precision")
+_ARGUMENT_FLAGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches")
 
 
 def memory(text: str) -> int:
@@ -60,6 +60,13 @@ def non_negative(text: str) -> int:
     return value
 
 
+def positive(text: str) -> int:
+    value = non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
 def devices(text: str) -> Any:
     """Like LightningCLI: ``8`` is an int, ``-1``/``auto``/``0,1`` stay as Lightning reads them."""
     stripped = text.strip()
@@ -76,6 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--num-nodes", dest="num_nodes", type=int, help="number of nodes")
     job.add_argument("--strategy", help="any registered name: Lightning's (ddp, fsdp, ...) or a preset")
     job.add_argument("--precision", help="32-true, bf16-mixed, 16-mixed, bf16-true, 16-true, 64-true, ...")
+    job.add_argument("--accumulate-grad-batches", dest="accumulate_grad_batches", type=positive, metavar="N",
+                     help="Trainer(accumulate_grad_batches=N); DeepSpeed's batch arithmetic depends on it")  # fmt: skip
     job.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="NAME",
                      help="a precision preset (repeatable)")  # fmt: skip
     job.add_argument("--set", dest="overrides", action="append", default=[], type=key_value, metavar="KEY=VALUE",

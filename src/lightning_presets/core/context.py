@@ -70,6 +70,8 @@ class Context:
     """Lowest CUDA compute capability among the visible GPUs; ``None`` when unknown or not on CUDA."""
     activation_checkpointing: bool = False
     """Whether the strategy preset checkpoints the activations of the repeated blocks it finds."""
+    accumulate_grad_batches: int | None = None
+    """The Trainer's ``accumulate_grad_batches``: known to the ``trainer`` stage, ``None`` before it and with Fabric."""
 
     def precision_is(self, class_name: str) -> bool:
         """Whether the precision plugin is an instance of a class called ``class_name`` (in any namespace)."""

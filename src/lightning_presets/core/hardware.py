@@ -1,20 +1,26 @@
-"""The GPUs' CUDA compute capability and count, read without initialising CUDA in this process.
+"""The GPUs' CUDA compute capability, memory and count, read without initialising CUDA in this process.
 
-A Trainer built in the launching process must not create a CUDA context (forked workers would inherit
-it), so the capability comes from an active simulation, from torch when CUDA is already initialised, or
-from NVML (``pynvml``) when it is installed; otherwise it is unknown (``None``) and the guards say so.
+A Trainer built in the launching process must not create a CUDA context (forked workers would inherit it),
+so what the guards know about the GPUs comes from an active simulation, from torch when CUDA is already
+initialised, or from the driver's NVML library (``libnvidia-ml.so.1``), read through ``ctypes`` the way torch
+counts devices: NVML never creates a CUDA context. Only where NVML is absent is the capability unknown
+(``None``), and the guards say so.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
+import ctypes
+import functools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+NVML_LIBRARY = "libnvidia-ml.so.1"
+"""The NVML shared library every NVIDIA Linux driver installs (found through the dynamic loader's path)."""
+_UUID_PREFIXES = ("GPU-", "MIG-")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,8 +28,21 @@ class SimulatedGPU:
     """What the guards may know about the simulated GPUs."""
 
     count: int
-    capability: tuple[int, int] = (9, 0)
+    capability: tuple[int, int] | None = (9, 0)
     memory_bytes: int | None = None
+    preloaded: frozenset[str] = frozenset()
+    """Optional modules whose import was attempted before the simulation began: a failure of theirs is real."""
+
+
+@dataclass(frozen=True, slots=True)
+class GPUs:
+    """The GPUs this process would use, as NVML reports them."""
+
+    count: int
+    capability: tuple[int, int] | None
+    """The lowest compute capability among them; ``None`` without GPUs."""
+    memory_bytes: int | None
+    """The smallest total memory among them; ``None`` without GPUs."""
 
 
 _active: list[SimulatedGPU] = []
@@ -44,43 +63,183 @@ def simulating(gpu: SimulatedGPU) -> Iterator[SimulatedGPU]:
         _active.pop()
 
 
-def _visible_indices() -> list[int] | None:
-    """Physical indices from ``CUDA_VISIBLE_DEVICES``; ``None`` when unset, ``[]`` when UUIDs are used."""
-    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
+# --- CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, as the CUDA runtime reads them ------------------------------
+
+
+def _leading_number(text: str) -> int:
+    """``strtoul``-like: the leading decimal number of ``text`` (``1gpu`` is 1), ``-1`` when there is none."""
+    digits = len(text) - len(text.lstrip("0123456789"))
+    return int(text[:digits]) if digits else -1
+
+
+def visible_positions(raw: str | None, uuids: Sequence[str]) -> list[int]:
+    """Which of the devices (in CUDA's order, identified by ``uuids``) ``CUDA_VISIBLE_DEVICES=raw`` selects.
+
+    As the CUDA runtime reads it: unset selects every device; entries are indices or (prefixes of) UUIDs;
+    the list stops at the first entry that is invalid, out of range or ambiguous; a repeated device selects none.
+    """
     if raw is None:
-        return None
-    parts = [part.strip() for part in raw.split(",") if part.strip()]
-    return [int(part) for part in parts] if all(part.isdigit() for part in parts) else []
+        return list(range(len(uuids)))
+    chosen: list[int] = []
+    for entry in (part.strip() for part in raw.split(",")):
+        if entry.startswith(_UUID_PREFIXES):
+            matches = [position for position, uuid in enumerate(uuids) if uuid.startswith(entry)]
+            position = matches[0] if len(matches) == 1 else -1
+        else:
+            position = _leading_number(entry)
+        if position < 0 or position >= len(uuids):
+            break
+        if position in chosen:
+            return []
+        chosen.append(position)
+    return chosen
 
 
-def _nvml_capability() -> tuple[int, int] | None:
+# --- NVML through ctypes ----------------------------------------------------------------------------------------
+
+
+class _PciInfo(ctypes.Structure):
+    _fields_ = [  # nvmlPciInfo_t, as nvmlDeviceGetPciInfo_v3 fills it
+        ("busIdLegacy", ctypes.c_char * 16),
+        ("domain", ctypes.c_uint),
+        ("bus", ctypes.c_uint),
+        ("device", ctypes.c_uint),
+        ("pciDeviceId", ctypes.c_uint),
+        ("pciSubSystemId", ctypes.c_uint),
+        ("busId", ctypes.c_char * 32),
+    ]
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class NVMLError(RuntimeError):
+    """An NVML call returned an error code."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Device:
+    uuid: str
+    pci: tuple[int, int, int]
+    capability: tuple[int, int]
+    memory_bytes: int
+
+
+class _NVML:
+    """The few NVML calls the guards need; every call checks its return code."""
+
+    def __init__(self, library: Any) -> None:
+        self._library = library
+
+    def _call(self, name: str, *args: Any) -> None:
+        status = getattr(self._library, name)(*args)
+        if status != 0:
+            raise NVMLError(f"{name} returned {status}")
+
+    def devices(self) -> list[_Device]:
+        count = ctypes.c_uint()
+        self._call("nvmlDeviceGetCount_v2", ctypes.byref(count))
+        return [self._device(index) for index in range(count.value)]
+
+    def _device(self, index: int) -> _Device:
+        handle = ctypes.c_void_p()
+        self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
+        uuid = ctypes.create_string_buffer(96)
+        self._call("nvmlDeviceGetUUID", handle, uuid, ctypes.c_uint(96))
+        pci = _PciInfo()
+        self._call("nvmlDeviceGetPciInfo_v3", handle, ctypes.byref(pci))
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self._call("nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor))
+        memory = _Memory()
+        self._call("nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory))
+        return _Device(
+            uuid=uuid.value.decode(errors="replace"),
+            pci=(pci.domain, pci.bus, pci.device),
+            capability=(major.value, minor.value),
+            memory_bytes=memory.total,
+        )
+
+
+def _load_nvml() -> Any:
+    """The NVML library, or ``None`` where there is none (no NVIDIA driver, macOS, a container without it)."""
     try:
-        if sys.modules.get("pynvml") is None and importlib.util.find_spec("pynvml") is None:
-            return None
-        pynvml: Any = importlib.import_module("pynvml")
-        pynvml.nvmlInit()
-        try:
-            indices = _visible_indices()
-            if indices is None:
-                indices = list(range(pynvml.nvmlDeviceGetCount()))
-            capabilities = [
-                tuple(pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(index)))
-                for index in indices
-            ]
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver, no device, or an old NVML: the capability stays unknown
+        return ctypes.CDLL(NVML_LIBRARY)
+    except OSError:
         return None
-    return min(capabilities) if capabilities else None
+
+
+def cuda_order(devices: Sequence[_Device], order: str | None) -> list[_Device]:
+    """The devices in the order CUDA numbers them.
+
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: by PCI bus id, as NVML and ``nvidia-smi`` number them. Otherwise CUDA's
+    default ``FASTEST_FIRST``, approximated as the highest compute capability first, then by PCI bus id (the
+    driver also weighs clocks and multiprocessor counts, which only matters on mixed nodes).
+    """
+    by_bus = sorted(devices, key=lambda device: device.pci)
+    if order == "PCI_BUS_ID":
+        return by_bus
+    return sorted(by_bus, key=lambda device: (-device.capability[0], -device.capability[1]))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_nvml(visible: str | None, order: str | None) -> GPUs | None:
+    library = _load_nvml()
+    if library is None:
+        return None
+    nvml = _NVML(library)
+    try:
+        nvml._call("nvmlInit_v2")
+    except (NVMLError, AttributeError):  # no device, a driver without it, or an NVML too old
+        return None
+    try:
+        devices = cuda_order(nvml.devices(), order)
+    except (NVMLError, AttributeError):
+        return None
+    finally:
+        with contextlib.suppress(NVMLError, AttributeError):
+            nvml._call("nvmlShutdown")
+    chosen = [devices[position] for position in visible_positions(visible, [device.uuid for device in devices])]
+    if not chosen:
+        return GPUs(count=0, capability=None, memory_bytes=None)
+    return GPUs(
+        count=len(chosen),
+        capability=min(device.capability for device in chosen),
+        memory_bytes=min(device.memory_bytes for device in chosen),
+    )
+
+
+def nvml_gpus(environ: Mapping[str, str] | None = None) -> GPUs | None:
+    """The GPUs ``CUDA_VISIBLE_DEVICES`` leaves this process, read from NVML; ``None`` where NVML is absent."""
+    env = os.environ if environ is None else environ
+    return _read_nvml(env.get("CUDA_VISIBLE_DEVICES"), env.get("CUDA_DEVICE_ORDER"))
+
+
+def observed_gpus() -> GPUs | None:
+    """What is known about the visible GPUs without creating a CUDA context; ``None`` when nothing is.
+
+    An active simulation wins; then torch, when this process has already initialised CUDA; then NVML.
+    """
+    simulated = current()
+    if simulated is not None:
+        if simulated.count <= 0:
+            return GPUs(count=0, capability=None, memory_bytes=None)
+        return GPUs(count=simulated.count, capability=simulated.capability, memory_bytes=simulated.memory_bytes)
+    torch: Any = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        count = torch.cuda.device_count()
+        if not count:
+            return GPUs(count=0, capability=None, memory_bytes=None)
+        properties = [torch.cuda.get_device_properties(index) for index in range(count)]
+        return GPUs(
+            count=count,
+            capability=min((int(p.major), int(p.minor)) for p in properties),
+            memory_bytes=min(int(p.total_memory) for p in properties),
+        )
+    return nvml_gpus()
 
 
 def observed_capability() -> tuple[int, int] | None:
     """Lowest compute capability among the visible GPUs, or ``None`` when it cannot be read safely."""
-    simulated = current()
-    if simulated is not None:
-        return simulated.capability if simulated.count > 0 else None
-    torch: Any = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        count = torch.cuda.device_count()
-        return min(tuple(torch.cuda.get_device_capability(index)) for index in range(count)) if count else None
-    return _nvml_capability()
+    gpus = observed_gpus()
+    return gpus.capability if gpus is not None else None

@@ -9,15 +9,49 @@ from typing import Any, Literal, NamedTuple
 
 from lightning_presets.core.findings import Finding, Severity
 
-Stage = Literal["options", "construction", "model", "setup"]
+Stage = Literal["options", "construction", "trainer", "model", "setup"]
 """When a rule runs.
 
 ``options``: on the preset's arguments, when the strategy object is built.
 ``construction``: on the final :class:`~lightning_presets.Context`, inside ``Trainer(...)``/``Fabric(...)``.
+``trainer``: on that context completed with the Trainer's own settings (``accumulate_grad_batches``), once the
+Trainer exists: when ``fit`` connects the model, and in ``lightning-presets check`` right after construction.
 ``model``: on the context and the model, before the first collective and before any heavy work.
 ``setup``: on the context and the model once it is complete (after ``configure_model``), just before the
 strategy wraps it; run by the family's own hook.
 """
+
+
+EVIDENCE_KINDS = ("runtime", "source")
+"""How an ``error`` rule knows the configuration fails: ``runtime: tests/<file>.py::<test> (...)`` names a
+reproduction the test suite runs; ``source: <file>, <function> (<project> <version>)`` names the code that fails."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setting:
+    """Where a rule's documented examples run: the simulated node and cluster, and which optional modules exist.
+
+    ``lightning_presets.tools.examples`` applies it while it executes the examples; it never touches real hardware.
+    """
+
+    gpus: int = 8
+    """CUDA GPUs per node (0: a node without GPUs)."""
+    capability: tuple[int, int] | None = (9, 0)
+    """Their compute capability; ``None``: the GPUs are visible but their capability cannot be read."""
+    memory_bytes: int | None = None
+    """Memory per GPU, for rules that read it."""
+    nodes: int = 1
+    """Nodes of the simulated cluster (its variables describe ``nodes`` × ``gpus`` processes)."""
+    cluster: str = "none"
+    """``none``, ``slurm``, ``torchelastic`` or ``lsf``: the launcher whose variables the examples see."""
+    missing: tuple[str, ...] = ()
+    """Optional modules that cannot be imported while the examples run."""
+    simulated: tuple[str, ...] = ()
+    """Optional modules replaced by the engine's stand-in (``torch_xla``)."""
+
+
+DEFAULT_SETTING = Setting()
+"""Eight GPUs of compute capability 9.0 (H100) on one node, no cluster, every installed module importable."""
 
 
 class Problem(NamedTuple):
@@ -41,6 +75,12 @@ class Rule:
     """Code that triggers the rule."""
     fixed: str
     """The nearest code that passes it."""
+    evidence: str = ""
+    """For an ``error``: how we know the configuration fails (see :data:`EVIDENCE_KINDS`)."""
+    setting: Setting = DEFAULT_SETTING
+    """Where the ``fails`` example runs (and ``fixed`` too, unless ``fixed_setting`` says otherwise)."""
+    fixed_setting: Setting | None = None
+    """Where the ``fixed`` example runs, when the fix is the hardware itself."""
 
     def __call__(self, *args: Any) -> Finding | None:
         problem = self.check(*args)
@@ -52,12 +92,24 @@ class Rule:
 
 
 def rule(
-    code: str, severity: Severity, stage: Stage, title: str, *, fails: str, fixed: str
+    code: str,
+    severity: Severity,
+    stage: Stage,
+    title: str,
+    *,
+    fails: str,
+    fixed: str,
+    evidence: str = "",
+    setting: Setting = DEFAULT_SETTING,
+    fixed_setting: Setting | None = None,
 ) -> Callable[[Callable[..., Problem | None]], Rule]:
     """Turn a function returning :class:`Problem` or ``None`` into a :class:`Rule`."""
 
     def wrap(check: Callable[..., Problem | None]) -> Rule:
-        return Rule(code=code, severity=severity, stage=stage, title=title, check=check, fails=fails, fixed=fixed)
+        return Rule(
+            code=code, severity=severity, stage=stage, title=title, check=check, fails=fails, fixed=fixed,
+            evidence=evidence, setting=setting, fixed_setting=fixed_setting,
+        )  # fmt: skip
 
     return wrap
 

@@ -15,6 +15,10 @@ from lightning_presets.core.findings import Severity
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.guards.blocks import describe_children, find_repeated_blocks
 
+# Models the documented examples of the block rules start from (``torch.nn`` is in the examples' namespace).
+NO_BLOCKS = "model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))   # no repeated block\n"
+BLOCKS = "model = nn.Sequential(*(nn.TransformerEncoderLayer(64, 4, 128) for _ in range(4)))   # 4 identical blocks\n"
+
 
 def fields(ctx: Context) -> dict[str, Any]:
     """What a message template may name: ``{accelerator}``, ``{devices}``, ``{nodes}``, ``{world}``,

@@ -1,10 +1,30 @@
-"""Rules every precision preset gets (hardware), and rules across a strategy preset and a precision preset."""
+"""Rules every precision preset gets (hardware), rules every strategy preset gets (bf16 on the GPU it runs on),
+and rules across a strategy preset and a precision preset."""
 
 from __future__ import annotations
 
 from lightning_presets.core.context import Context, PrecisionContext
 from lightning_presets.core.preset import PrecisionPreset
-from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.core.rules import Problem, Rule, Setting, rule
+
+NATIVE_BF16 = (8, 0)
+"""bf16 arithmetic arrived with Ampere GPUs; below it torch emulates bf16 (``is_bf16_supported`` with emulation)."""
+BF16_PRECISIONS = ("bf16-mixed", "bf16-true")
+NO_GPU = Setting(gpus=0)
+A100 = Setting(capability=(8, 0))
+V100 = Setting(capability=(7, 0))
+UNKNOWN_CAPABILITY = Setting(capability=None)
+TRANSFORMER_ENGINE = Setting(simulated=("transformer_engine",))
+_FP8_EVIDENCE = (
+    "source: transformer_engine/pytorch/fp8.py, check_fp8_support asserts 'Device compute capability 8.9 or higher "
+    "required for FP8 execution' (NVIDIA/TransformerEngine#1159); torch._scaled_mm, which torchao's float8 "
+    "matmuls call, refuses GPUs below 8.9 (torch 2.13)"
+)
+
+
+def emulates_bf16(capability: tuple[int, int] | None) -> bool:
+    """Whether a GPU of this compute capability runs bf16 emulated (known and below Ampere)."""
+    return capability is not None and capability < NATIVE_BF16
 
 
 def _capability_text(capability: tuple[int, int]) -> str:
@@ -13,8 +33,13 @@ def _capability_text(capability: tuple[int, int]) -> str:
 
 @rule(
     "LP603", "error", "options", "a CUDA-only precision preset without a CUDA device",
-    fails='lightning_presets.precision("fp8-te")   # on a machine without a CUDA GPU',
-    fixed='lightning_presets.precision("fp8-te")   # on a machine with an H100',
+    fails='lightning_presets.precision("nf4-bnb")   # on a machine without a CUDA GPU',
+    fixed='lightning_presets.precision("nf4-bnb")   # on a machine with an H100',
+    evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, _validate_precision_choice "
+    "raises 'Bitsandbytes is only supported on CUDA GPUs'; Transformer Engine and torchao float8 run CUDA kernels "
+    "only (lightning 2.6.6)",
+    setting=NO_GPU,
+    fixed_setting=Setting(),
 )  # fmt: skip
 def needs_cuda_device(ctx: PrecisionContext) -> Problem | None:
     preset = ctx.requirement
@@ -32,6 +57,8 @@ def needs_cuda_device(ctx: PrecisionContext) -> Problem | None:
     "LP604", "error", "options", "a GPU whose compute capability is below what the precision needs",
     fails='lightning_presets.precision("fp8-te")   # on an A100 (capability 8.0)',
     fixed='lightning_presets.precision("bf16-fp32-reduce")   # on an A100; FP8 needs an H100/L4/RTX 4090 (8.9+)',
+    evidence=_FP8_EVIDENCE,
+    setting=A100,
 )  # fmt: skip
 def capability_sufficient(ctx: PrecisionContext) -> Problem | None:
     preset = ctx.requirement
@@ -49,20 +76,23 @@ def capability_sufficient(ctx: PrecisionContext) -> Problem | None:
 
 
 @rule(
-    "LP605", "warning", "options", "the GPU's compute capability could not be read without initialising CUDA",
-    fails='lightning_presets.precision("fp8-te")   # CUDA GPU visible, no pynvml, CUDA not initialised',
-    fixed="pip install nvidia-ml-py   # then the capability is read through NVML",
+    "LP605", "warning", "options", "the GPU's compute capability could not be read (no NVML)",
+    fails='lightning_presets.precision("fp8-torchao")   # CUDA GPU visible, but libnvidia-ml.so.1 cannot be loaded',
+    fixed='lightning_presets.precision("fp8-torchao")   # the driver\'s NVML is readable: the capability is known',
+    setting=UNKNOWN_CAPABILITY,
+    fixed_setting=Setting(),
 )  # fmt: skip
 def capability_known(ctx: PrecisionContext) -> Problem | None:
     preset = ctx.requirement
     if preset is None or preset.min_capability is None or ctx.capability is not None or ctx.cuda_devices == 0:
         return None
     return Problem(
-        f"{ctx.call()}: the GPU's compute capability is unknown here (reading it would initialise CUDA in this "
-        f"process); {ctx.preset!r} needs {_capability_text(preset.min_capability)}+, which is checked again when "
-        "the plugin converts the model",
-        "install nvidia-ml-py so that the capability is read through NVML, or ignore this warning if the GPUs "
-        f"are of capability {_capability_text(preset.min_capability)}+",
+        f"{ctx.call()}: the GPU's compute capability is unknown here (the driver's NVML library, libnvidia-ml.so.1, "
+        f"could not be read, and reading it through CUDA would create a context); {ctx.preset!r} needs "
+        f"{_capability_text(preset.min_capability)}+, which is checked again when the plugin converts the model",
+        "make the NVIDIA driver's libnvidia-ml.so.1 visible to the dynamic loader (LD_LIBRARY_PATH, or the container "
+        f"runtime's driver mounts), or ignore this warning if the GPUs are of capability "
+        f"{_capability_text(preset.min_capability)}+",
     )
 
 
@@ -75,11 +105,54 @@ def with_hardware_rules(preset: PrecisionPreset) -> tuple[Rule, ...]:
 
 
 @rule(
+    "LP615", "warning", "construction", "bf16 on a GPU without native bf16: emulated, slow",
+    fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, precision="bf16-mixed")   # V100s',
+    fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, precision="16-mixed")   # V100s',
+    setting=V100,
+)  # fmt: skip
+def bf16_is_native(ctx: Context) -> Problem | None:
+    capability = ctx.gpu_capability
+    if ctx.accelerator != "cuda" or capability is None or not emulates_bf16(capability):
+        return None
+    if ctx.precision not in BF16_PRECISIONS:
+        return None
+    return Problem(
+        f"{ctx.call('precision')}: the GPUs have compute capability {_capability_text(capability)}, and bf16 "
+        f"arithmetic is native from {_capability_text(NATIVE_BF16)} (Ampere) on; below it torch emulates bf16, "
+        "which trains correctly but far slower, and Triton (torch.compile) kernels refuse it",
+        "use precision='16-mixed' (fp16 with a loss scaler) on these GPUs, or run on Ampere or newer",
+    )
+
+
+STRATEGY_HARDWARE_RULES: tuple[Rule, ...] = (bf16_is_native,)
+"""Run for every strategy preset, built-in or not (the guard head adds them); built-in presets also list them."""
+
+
+@rule(
+    "LP614", "warning", "construction", "16-true on a sharded preset: fp16 weights without a loss scaler",
+    fails='Trainer(strategy="fsdp_grad_op", accelerator="cuda", devices=8, precision="16-true")',
+    fixed='Trainer(strategy="fsdp_grad_op", accelerator="cuda", devices=8, precision="16-mixed")',
+)  # fmt: skip
+def half_weights_have_a_scaler(ctx: Context) -> Problem | None:
+    if ctx.precision != "16-true":
+        return None
+    return Problem(
+        f"{ctx.call('precision')}: precision='16-true' keeps the weights, gradients and optimizer state in fp16 "
+        "with no loss scaler, so small gradients underflow to zero and updates smaller than fp16's resolution are "
+        "lost: the loss may stall or turn NaN without an error",
+        "use precision='bf16-true' (same memory, bf16's range) on Ampere or newer, or precision='16-mixed' "
+        "(fp32 weights with a sharded gradient scaler)",
+    )
+
+
+@rule(
     "LP606", "error", "construction", "a CUDA-only precision preset with another accelerator",
-    fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cpu", plugins=[lightning_presets.precision('
-    '"fp8-torchao")])',
-    fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", plugins=[lightning_presets.precision('
-    '"fp8-torchao")])',
+    fails='Trainer(strategy="fsdp2", accelerator="cpu", devices=2, plugins=[lightning_presets.precision("fp8-te")])',
+    fixed='Trainer(strategy="fsdp2", accelerator="cpu", devices=2, precision="bf16-mixed")',
+    evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, _validate_precision_choice "
+    "raises 'Bitsandbytes is only supported on CUDA GPUs'; Transformer Engine and torchao float8 run CUDA kernels "
+    "only (lightning 2.6.6)",
+    setting=TRANSFORMER_ENGINE,
 )  # fmt: skip
 def precision_preset_on_cuda(ctx: Context) -> Problem | None:
     preset = ctx.precision_preset
@@ -98,6 +171,10 @@ def precision_preset_on_cuda(ctx: Context) -> Problem | None:
     '"bf16-fp32-reduce")])',
     fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", plugins=[lightning_presets.precision('
     '"bf16-fp32-reduce")])',
+    evidence="source: each precision preset's `incompatible` table names the failure per strategy family, e.g. "
+    "lightning/pytorch/strategies/fsdp.py, FSDPStrategy.precision_plugin raises TypeError for a plugin that is not "
+    "an FSDPPrecision, and lightning/pytorch/plugins/precision/precision.py, Precision.optimizer_step hands "
+    "DeepSpeed's optimizer a closure it never runs (lightning 2.6.6)",
 )  # fmt: skip
 def precision_preset_fits_strategy(ctx: Context) -> Problem | None:
     preset = ctx.precision_preset
@@ -111,30 +188,9 @@ def precision_preset_fits_strategy(ctx: Context) -> Problem | None:
     )
 
 
-@rule(
-    "LP608", "error", "construction", "a precision preset's GPU capability too low for the Trainer/Fabric",
-    fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", plugins=[lightning_presets.precision('
-    '"fp8-te")])   # on A100s',
-    fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", precision="bf16-mixed")   # on A100s',
-)  # fmt: skip
-def precision_preset_capability(ctx: Context) -> Problem | None:
-    preset = ctx.precision_preset
-    if preset is None or preset.min_capability is None or ctx.gpu_capability is None:
-        return None
-    if ctx.accelerator != "cuda" or ctx.gpu_capability >= preset.min_capability:
-        return None
-    return Problem(
-        f"`{ctx.caller}(strategy={ctx.preset!r}, plugins=[lightning_presets.precision({preset.name!r})])`: the "
-        f"GPUs have compute capability {_capability_text(ctx.gpu_capability)}, {preset.name!r} needs "
-        f"{_capability_text(preset.min_capability)}+ ({preset.capability_reason})",
-        "pass precision='bf16-mixed' instead of the plugin on these GPUs",
-    )
-
-
 PRECISION_CROSS_RULES: tuple[Rule, ...] = (
     precision_preset_on_cuda,
     precision_preset_fits_strategy,
-    precision_preset_capability,
 )
 """Construction guards across a strategy preset and a precision preset; a strategy preset includes them in its
 rules (they do nothing when the plugin does not come from :func:`precision`)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -12,7 +13,7 @@ from lightning_presets.core.findings import report
 from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Rule, Stage, run_rules
-from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES
+from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 
 if TYPE_CHECKING:
     from torch.nn import Module
@@ -95,11 +96,13 @@ class Guarded:
         cast(Any, super())._configure_launcher()
 
     def _construction_rules(self, context: Context) -> tuple[Rule, ...]:
-        """The preset's rules, plus the strategy × precision-preset rules when a precision preset is in use."""
+        """The preset's rules, the rules every strategy preset gets, and the strategy × precision-preset rules when a
+        precision preset is in use."""
+        added = STRATEGY_HARDWARE_RULES if context.precision_preset is None else (
+            *STRATEGY_HARDWARE_RULES, *PRECISION_CROSS_RULES
+        )  # fmt: skip
         rules = self._lp_preset.rules
-        if context.precision_preset is None:
-            return rules
-        return (*rules, *(each for each in PRECISION_CROSS_RULES if each not in rules))
+        return (*rules, *(each for each in added if each not in rules))
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle by preset name and target (spawn launchers pickle the strategy; its class is made at run time)."""
@@ -114,6 +117,20 @@ class Guarded:
         if context is not None:
             report(run_rules(self._lp_preset.rules, stage, context, model))
 
+    def _lp_check_trainer(self, trainer: Any) -> None:
+        """The ``trainer`` rules, on the construction snapshot completed with the Trainer's own settings.
+
+        Called when ``fit`` connects the model, and by ``lightning-presets check`` right after construction.
+        """
+        context = self._lp_context
+        accumulation = getattr(trainer, "accumulate_grad_batches", None)
+        if context is None or trainer is None:
+            return
+        completed = dataclasses.replace(
+            context, accumulate_grad_batches=accumulation if type(accumulation) is int else None
+        )
+        report(run_rules(self._lp_preset.rules, "trainer", completed))
+
     def _lp_check_model(self, model: Module) -> None:
         """The model rules; called before the first collective."""
         self._lp_run("model", model)
@@ -127,6 +144,7 @@ class GuardedTrainerStrategy(Guarded):
     """Trainer side: the model is known in ``connect``, which runs in every process before setup."""
 
     def connect(self, model: Module) -> None:
+        self._lp_check_trainer(getattr(model, "_trainer", None))
         self._lp_check_model(model)
         cast(Any, super()).connect(model)
 

@@ -14,7 +14,7 @@ from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import PrecisionPreset, Requirement
 from lightning_presets.core.rules import Problem, rule
 from lightning_presets.core.versions import tested
-from lightning_presets.guards.precision_rules import HARDWARE_RULES
+from lightning_presets.guards.precision_rules import HARDWARE_RULES, V100, emulates_bf16
 from lightning_presets.plugins.fsdp_reduce import BF16FP32ReducePrecision
 from lightning_presets.plugins.torchao_float8 import (
     FLOAT8_DIVISOR,
@@ -26,11 +26,14 @@ from lightning_presets.plugins.torchao_float8 import (
 
 FP8_CAPABILITY = (8, 9)
 FP8_REASON = "FP8 tensor cores arrived with Ada and Hopper GPUs"
-BF16_CAPABILITY = (8, 0)
 BF16_REASON = "bf16 arithmetic arrived with Ampere GPUs"
 DTYPES = ("bfloat16", "float16", "float32")
 _NOT_CUDA = "the XLA strategies accept only XLAPrecision plugins, and this precision runs only on CUDA"
 _FSDP1_PLUGIN = "Lightning's FSDPStrategy accepts only FSDPPrecision plugins and raises TypeError for any other"
+_DEEPSPEED_CLOSURE = (
+    "Lightning's DeepSpeed strategy steps the optimizer through DeepSpeedPrecision; this plugin hands DeepSpeed's "
+    "optimizer a closure it never calls, so training_step and backward would never run"
+)
 
 
 def _dtype(name: Any) -> Any:
@@ -41,8 +44,10 @@ def _dtype(name: Any) -> Any:
 
 @rule(
     "LP613", "error", "options", "a dtype name the precision preset does not take",
-    fails='lightning_presets.precision("fp8-te", weights_dtype="bf16")',
-    fixed='lightning_presets.precision("fp8-te", weights_dtype="bfloat16")',
+    fails='lightning_presets.precision("nf4-bnb", dtype="bf16")',
+    fixed='lightning_presets.precision("nf4-bnb", dtype="bfloat16")',
+    evidence="source: the preset's prepare looks the name up with getattr(torch, name), which raises AttributeError "
+    "for 'bf16' (torch has torch.bfloat16, no torch.bf16)",
 )  # fmt: skip
 def dtype_names_known(ctx: PrecisionContext) -> Problem | None:
     bad = [key for key in ("weights_dtype", "dtype") if key in ctx.values and ctx.values[key] not in DTYPES]
@@ -55,16 +60,17 @@ def dtype_names_known(ctx: PrecisionContext) -> Problem | None:
 
 
 @rule(
-    "LP609", "error", "options", "NF4 with a bf16 compute dtype on a GPU without bf16",
+    "LP609", "warning", "options", "NF4 with a bf16 compute dtype on a GPU without native bf16: emulated, slow",
     fails='lightning_presets.precision("nf4-bnb")   # on a V100 or T4 (capability 7.x)',
     fixed='lightning_presets.precision("nf4-bnb", dtype="float16")   # on a V100 or T4',
+    setting=V100,
 )  # fmt: skip
 def nf4_dtype_supported(ctx: PrecisionContext) -> Problem | None:
-    if ctx.values.get("dtype") != "bfloat16" or ctx.capability is None or ctx.capability >= BF16_CAPABILITY:
+    if ctx.values.get("dtype") != "bfloat16" or ctx.capability is None or not emulates_bf16(ctx.capability):
         return None
     return Problem(
-        f"{ctx.call('dtype')}: the GPU has compute capability {ctx.capability[0]}.{ctx.capability[1]}, and the "
-        f"bf16 compute dtype needs 8.0 or newer ({BF16_REASON})",
+        f"{ctx.call('dtype')}: the GPU has compute capability {ctx.capability[0]}.{ctx.capability[1]}, and bf16 "
+        f"arithmetic is native from 8.0 on ({BF16_REASON}); below it the dequantized matmuls run emulated, far slower",
         f"pass dtype='float16': lightning_presets.precision({ctx.preset!r}, dtype='float16')",
     )
 
@@ -73,6 +79,8 @@ def nf4_dtype_supported(ctx: PrecisionContext) -> Problem | None:
     "LP612", "error", "options", "an unknown torchao float8 recipe",
     fails='lightning_presets.precision("fp8-torchao", recipe="rowwize")',
     fixed='lightning_presets.precision("fp8-torchao", recipe="rowwise")',
+    evidence="source: torchao/float8/config.py, Float8LinearConfig.from_recipe_name asserts the name is a "
+    "Float8LinearRecipeName (ValueError under python -O) when the model is converted (torchao 0.18.0)",
 )  # fmt: skip
 def float8_recipe_known(ctx: PrecisionContext) -> Problem | None:
     recipe = ctx.values.get("recipe", "tensorwise")
@@ -83,8 +91,10 @@ def float8_recipe_known(ctx: PrecisionContext) -> Problem | None:
 
 @rule(
     "LP610", "warning", "setup", "Linear layers left in high precision: dimensions not divisible by 16",
-    fails="model = nn.Sequential(nn.Linear(4096, 4096), nn.Linear(4096, 10))   # 10 outputs",
-    fixed='lightning_presets.precision("fp8-torchao", ignore_modules=["1"])   # or pad the head to 16 outputs',
+    fails="model = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 10))   # 10 outputs\n"
+    'lightning_presets.precision("fp8-torchao").convert_module(model)',
+    fixed="model = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 10))\n"
+    'lightning_presets.precision("fp8-torchao", ignore_modules=["1"]).convert_module(model)   # or pad the head',
 )  # fmt: skip
 def float8_layers_divisible(ctx: PrecisionContext, model: nn.Module) -> Problem | None:
     convertible, skipped = float8_split(model, ctx.values.get("ignore_modules") or ())
@@ -100,9 +110,11 @@ def float8_layers_divisible(ctx: PrecisionContext, model: nn.Module) -> Problem 
 
 
 @rule(
-    "LP611", "error", "setup", "no Linear layer can be trained in float8",
-    fails="model = nn.Sequential(nn.Linear(10, 30), nn.Linear(30, 2))",
-    fixed="model = nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 16))",
+    "LP611", "warning", "setup", "no Linear layer can be trained in float8: the model trains in bf16",
+    fails="model = nn.Sequential(nn.Linear(10, 30), nn.Linear(30, 2))\n"
+    'lightning_presets.precision("fp8-torchao").convert_module(model)',
+    fixed="model = nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 16))\n"
+    'lightning_presets.precision("fp8-torchao").convert_module(model)',
 )  # fmt: skip
 def float8_has_layers(ctx: PrecisionContext, model: nn.Module) -> Problem | None:
     convertible, skipped = float8_split(model, ctx.values.get("ignore_modules") or ())
@@ -111,8 +123,8 @@ def float8_has_layers(ctx: PrecisionContext, model: nn.Module) -> Problem | None
     found = f": {describe_skipped(skipped)}" if skipped else ""
     return Problem(
         f"{ctx.call()}: no nn.Linear layer of {type(model).__name__} can be trained in float8 (dimensions must be "
-        f"divisible by {FLOAT8_DIVISOR}; {len(skipped)} Linear layer(s) found{found}); the model would silently "
-        "train in bf16",
+        f"divisible by {FLOAT8_DIVISOR}; {len(skipped)} Linear layer(s) found{found}); the model trains in bf16 "
+        "autocast, not FP8",
         "use precision='bf16-mixed' for this model, or pad its Linear dimensions to multiples of 16",
     )
 
@@ -165,7 +177,8 @@ FP8_TE = PrecisionPreset(
 FP8_TORCHAO = PrecisionPreset(
     name="fp8-torchao",
     description="FP8 training with torchao: nn.Linear layers converted to float8 (tensorwise scaling by default) "
-    "in convert_module, the rest under bf16 autocast. Needs a GPU of compute capability 8.9+.",
+    "in convert_module, the rest under bf16 autocast. On CUDA it needs compute capability 8.9+ (on CPU it runs "
+    "emulated).",
     plugin={"trainer": "MixedPrecision", "fabric": "MixedPrecision"},
     mixin=TorchaoFloat8Precision,
     init_params={"recipe": "tensorwise", "ignore_modules": ()},
@@ -174,8 +187,10 @@ FP8_TORCHAO = PrecisionPreset(
     requires=(Requirement(module="torchao", extra="torchao"),),
     min_capability=FP8_CAPABILITY,
     capability_reason=FP8_REASON,
+    needs_cuda=False,  # torch's _scaled_mm has a CPU kernel: FP8 training runs on CPU, emulated and slow
     incompatible={
         "fsdp": _FSDP1_PLUGIN,
+        "deepspeed": _DEEPSPEED_CLOSURE,
         "model_parallel:trainer": "the Trainer's ModelParallelStrategy converts the model after configure_model "
         "has applied tensor parallelism and fully_shard, and torchao must convert the Linear layers before them; "
         "call torchao.float8.convert_to_float8_training at the start of configure_model instead",
@@ -197,6 +212,7 @@ NF4_BNB = PrecisionPreset(
     rules=(*HARDWARE_RULES, dtype_names_known, nf4_dtype_supported),
     requires=(Requirement(module="bitsandbytes", extra="bnb"),),
     incompatible={
+        "deepspeed": _DEEPSPEED_CLOSURE,
         "model_parallel": "Lightning's ModelParallelStrategy does not support bitsandbytes by design, and "
         "tensor-parallel plans cannot shard bitsandbytes' Linear4bit layers",
         "fsdp": _FSDP1_PLUGIN,
@@ -212,9 +228,7 @@ BF16_FP32_REDUCE = PrecisionPreset(
     plugin={"trainer": "FSDPPrecision", "fabric": "FSDPPrecision"},
     mixin=BF16FP32ReducePrecision,
     prepare=_fsdp_prepare,
-    rules=HARDWARE_RULES,
-    min_capability=BF16_CAPABILITY,
-    capability_reason=BF16_REASON,
+    rules=HARDWARE_RULES,  # bf16 on a GPU older than Ampere is emulated, not refused: LP615 warns at construction
     incompatible={
         "model_parallel": "ModelParallelStrategy (FSDP2) takes its mixed precision from fully_shard(mp_policy="
         "MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)) in your parallelize "

@@ -98,10 +98,12 @@ def build(preset: AnyPreset, namespace: Namespace, overrides: Mapping[str, Any],
 
     head = heads[namespace.kind]
     usage = head._lp_usage(preset, namespace)
-    report(requirements.findings(preset.requires, usage) + unknown_keys(preset, namespace, overrides))
+    missing = requirements.findings(preset.requires, usage) + unknown_keys(preset, namespace, overrides)
     values = {**copy.deepcopy(dict(preset.init_params)), **overrides}
     context = head._lp_options_context(preset, namespace, values, overrides)
-    report(run_rules(head._lp_options_rules(preset), "options", context))
+    # The options rules run even when a dependency is missing: installing it would not fix what they find
+    # (e.g. a GPU too old for FP8), so both are reported at once.
+    report(missing + run_rules(head._lp_options_rules(preset), "options", context))
     kwargs = preset.prepare(namespace.kind, dict(values)) if preset.prepare else dict(values)
     instance = compose(preset, namespace, head)(**kwargs)
     head._lp_attach(instance, context)

@@ -16,6 +16,7 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
+from lightning_presets.core import hardware
 from lightning_presets.core.codes import Code
 from lightning_presets.core.findings import Finding
 from lightning_presets.core.preset import Requirement
@@ -116,6 +117,9 @@ class Probe:
     detail: str = ""
     """For ``broken``: the exception and its first line; for ``incompatible``: the reason."""
     fix: str = ""
+    simulated: bool = False
+    """Whether it was first imported while CUDA was simulated: a failure may then be the simulation's, not the
+    installation's (``simulated_cuda(preload=...)`` imports it before, for real)."""
 
 
 def is_importable(module: str) -> bool:
@@ -166,7 +170,9 @@ def probe(module: str) -> Probe:
     try:
         importlib.import_module(module)
     except Exception as exc:  # any failure of the dependency's own import is reported, not raised
-        return Probe(module=module, status="broken", version=version, detail=first_error_line(exc))
+        simulation = hardware.current()
+        simulated = simulation is not None and module not in simulation.preloaded
+        return Probe(module=module, status="broken", version=version, detail=first_error_line(exc), simulated=simulated)
     return Probe(module=module, status="ok", version=version)
 
 
@@ -184,13 +190,20 @@ def finding(requirement: Requirement, result: Probe, usage: str) -> Finding | No
     dependency = DEPENDENCIES[requirement.module]
     version = f" {result.version}" if result.version else ""
     if result.status == "broken":
+        if result.simulated:  # never blame the installation for what the simulation may have caused
+            what = "whose import failed while CUDA was simulated"
+            cause = "; the simulation, not the installation, may be the cause"
+            fix = (f"import {requirement.module} before simulating CUDA (lightning_presets.tools.simulation."
+                   f"simulated_cuda(..., preload=[{requirement.module!r}])), then check again")  # fmt: skip
+        else:
+            what, cause = "which is installed but fails to import", ""
+            fix = (f"reinstall it (pip install --force-reinstall {dependency.distribution}) or fix the error above; "
+                   f"`python -c 'import {requirement.module}'` shows the whole traceback")  # fmt: skip
         return Finding(
             code=dependency.broken_code,
             severity="error",
-            message=f"`{usage}` needs {requirement.module}{version}, which is installed but fails to import: "
-            f"{result.detail}",
-            hint=f"reinstall it (pip install --force-reinstall {dependency.distribution}) or fix the error above; "
-            f"`python -c 'import {requirement.module}'` shows the whole traceback",
+            message=f"`{usage}` needs {requirement.module}{version}, {what}: {result.detail}{cause}",
+            hint=fix,
         )
     torch_version = installed_version("torch") or "unknown"
     return Finding(
@@ -217,36 +230,51 @@ CODES: tuple[Code, ...] = (
         stage="options",
         code="LP401", severity="error", title="DeepSpeed is installed but fails to import",
         fails='Trainer(strategy="deepspeed_zero2_offload")   # import deepspeed raises',
-        fixed="pip install --force-reinstall --no-build-isolation deepspeed",
+        fixed='Trainer(strategy="deepspeed_zero2_offload")   # after pip install --force-reinstall deepspeed',
+        evidence="runtime: tests/test_deepspeed.py::test_broken_deepspeed_reports_its_first_error_line (Lightning "
+        "imports deepspeed in DeepSpeedStrategy.__init__)",
     ),
     Code(
         stage="options",
         code="LP402", severity="error", title="a torch / DeepSpeed version pair known not to work",
         fails='Trainer(strategy="deepspeed_zero2_offload")   # torch 2.6 with deepspeed 0.15.4',
-        fixed="pip install -U 'deepspeed>=0.16'",
+        fixed="Trainer(strategy=\"deepspeed_zero2_offload\")   # after pip install -U 'deepspeed>=0.16'",
+        evidence="source: lightning/fabric/strategies/deepspeed.py, DeepSpeedStrategy.__init__ raises ImportError for "
+        "torch>=2.6 with deepspeed<0.16 (lightning 2.6.6)",
     ),
     Code(
         stage="options",
         code="LP501", severity="error", title="torch_xla is installed but fails to import",
         fails='Fabric(strategy="xla_fsdp_ckpt")   # import torch_xla raises',
-        fixed="pip install --force-reinstall 'torch_xla[tpu]'",
+        fixed="Fabric(strategy=\"xla_fsdp_ckpt\")   # after pip install --force-reinstall 'torch_xla[tpu]'",
+        evidence="runtime: tests/test_xla.py::test_broken_torch_xla_reports_its_first_error_line (Lightning imports "
+        "torch_xla when it builds the strategy)",
     ),
     Code(
         stage="options",
         code="LP502", severity="error", title="torch_xla built for another torch release",
         fails='Fabric(strategy="xla_fsdp_ckpt")   # torch 2.13 with torch_xla 2.12',
-        fixed="pip install 'torch~=2.12.0' 'torch_xla[tpu]~=2.12.0'",
+        fixed="Fabric(strategy=\"xla_fsdp_ckpt\")   # after pip install 'torch~=2.12.0' 'torch_xla[tpu]~=2.12.0'",
+        evidence="source: pytorch/xla README, installation: each torch_xla wheel is built against the torch release "
+        "of the same version and its C extension fails to load against another",
     ),
     Code(
         stage="options",
         code="LP601", severity="error", title="a precision preset's dependency is installed but fails to import",
         fails='lightning_presets.precision("fp8-te")   # import transformer_engine raises',
-        fixed="pip install --force-reinstall 'transformer_engine[pytorch]'",
+        fixed="lightning_presets.precision(\"fp8-te\")   # after pip install --force-reinstall "
+        "'transformer_engine[pytorch]'",
+        evidence="runtime: "
+        "tests/test_precision_presets.py::test_broken_transformer_engine_reports_its_first_error_line (the plugin "
+        "imports it when built)",
     ),
     Code(
         stage="options",
         code="LP602", severity="error", title="a precision preset's dependency in a version known not to work",
         fails='lightning_presets.precision("fp8-te")   # transformer_engine 0.10',
-        fixed="pip install -U 'transformer_engine[pytorch]>=0.11'",
+        fixed="lightning_presets.precision(\"fp8-te\")   # after pip install -U 'transformer_engine[pytorch]>=0.11'",
+        evidence="source: lightning/fabric/plugins/precision/transformer_engine.py, "
+        "TransformerEnginePrecision.__init__ raises ModuleNotFoundError below transformer_engine 0.11.0 (lightning "
+        "2.6.6)",
     ),
 )  # fmt: skip

@@ -12,6 +12,7 @@ from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import needs_cuda, one_device
+from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES
 from lightning_presets.guards.strategy import PresetHooks
 
 # Keyword arguments DDPStrategy forwards to torch's DistributedDataParallel that the presets accept.
@@ -27,23 +28,7 @@ TESTED_WITH_BF16_COMPRESS = tested("construction on simulated CUDA (Trainer and 
 
 
 @rule(
-    "LP301", "error", "options", "find_unused_parameters=True with a static graph",
-    fails='lightning_presets.strategy("ddp_static_graph", find_unused_parameters=True)',
-    fixed='lightning_presets.strategy("ddp_static_graph", find_unused_parameters=False)',
-)  # fmt: skip
-def static_graph_uses_all_parameters(options: Options) -> Problem | None:
-    if options.values.get("find_unused_parameters") is not True:
-        return None
-    return Problem(
-        f"{options.call('find_unused_parameters')}: {options.preset!r} promises DDP the same graph every step; "
-        "searching for unused parameters contradicts that and costs a graph traversal per step",
-        "drop find_unused_parameters (a static graph already handles parameters that are never used), or use "
-        "strategy='ddp_find_unused_parameters_true' when the set of used parameters changes between steps",
-    )
-
-
-@rule(
-    "LP302", "error", "options", "static_graph or gradient_as_bucket_view turned off",
+    "LP302", "warning", "options", "static_graph or gradient_as_bucket_view turned off",
     fails='lightning_presets.strategy("ddp_static_graph", static_graph=False)',
     fixed='lightning_presets.strategy("ddp_static_graph")',
 )  # fmt: skip
@@ -65,22 +50,36 @@ bf16_compress_needs_cuda = needs_cuda(
     hint="run it with accelerator='cuda'; on CPU use strategy='ddp_static_graph' or strategy='ddp'",
     fails='Trainer(strategy="ddp_bf16_compress", accelerator="cpu", devices=2)',
     fixed='Trainer(strategy="ddp_bf16_compress", accelerator="cuda", devices=8)',
+    evidence="runtime: tests/field/test_reproductions.py::test_bf16_compress_hook_needs_cuda_and_nccl (torch refuses "
+    "the hook without CUDA 11+ and NCCL 2.10+: TypeError when DDP wraps the model)",
 )  # fmt: skip
+
+
+def cuda_backend(backend: str) -> str | None:
+    """The backend that reduces CUDA tensors: ``nccl`` for ``"nccl"`` and for ``"cpu:gloo,cuda:nccl"``."""
+    if ":" not in backend:
+        return backend.strip()
+    pairs = dict(part.strip().split(":", 1) for part in backend.split(",") if ":" in part)
+    return pairs.get("cuda")
 
 
 @rule(
-    "LP304", "error", "options", "a process group backend other than NCCL for bf16 compression",
+    "LP304", "warning", "options", "bf16 gradient compression reduced by a backend other than NCCL",
     fails='lightning_presets.strategy("ddp_bf16_compress", process_group_backend="gloo")',
-    fixed='lightning_presets.strategy("ddp_bf16_compress", process_group_backend="nccl")',
+    fixed='lightning_presets.strategy("ddp_bf16_compress", process_group_backend="cpu:gloo,cuda:nccl")',
 )  # fmt: skip
-def bf16_compress_needs_nccl(options: Options) -> Problem | None:
+def bf16_compress_reduced_by_nccl(options: Options) -> Problem | None:
     backend = options.values.get("process_group_backend")
-    if backend is None or backend == "nccl":
+    if not isinstance(backend, str) or cuda_backend(backend) == "nccl":
         return None
+    used = cuda_backend(backend)
     return Problem(
-        f"{options.call('process_group_backend')}: the bf16 compression hook is meant for NCCL all-reduce, "
-        f"got process_group_backend={backend!r}",
-        "drop process_group_backend (NCCL is the default on CUDA), or pass process_group_backend='nccl'",
+        f"{options.call('process_group_backend')}: the CUDA gradients would be reduced by "
+        + (f"{used!r}" if used else "no backend at all")
+        + ", while the bf16 compression hook exists to halve NCCL traffic; gloo reduces bf16 correctly but far "
+        "slower than NCCL",
+        "drop process_group_backend (NCCL is the default on CUDA), or pass process_group_backend='nccl' or "
+        "'cpu:gloo,cuda:nccl'",
     )
 
 
@@ -109,7 +108,7 @@ def bf16_compress_has_fp32_grads(ctx: Context) -> Problem | None:
 
 
 @rule(
-    "LP307", "error", "options", "the bf16 compression hook removed",
+    "LP307", "warning", "options", "the bf16 compression hook removed",
     fails='lightning_presets.strategy("ddp_bf16_compress", ddp_comm_hook=None)',
     fixed='lightning_presets.strategy("ddp_bf16_compress")',
 )  # fmt: skip
@@ -124,13 +123,14 @@ def compression_hook_kept(options: Options) -> Problem | None:
     )
 
 
-STATIC_GRAPH_RULES: tuple[Rule, ...] = (static_graph_uses_all_parameters, static_graph_kept, ddp_has_peers)
+STATIC_GRAPH_RULES: tuple[Rule, ...] = (static_graph_kept, ddp_has_peers, *STRATEGY_HARDWARE_RULES)
 BF16_COMPRESS_RULES: tuple[Rule, ...] = (
     compression_hook_kept,
-    bf16_compress_needs_nccl,
+    bf16_compress_reduced_by_nccl,
     bf16_compress_needs_cuda,
     ddp_has_peers,
     bf16_compress_has_fp32_grads,
+    *STRATEGY_HARDWARE_RULES,
 )
 
 

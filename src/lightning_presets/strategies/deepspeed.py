@@ -20,8 +20,8 @@ from lightning_presets.core.preset import Preset, Requirement
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.blocks import find_repeated_blocks
-from lightning_presets.guards.builders import needs_cuda, repeated_block
-from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES
+from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, needs_cuda, repeated_block
+from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 from lightning_presets.guards.strategy import PresetHooks
 
 DEEPSPEED = Requirement(module="deepspeed", extra="deepspeed")
@@ -49,6 +49,12 @@ _FILLED_WHEN_ABSENT = {
         "bf16": "Lightning writes it for precision='bf16-mixed'",
     },
 }
+
+
+_BATCH_EVIDENCE = (
+    "source: deepspeed/runtime/config.py, DeepSpeedConfig._batch_assertion asserts train_batch_size == micro-batch × "
+    "gradient accumulation × world size when the engine is created (deepspeed 0.19.8; deepspeedai/DeepSpeed#6914)"
+)
 
 
 def resolved_config(ctx: Context) -> Mapping[str, Any]:
@@ -123,13 +129,16 @@ deepspeed_needs_cuda = needs_cuda(
     show=("accelerator", "devices"),
     fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cpu", devices=2)',
     fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8)',
+    evidence="source: lightning/pytorch/strategies/deepspeed.py, DeepSpeedStrategy.setup_environment raises "
+    "RuntimeError 'The DeepSpeed strategy is only supported on CUDA GPUs' when `fit` starts (lightning 2.6.6)",
 )  # fmt: skip
 
 
 @rule(
-    "LP404", "error", "construction", "parameter offload with a ZeRO stage below 3",
-    fails='lightning_presets.strategy("deepspeed_zero2_offload", offload_parameters=True)',
-    fixed='lightning_presets.strategy("deepspeed_zero3_offload_ckpt")',
+    "LP404", "warning", "construction", "parameter offload with a ZeRO stage below 3 (ignored by DeepSpeed)",
+    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", offload_parameters=True), '
+    'accelerator="cuda", devices=8)',
+    fixed='Trainer(strategy="deepspeed_zero3_offload_ckpt", accelerator="cuda", devices=8)',
 )  # fmt: skip
 def param_offload_needs_stage3(ctx: Context) -> Problem | None:
     zero = _section(resolved_config(ctx), "zero_optimization")
@@ -139,7 +148,8 @@ def param_offload_needs_stage3(ctx: Context) -> Problem | None:
         return None
     return Problem(
         f"{ctx.call()}: zero_optimization.offload_param offloads parameters to {offload.get('device')!r} with "
-        f"ZeRO stage {stage}; DeepSpeed partitions (and so offloads) parameters only in stage 3",
+        f"ZeRO stage {stage}; DeepSpeed partitions (and so offloads) parameters only in stage 3 and silently "
+        "ignores offload_param below it, so the parameters stay in GPU memory",
         "drop offload_parameters=True (stage 2 offloads optimizer state only, see offload_optimizer), or use "
         "strategy='deepspeed_zero3_offload_ckpt' for parameter offload",
     )
@@ -151,6 +161,8 @@ def param_offload_needs_stage3(ctx: Context) -> Problem | None:
     'True}, "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"bf16": {"enabled": '
     'True}, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
+    evidence="source: deepspeed/runtime/config.py, DeepSpeedConfig asserts 'bfloat16 and fp16 modes cannot be "
+    "simultaneously enabled' when the engine is created (deepspeed 0.19.8)",
 )  # fmt: skip
 def one_half_precision(ctx: Context) -> Problem | None:
     fp16, bf16, added = half_precision_sections(resolved_config(ctx), ctx.precision)
@@ -177,6 +189,7 @@ def one_half_precision(ctx: Context) -> Problem | None:
     fixed='Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config={'
     '"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), '
     'accelerator="cuda", devices=8)',
+    evidence=_BATCH_EVIDENCE,
 )  # fmt: skip
 def fabric_batch_size_adds_up(ctx: Context) -> Problem | None:
     config = resolved_config(ctx)
@@ -197,19 +210,20 @@ def fabric_batch_size_adds_up(ctx: Context) -> Problem | None:
 
 
 @rule(
-    "LP407", "error", "model", "train_batch_size differs from micro-batch × accumulate_grad_batches × world size",
+    "LP407", "error", "trainer", "train_batch_size differs from micro-batch × accumulate_grad_batches × world size",
     fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"train_batch_size": 64, '
     '"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8, '
-    "accumulate_grad_batches=1).fit(model)",
+    "accumulate_grad_batches=1).fit(nn.Linear(64, 64))",
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"train_batch_size": 64, '
     '"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8, '
-    "accumulate_grad_batches=2).fit(model)",
+    "accumulate_grad_batches=2).fit(nn.Linear(64, 64))",
+    evidence=_BATCH_EVIDENCE,
 )  # fmt: skip
-def trainer_batch_size_adds_up(ctx: Context, model: nn.Module) -> Problem | None:
+def trainer_batch_size_adds_up(ctx: Context) -> Problem | None:
     config = resolved_config(ctx)
     train_batch = config.get("train_batch_size")
     micro = config.get("train_micro_batch_size_per_gpu")
-    accumulation = getattr(getattr(model, "_trainer", None), "accumulate_grad_batches", None)
+    accumulation = ctx.accumulate_grad_batches
     if ctx.caller != "Trainer" or not (type(train_batch) is type(micro) is type(accumulation) is int):
         return None
     problem = batch_arithmetic(train_batch, micro, accumulation, ctx.world_size)
@@ -222,17 +236,21 @@ def trainer_batch_size_adds_up(ctx: Context, model: nn.Module) -> Problem | None
     )
 
 
-@rule(
-    "LP408", "error", "construction", '"auto" values in the DeepSpeed config, which Lightning never fills',
-    fails='lightning_presets.strategy("deepspeed_zero2_offload", config={"train_micro_batch_size_per_gpu": '
-    '"auto", "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})',
-    fixed='lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": {"stage": 2, '
-    '"reduce_bucket_size": 500000000}})',
-)  # fmt: skip
-def no_auto_values(ctx: Context) -> Problem | None:
-    keys = list(auto_keys(resolved_config(ctx)))
-    if not keys:
-        return None
+_USED_AS_GIVEN = ("optimizer", "scheduler")
+"""Sections whose values DeepSpeed passes on as they are (to the optimizer and scheduler constructors)."""
+
+
+def _auto_used_as_given(key: str) -> bool:
+    """Whether DeepSpeed uses an ``"auto"`` at this dotted path as it is (and fails on it).
+
+    Top-level values (batch sizes, ``gradient_clipping``) and optimizer/scheduler parameters are read as given;
+    the config sections DeepSpeed models (``zero_optimization``, ``fp16``, ``bf16``, ...) drop ``"auto"`` and use
+    their own defaults instead.
+    """
+    return "." not in key or key.split(".")[0] in _USED_AS_GIVEN
+
+
+def _auto_fixes(ctx: Context, keys: list[str]) -> str:
     filled = _FILLED_WHEN_ABSENT[_kind(ctx)]
     removable = [key for key in keys if key.split(".")[0] in filled]
     to_set = [key for key in keys if key not in removable]
@@ -242,10 +260,46 @@ def no_auto_values(ctx: Context) -> Problem | None:
         fixes.append("delete " + ", ".join(f"{section} ({filled[section]})" for section in sections))
     if to_set:
         fixes.append(f"give {', '.join(to_set)} a number or true/false")
+    return "; ".join(fixes)
+
+
+@rule(
+    "LP408", "error", "construction", '"auto" values DeepSpeed uses as given (batch sizes, clipping, optimizer)',
+    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
+    '"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8)',
+    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
+    '{"stage": 2}}), accelerator="cuda", devices=8)',
+    evidence="runtime: tests/field/test_reproductions.py::test_deepspeed_fails_on_auto_batch_values (DeepSpeedConfig "
+    "raises TypeError on the string; stanford-crfm/mistral#101 is such a config)",
+)  # fmt: skip
+def no_auto_values(ctx: Context) -> Problem | None:
+    keys = [key for key in auto_keys(resolved_config(ctx)) if _auto_used_as_given(key)]
+    if not keys:
+        return None
     return Problem(
         f'{ctx.call()}: the DeepSpeed config has "auto" for {", ".join(keys)}; "auto" is filled in by '
-        "Hugging Face's integration, not by Lightning, and DeepSpeed cannot use it",
-        "; ".join(fixes),
+        "Hugging Face's integration, not by Lightning, and DeepSpeed fails on the string when the engine is created "
+        "or at the first step",
+        _auto_fixes(ctx, keys),
+    )
+
+
+@rule(
+    "LP414", "warning", "construction", '"auto" values DeepSpeed replaces with its own defaults',
+    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
+    '{"stage": 2, "reduce_bucket_size": "auto"}}), accelerator="cuda", devices=8)',
+    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
+    '{"stage": 2, "reduce_bucket_size": 500000000}}), accelerator="cuda", devices=8)',
+)  # fmt: skip
+def auto_values_defaulted(ctx: Context) -> Problem | None:
+    keys = [key for key in auto_keys(resolved_config(ctx)) if not _auto_used_as_given(key)]
+    if not keys:
+        return None
+    return Problem(
+        f'{ctx.call()}: the DeepSpeed config has "auto" for {", ".join(keys)}; Lightning does not fill it in (Hugging '
+        "Face's integration does), and DeepSpeed's config classes drop it for their defaults: e.g. an \"enabled\": "
+        '"auto" section is off, whatever precision= says',
+        _auto_fixes(ctx, keys),
     )
 
 
@@ -255,6 +309,9 @@ def no_auto_values(ctx: Context) -> Problem | None:
     '"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
     '"zero_optimization": {"stage": 2}}), accelerator="cuda", accumulate_grad_batches=4)',
+    evidence="source: lightning/pytorch/strategies/deepspeed.py, _format_batch_size_and_grad_accum_config raises "
+    "MisconfigurationException 'Do not set gradient_accumulation_steps in the DeepSpeed config' when `fit` starts "
+    "(lightning 2.6.6; Lightning-AI/pytorch-lightning#19891)",
 )  # fmt: skip
 def trainer_owns_accumulation(ctx: Context) -> Problem | None:
     steps = resolved_config(ctx).get("gradient_accumulation_steps")
@@ -271,6 +328,8 @@ def trainer_owns_accumulation(ctx: Context) -> Problem | None:
     "LP410", "error", "options", "a ZeRO stage or offload device DeepSpeed does not know",
     fails='lightning_presets.strategy("deepspeed_zero2_offload", offload_optimizer_device="gpu")',
     fixed='lightning_presets.strategy("deepspeed_zero2_offload", offload_optimizer_device="cpu")',
+    evidence="runtime: tests/field/test_reproductions.py::test_deepspeed_refuses_unknown_stage_and_offload_device "
+    "(DeepSpeed's config validation, on CPU)",
 )  # fmt: skip
 def zero_values_known(options: Options) -> Problem | None:
     bad = []
@@ -296,9 +355,57 @@ checkpoint_block_found = repeated_block(
     hint="pass the block class: lightning_presets.strategy({preset!r}, checkpoint_blocks={{MyBlock}}), "
     "or hold the blocks in an nn.ModuleList",
     unless_given=("checkpoint_blocks",),
-    fails="trainer.fit(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
-    fixed='lightning_presets.strategy("deepspeed_zero3_offload_ckpt", checkpoint_blocks={MyBlock})',
+    fails=NO_BLOCKS + 'Trainer(strategy="deepspeed_zero3_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
+    fixed=BLOCKS + 'Trainer(strategy="deepspeed_zero3_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
 )  # fmt: skip
+
+
+@rule(
+    "LP412", "error", "construction", "a precision plugin Lightning's DeepSpeed strategy cannot drive",
+    fails="from lightning.pytorch.plugins import MixedPrecision\n"
+    'Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, '
+    'plugins=[MixedPrecision("bf16-mixed", "cuda")])',
+    fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, precision="bf16-mixed")',
+    evidence="source: lightning/pytorch/plugins/precision/precision.py, Precision.optimizer_step calls "
+    "optimizer.step(closure=...), and deepspeed/runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.step(closure="
+    "None) never runs it, so training_step and backward never run (lightning 2.6.6, deepspeed 0.19.8; "
+    "Lightning-AI/pytorch-lightning#10686)",
+)  # fmt: skip
+def deepspeed_precision_plugin(ctx: Context) -> Problem | None:
+    if ctx.precision_is("DeepSpeedPrecision") or ctx.precision_preset is not None:  # presets: LP607 says why
+        return None
+    return Problem(
+        f"`{ctx.caller}(strategy={ctx.preset!r}, plugins=[{ctx.precision_plugin}(...)])`: Lightning's DeepSpeed "
+        f"strategy steps the optimizer through DeepSpeedPrecision; {ctx.precision_plugin} hands DeepSpeed's "
+        "optimizer a closure it never calls, so the model would not train",
+        f"drop the plugin and pass precision={ctx.precision!r} (DeepSpeed takes its dtypes from precision= and its "
+        "config)",
+    )
+
+
+@rule(
+    "LP413", "error", "construction", "contiguous activation checkpointing, which Lightning cannot configure",
+    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero3_offload_ckpt", partition_activations=True, '
+    'contiguous_memory_optimization=True), accelerator="cuda", devices=8)',
+    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero3_offload_ckpt", partition_activations=True), '
+    'accelerator="cuda", devices=8)',
+    evidence="runtime: tests/field/test_reproductions.py::test_deepspeed_contiguous_checkpointing_fails_as_lightning_"
+    "configures_it (lightning/pytorch/strategies/deepspeed.py, _set_deepspeed_activation_checkpointing never passes "
+    "number_checkpoints, and deepspeed.checkpointing.configure asserts it)",
+)  # fmt: skip
+def contiguous_checkpointing_configurable(ctx: Context) -> Problem | None:
+    checkpointing = _section(resolved_config(ctx), "activation_checkpointing")
+    if checkpointing.get("contiguous_memory_optimization") is not True:
+        return None
+    partitioned = checkpointing.get("partition_activations") is True
+    return Problem(
+        f"{ctx.call()}: activation_checkpointing.contiguous_memory_optimization=True; Lightning passes it to "
+        "deepspeed.checkpointing.configure without number_checkpoints"
+        + ("" if partitioned else " (and it also needs partition_activations=True)")
+        + ", so DeepSpeed's assertion stops the run in `setup`, after every process has started",
+        "drop contiguous_memory_optimization (partition_activations and cpu_checkpointing still work), or call "
+        "deepspeed.checkpointing.configure(..., num_checkpoints=N) yourself in configure_model",
+    )
 
 
 RULES: tuple[Rule, ...] = (
@@ -308,9 +415,13 @@ RULES: tuple[Rule, ...] = (
     fabric_batch_size_adds_up,
     trainer_batch_size_adds_up,
     no_auto_values,
+    auto_values_defaulted,
     trainer_owns_accumulation,
     zero_values_known,
+    deepspeed_precision_plugin,
+    contiguous_checkpointing_configurable,
     *PRECISION_CROSS_RULES,
+    *STRATEGY_HARDWARE_RULES,
 )
 
 

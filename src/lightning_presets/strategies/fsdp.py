@@ -8,11 +8,13 @@ from typing import Any, cast
 from torch import nn
 
 from lightning_presets.core.context import Context, Options
+from lightning_presets.core.mesh import AUTO, mesh_shape
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.blocks import find_repeated_blocks
-from lightning_presets.guards.builders import needs_cuda, one_device, repeated_block
+from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, needs_cuda, one_device, repeated_block
+from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
 
 FSDP_PRECISIONS = ("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
@@ -35,6 +37,8 @@ fsdp_needs_cuda = needs_cuda(
     "strategy='tp2d_hybrid' (tensor parallel and FSDP2) or strategy='ddp'",
     fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cpu", devices=2)',
     fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8)',
+    evidence="source: torch/distributed/fsdp/_init_utils.py, _init_device_handle raises 'FSDP needs a non-CPU "
+    "accelerator device' when the model is wrapped (torch 2.13; Lightning-AI/pytorch-lightning#21778)",
 )  # fmt: skip
 
 
@@ -42,8 +46,11 @@ fsdp_needs_cuda = needs_cuda(
     "LP102", "error", "construction", "precision outside what FSDP supports",
     # precision="64-true" as a string is stopped first by Lightning's own FSDPPrecision check (a ValueError);
     # a plugin reaches the guard.
-    fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", plugins=[DoublePrecision()])',
-    fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", precision="bf16-mixed")',
+    fails='from lightning.pytorch.plugins import DoublePrecision\n'
+    'Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, plugins=[DoublePrecision()])',
+    fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, precision="bf16-mixed")',
+    evidence="source: lightning/fabric/plugins/precision/fsdp.py, FSDPPrecision.__init__ raises ValueError: "
+    "'precision=... is not supported in FSDP' (lightning 2.6.6)",
 )  # fmt: skip
 def fsdp_precision_supported(ctx: Context) -> Problem | None:
     if ctx.precision in FSDP_PRECISIONS:
@@ -56,8 +63,11 @@ def fsdp_precision_supported(ctx: Context) -> Problem | None:
 
 @rule(
     "LP103", "error", "construction", "a precision plugin that is not an FSDPPrecision",
-    fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", plugins=[HalfPrecision("bf16-true")])',
-    fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", precision="bf16-true")',
+    fails='from lightning.pytorch.plugins import HalfPrecision\n'
+    'Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, plugins=[HalfPrecision("bf16-true")])',
+    fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, precision="bf16-true")',
+    evidence="source: lightning/pytorch/strategies/fsdp.py, FSDPStrategy.precision_plugin setter raises TypeError "
+    "for any plugin that is not an FSDPPrecision (lightning 2.6.6; Lightning-AI/pytorch-lightning#20855)",
 )  # fmt: skip
 def fsdp_precision_plugin(ctx: Context) -> Problem | None:
     if ctx.precision_is("FSDPPrecision"):  # subclasses too, e.g. lightning_presets.precision("bf16-fp32-reduce")
@@ -73,6 +83,8 @@ def fsdp_precision_plugin(ctx: Context) -> Problem | None:
     "LP104", "error", "options", "unknown sharding_strategy",
     fails='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARDED")',
     fixed='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARD")',
+    evidence="source: lightning/fabric/strategies/fsdp.py, _init_sharding_strategy looks the name up in "
+    "ShardingStrategy[...] and raises KeyError (lightning 2.6.6)",
 )  # fmt: skip
 def sharding_strategy_known(options: Options) -> Problem | None:
     value = options.values.get("sharding_strategy", "FULL_SHARD")
@@ -88,6 +100,8 @@ def sharding_strategy_known(options: Options) -> Problem | None:
     "LP105", "error", "options", "unknown state_dict_type",
     fails='lightning_presets.strategy("fsdp_offload_ckpt", state_dict_type="sharding")',
     fixed='lightning_presets.strategy("fsdp_offload_ckpt", state_dict_type="sharded")',
+    evidence="source: lightning/pytorch/strategies/fsdp.py, FSDPStrategy.lightning_module_state_dict raises "
+    "ValueError 'Unknown state_dict_type' when the first checkpoint is saved (lightning 2.6.6)",
 )  # fmt: skip
 def state_dict_type_known(options: Options) -> Problem | None:
     value = options.values.get("state_dict_type", "full")
@@ -97,6 +111,38 @@ def state_dict_type_known(options: Options) -> Problem | None:
         f"{options.call('state_dict_type')}: state_dict_type={value!r} is not a checkpoint format; "
         "Lightning would only fail when the first checkpoint is saved",
         f"use one of {', '.join(map(repr, STATE_DICT_TYPES))}",
+    )
+
+
+HYBRID_SHARDINGS = ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
+
+
+def _two_dimensional(mesh: Any) -> bool:
+    """Whether a ``device_mesh`` option makes a 2-D mesh: a pair, a 2-D DeviceMesh, or the hybrid preset's 'auto'."""
+    if mesh == AUTO or mesh_shape(mesh) is not None:
+        return True
+    return type(mesh).__name__ == "DeviceMesh" and getattr(mesh, "ndim", 0) == 2
+
+
+@rule(
+    "LP117", "error", "options", "a 2-D device_mesh with a sharding strategy that is not hybrid",
+    fails='lightning_presets.strategy("fsdp_grad_op", device_mesh=(2, 8))',
+    fixed='lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 8))',
+    evidence="source: torch/distributed/fsdp/_init_utils.py, _init_process_group_state: without a hybrid sharding "
+    "strategy FSDP takes only the mesh's first dimension (device_mesh.get_group(mesh_dim=0)), so the groups of the "
+    "other dimension never exchange gradients and train apart silently (torch 2.13)",
+)  # fmt: skip
+def mesh_needs_hybrid_sharding(options: Options) -> Problem | None:
+    mesh = options.values.get("device_mesh")
+    sharding = str(getattr(options.values.get("sharding_strategy"), "name", options.values.get("sharding_strategy")))
+    if mesh is None or not _two_dimensional(mesh) or sharding.upper() in HYBRID_SHARDINGS:
+        return None
+    return Problem(
+        f"{options.call('device_mesh', 'sharding_strategy')}: with sharding_strategy={sharding!r} torch's FSDP uses "
+        "only the first dimension of a 2-D device mesh, so the ranks along the second one never synchronise "
+        "their gradients",
+        "drop device_mesh (a 1-D job needs none), or use strategy='fsdp_hybrid_shard' (HYBRID_SHARD) for a "
+        "(replicas, shard size) mesh",
     )
 
 
@@ -116,9 +162,8 @@ repeated_block_found = repeated_block(
     hint="pass the block class: lightning_presets.strategy({preset!r}, auto_wrap_policy={{MyBlock}}, "
     "activation_checkpointing_policy={{MyBlock}}), or hold the blocks in an nn.ModuleList",
     unless_given=("auto_wrap_policy", "activation_checkpointing_policy"),
-    fails="trainer.fit(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
-    fixed='lightning_presets.strategy("fsdp_offload_ckpt", auto_wrap_policy={MyBlock}, '
-    "activation_checkpointing_policy={MyBlock})",
+    fails=NO_BLOCKS + 'Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
+    fixed=BLOCKS + 'Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
 )  # fmt: skip
 
 
@@ -128,8 +173,11 @@ RULES: tuple[Rule, ...] = (
     fsdp_precision_plugin,
     sharding_strategy_known,
     state_dict_type_known,
+    mesh_needs_hybrid_sharding,
     fsdp_has_peers,
     repeated_block_found,
+    half_weights_have_a_scaler,
+    *STRATEGY_HARDWARE_RULES,
 )
 
 

@@ -22,7 +22,8 @@ from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.blocks import find_repeated_blocks
-from lightning_presets.guards.builders import one_device, repeated_block
+from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, one_device, repeated_block
+from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.strategies.model_parallel import model_parallel_accelerator, model_parallel_precision
 
@@ -45,6 +46,8 @@ _STEPS = {
     "LP210", "error", "options", "tensor_parallel_size other than 1",
     fails='lightning_presets.strategy("fsdp2", tensor_parallel_size=2)',
     fixed='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=2)',
+    evidence="source: lightning/fabric/strategies/model_parallel.py, _setup_device_mesh raises RuntimeError after "
+    "launch: the preset makes data_parallel_size the world size, so data × tensor exceeds it (lightning 2.6.6)",
 )  # fmt: skip
 def fsdp2_without_tensor_parallel(options: Options) -> Problem | None:
     value = options.values.get("tensor_parallel_size", 1)
@@ -63,6 +66,8 @@ def fsdp2_without_tensor_parallel(options: Options) -> Problem | None:
     fails='Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=4), accelerator="cpu", '
     "devices=2)",
     fixed='Trainer(strategy="fsdp2", accelerator="cpu", devices=2)',
+    evidence="source: lightning/fabric/strategies/model_parallel.py, _setup_device_mesh raises RuntimeError 'The "
+    "sizes ... multiplied should equal the world size' in every process after launch (lightning 2.6.6)",
 )  # fmt: skip
 def data_parallel_is_world(ctx: Context) -> Problem | None:
     value = ctx.options.get("data_parallel_size", "auto")
@@ -88,8 +93,8 @@ fsdp2_found_blocks = repeated_block(
     consequence="only the root is sharded, so every forward gathers the whole model at once{checkpointing}",
     hint="hold the repeated layers in an nn.ModuleList, or shard the model yourself in configure_model() "
     "(Trainer) / a parallelize_fn (Fabric)",
-    fails="trainer.fit(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
-    fixed="trainer.fit(model)  # the blocks held in an nn.ModuleList",
+    fails=NO_BLOCKS + 'Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(model)',
+    fixed=BLOCKS + 'Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(model)',
 )  # fmt: skip
 
 
@@ -115,6 +120,8 @@ RULES: tuple[Rule, ...] = (
     model_parallel_accelerator,
     fsdp2_has_peers,
     fsdp2_found_blocks,
+    half_weights_have_a_scaler,
+    *STRATEGY_HARDWARE_RULES,
 )
 OFFLOAD_RULES: tuple[Rule, ...] = (*RULES, offload_needs_cuda)
 

@@ -15,7 +15,8 @@ from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
-from lightning_presets.guards.builders import repeated_block
+from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, repeated_block
+from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.strategies.fsdp import (
     TORCH_FSDP_KEYS,
     FSDPFabricHooks,
@@ -24,6 +25,7 @@ from lightning_presets.strategies.fsdp import (
     fsdp_needs_cuda,
     fsdp_precision_plugin,
     fsdp_precision_supported,
+    mesh_needs_hybrid_sharding,
     state_dict_type_known,
 )
 
@@ -49,7 +51,7 @@ def _mesh_text(mesh: tuple[int, int]) -> str:
 
 
 @rule(
-    "LP114", "error", "options", "a sharding_strategy the preset does not stand for",
+    "LP114", "warning", "options", "a sharding_strategy the preset does not stand for",
     fails='lightning_presets.strategy("fsdp_grad_op", sharding_strategy="FULL_SHARD")',
     fixed='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARD")',
 )  # fmt: skip
@@ -60,7 +62,7 @@ def sharding_matches_preset(options: Options) -> Problem | None:
         return None
     return Problem(
         f"{options.call('sharding_strategy')}: {options.preset!r} is {' or '.join(allowed)}, not "
-        f"{_sharding_name(value)!r}",
+        f"{_sharding_name(value)!r}; it trains, but not as the preset's name promises",
         "drop sharding_strategy, or pick the preset for it: strategy='fsdp_offload_ckpt' (FULL_SHARD), "
         "'fsdp_grad_op' (SHARD_GRAD_OP), 'fsdp_hybrid_shard' (HYBRID_SHARD across nodes)",
     )
@@ -70,6 +72,8 @@ def sharding_matches_preset(options: Options) -> Problem | None:
     "LP111", "error", "options", "a device_mesh that is neither 'auto' nor (replicas, shard size)",
     fails='lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 4, 2))',
     fixed='lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 8))',
+    evidence="source: torch/distributed/fsdp/_init_utils.py, _init_process_group_state_for_hybrid_shard raises "
+    "ValueError 'Expected device_mesh to have ndim=2' when the model is wrapped (torch 2.13; RLinf/RLinf#1502)",
 )  # fmt: skip
 def device_mesh_shape(options: Options) -> Problem | None:
     value = options.values.get("device_mesh", AUTO)
@@ -84,18 +88,42 @@ def device_mesh_shape(options: Options) -> Problem | None:
 
 
 @rule(
-    "LP110", "error", "construction", "hybrid sharding on a single node",
+    "LP110", "warning", "construction", "hybrid sharding with a single replica",
     fails='Trainer(strategy="fsdp_hybrid_shard", accelerator="cuda", devices=8, num_nodes=1)',
-    fixed='Trainer(strategy="fsdp_hybrid_shard", accelerator="cuda", devices=8, num_nodes=2)',
+    fixed='Trainer(strategy=lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 4)), '
+    'accelerator="cuda", devices=8, num_nodes=1)',
 )  # fmt: skip
-def hybrid_needs_nodes(ctx: Context) -> Problem | None:
-    if ctx.num_nodes > 1:
+def hybrid_has_replicas(ctx: Context) -> Problem | None:
+    mesh = resolved_mesh(ctx)
+    if mesh is None or mesh[0] != 1 or mesh[1] != ctx.world_size or ctx.world_size == 1:
         return None
     return Problem(
-        f"{ctx.call('devices', 'num_nodes')}: hybrid sharding replicates across nodes, and with one node there "
-        "is nothing to replicate across: it would only be full sharding with extra process groups",
+        f"{ctx.call('devices', 'num_nodes')}: {_mesh_text(mesh)}; with one replica hybrid sharding is full "
+        "sharding with an extra process group to replicate across",
         "on one node use strategy='fsdp_grad_op' (fastest when the model fits) or strategy='fsdp_offload_ckpt' "
-        "(largest models); keep 'fsdp_hybrid_shard' for num_nodes>1",
+        f"(largest models), or pass device_mesh=(replicas, shard size) with replicas>1, e.g. "
+        f"device_mesh=(2, {max(ctx.world_size // 2, 1)})",
+    )
+
+
+@rule(
+    "LP116", "error", "construction", "hybrid sharding with shard groups of one device",
+    fails='Trainer(strategy="fsdp_hybrid_shard", accelerator="cuda", devices=1, num_nodes=4)',
+    fixed='Trainer(strategy="fsdp_grad_op", accelerator="cuda", devices=1, num_nodes=4)',
+    evidence="source: torch/distributed/fsdp/_init_utils.py, _init_core_state switches a shard group of world size 1 "
+    "to NO_SHARD, and no gradient all-reduce then runs across the replicas, which diverge (torch 2.13; "
+    "pytorch/pytorch#154888)",
+)  # fmt: skip
+def shards_have_peers(ctx: Context) -> Problem | None:
+    mesh = resolved_mesh(ctx)
+    if mesh is None or mesh[1] != 1 or mesh[0] < 2 or mesh[0] != ctx.world_size:
+        return None
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')}: {_mesh_text(mesh)}; torch turns a shard group of one device into "
+        "NO_SHARD and then never all-reduces the gradients across the replicas, so the replicas train apart "
+        "silently",
+        "with one device per node use strategy='fsdp_grad_op' or strategy='fsdp_offload_ckpt' (sharding across "
+        f"the {ctx.world_size} devices), or strategy='ddp' when the model fits on one device",
     )
 
 
@@ -105,6 +133,9 @@ def hybrid_needs_nodes(ctx: Context) -> Problem | None:
     'accelerator="cuda", devices=8, num_nodes=2)',
     fixed='Trainer(strategy=lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 8)), '
     'accelerator="cuda", devices=8, num_nodes=2)',
+    evidence="source: lightning/pytorch/strategies/fsdp.py, FSDPStrategy.setup_environment builds the mesh with "
+    "torch's init_device_mesh after launch, and torch/distributed/device_mesh.py raises 'Mesh should not be bigger "
+    "than default world size' (a smaller mesh leaves ranks without a coordinate) (lightning 2.6.6, torch 2.13)",
 )  # fmt: skip
 def mesh_matches_world(ctx: Context) -> Problem | None:
     mesh = resolved_mesh(ctx)
@@ -119,23 +150,26 @@ def mesh_matches_world(ctx: Context) -> Problem | None:
 
 
 @rule(
-    "LP113", "error", "construction", "shard groups that cross node boundaries",
-    fails='Trainer(strategy=lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(1, 16)), '
-    'accelerator="cuda", devices=8, num_nodes=2)',
-    fixed='Trainer(strategy=lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(4, 4)), '
-    'accelerator="cuda", devices=8, num_nodes=2)',
+    "LP113", "warning", "construction", "shard groups that straddle node boundaries unevenly",
+    fails='Trainer(strategy=lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 12)), '
+    'accelerator="cuda", devices=8, num_nodes=3)',
+    fixed='Trainer(strategy=lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(3, 8)), '
+    'accelerator="cuda", devices=8, num_nodes=3)',
 )  # fmt: skip
-def shards_stay_in_node(ctx: Context) -> Problem | None:
+def shards_align_with_nodes(ctx: Context) -> Problem | None:
     mesh = resolved_mesh(ctx)
-    if mesh is None or mesh[0] * mesh[1] != ctx.world_size or ctx.devices_per_node % mesh[1] == 0:
+    if mesh is None or mesh[0] * mesh[1] != ctx.world_size:
         return None
-    sizes = [size for size in range(1, ctx.devices_per_node + 1) if ctx.devices_per_node % size == 0]
+    per_node = ctx.devices_per_node
+    if per_node % mesh[1] == 0 or mesh[1] % per_node == 0:  # inside a node, or whole nodes: both are clean
+        return None
+    sizes = [size for size in range(1, per_node + 1) if per_node % size == 0]
     return Problem(
-        f"{ctx.call('devices', 'num_nodes')}: {_mesh_text(mesh)}; a shard size of {mesh[1]} does not divide the "
-        f"{ctx.devices_per_node} devices per node, so every all-gather would cross the inter-node network",
-        f"use a shard size that divides {ctx.devices_per_node} ({', '.join(map(str, sizes))}), e.g. "
-        f"device_mesh=({ctx.num_nodes}, {ctx.devices_per_node}); for sharding across nodes use "
-        "strategy='fsdp_offload_ckpt'",
+        f"{ctx.call('devices', 'num_nodes')}: {_mesh_text(mesh)}; a shard size of {mesh[1]} neither divides the "
+        f"{per_node} devices per node nor is a multiple of them, so some shard groups straddle nodes and their "
+        "all-gathers run at the speed of the inter-node network",
+        f"use a shard size that divides {per_node} ({', '.join(map(str, sizes))}) or a multiple of it (whole "
+        f"nodes), e.g. device_mesh=({ctx.num_nodes}, {per_node})",
     )
 
 
@@ -145,8 +179,8 @@ blocks_found_to_wrap = repeated_block(
     hint="pass the block class: lightning_presets.strategy({preset!r}, auto_wrap_policy={{MyBlock}}), or hold "
     "the blocks in an nn.ModuleList",
     unless_given=("auto_wrap_policy",),
-    fails="trainer.fit(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
-    fixed='lightning_presets.strategy("fsdp_grad_op", auto_wrap_policy={MyBlock})',
+    fails=NO_BLOCKS + 'Trainer(strategy="fsdp_grad_op", accelerator="cuda", devices=8).fit(model)',
+    fixed=BLOCKS + 'Trainer(strategy="fsdp_grad_op", accelerator="cuda", devices=8).fit(model)',
 )  # fmt: skip
 
 
@@ -156,14 +190,18 @@ _COMMON: tuple[Rule, ...] = (
     fsdp_precision_plugin,
     sharding_matches_preset,
     state_dict_type_known,
+    mesh_needs_hybrid_sharding,
     blocks_found_to_wrap,
+    half_weights_have_a_scaler,
+    *STRATEGY_HARDWARE_RULES,
 )
 HYBRID_RULES: tuple[Rule, ...] = (
     *_COMMON,
     device_mesh_shape,
-    hybrid_needs_nodes,
+    hybrid_has_replicas,
+    shards_have_peers,
     mesh_matches_world,
-    shards_stay_in_node,
+    shards_align_with_nodes,
 )
 GRAD_OP_RULES: tuple[Rule, ...] = (*_COMMON, fsdp_has_peers)
 

@@ -10,9 +10,10 @@ from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import MODEL_PARALLEL, MeshSpec
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset
-from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.core.rules import Problem, Rule, Setting, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import needs_accelerator
+from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 
 MODEL_PARALLEL_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true")
 MODEL_PARALLEL_ACCELERATORS = ("cpu", "cuda")
@@ -51,6 +52,8 @@ def _is_size(value: Any) -> bool:
     "LP202", "error", "options", "a parallel size that is neither 'auto' nor a positive integer",
     fails='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=0)',
     fixed='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=2)',
+    evidence="source: lightning/fabric/strategies/model_parallel.py, _setup_device_mesh passes the sizes to torch's "
+    "init_device_mesh after launch, which refuses sizes that are not positive integers (lightning 2.6.6, torch 2.13)",
 )  # fmt: skip
 def sizes_are_positive(options: Options) -> Problem | None:
     bad = [key for key in _SIZES if not _is_size(options.values.get(key, "auto"))]
@@ -69,6 +72,9 @@ def sizes_are_positive(options: Options) -> Problem | None:
     'tensor_parallel_size=4), accelerator="cuda", devices=4)',
     fixed='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=1, '
     'tensor_parallel_size=4), accelerator="cuda", devices=4)',
+    evidence="source: lightning/fabric/strategies/model_parallel.py, _setup_device_mesh raises RuntimeError 'The "
+    "sizes ... multiplied should equal the world size' in every process after launch (lightning 2.6.6; "
+    "pytorch/torchtitan#1184)",
 )  # fmt: skip
 def sizes_match_world(ctx: Context) -> Problem | None:
     data, tensor = resolved_sizes(ctx)
@@ -84,7 +90,7 @@ def sizes_match_world(ctx: Context) -> Problem | None:
 
 
 @rule(
-    "LP203", "error", "construction", "tensor_parallel_size does not divide the devices per node",
+    "LP203", "warning", "construction", "tensor_parallel_size does not divide the devices per node",
     fails='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=4, '
     'tensor_parallel_size=3), accelerator="cuda", devices=4, num_nodes=3)',
     fixed='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=4, '
@@ -98,7 +104,8 @@ def tp_divides_devices_per_node(ctx: Context) -> Problem | None:
         return None
     return Problem(
         f"{ctx.call('devices', 'num_nodes')}: tensor_parallel_size={tensor} does not divide the "
-        f"{ctx.devices_per_node} devices per node, so tensor-parallel groups would straddle node boundaries unevenly",
+        f"{ctx.devices_per_node} devices per node, so some tensor-parallel groups straddle node boundaries and every "
+        "layer's all-reduce in them runs at the speed of the inter-node network",
         _splits_text(ctx),
     )
 
@@ -125,6 +132,9 @@ def tp_stays_in_node(ctx: Context) -> Problem | None:
     "LP205", "error", "construction", "precision outside what ModelParallelStrategy supports",
     fails='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, precision="16-mixed")',
     fixed='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, precision="bf16-mixed")',
+    evidence="source: lightning/fabric/connector.py, _check_and_init_precision raises ValueError 'The "
+    "ModelParallelStrategy does not support ... precision' (the Trainer skips this check for strategy names; "
+    "lightning 2.6.6)",
 )  # fmt: skip
 def model_parallel_precision(ctx: Context) -> Problem | None:
     if ctx.precision in MODEL_PARALLEL_PRECISIONS:
@@ -145,14 +155,21 @@ model_parallel_accelerator = needs_accelerator(
     hint="use accelerator='cuda' on GPUs, or accelerator='cpu' to test the sharding on a laptop",
     fails='Trainer(strategy="tp2d_hybrid", accelerator="mps", devices=1)',
     fixed='Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2)',
+    evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, _check_config_and_set_final_flags "
+    "raises ValueError for a ParallelStrategy instance on MPS ('not supported on the MPS accelerator'), a check "
+    "strategy names skip (lightning 2.6.6)",
+    setting=Setting(simulated=("mps",)),
 )  # fmt: skip
 
 
 @rule(
     "LP207", "error", "construction", "Fabric without a parallelize_fn",
     fails='Fabric(strategy="tp2d_hybrid", accelerator="cpu", devices=2)',
-    fixed='Fabric(strategy=lightning_presets.strategy("tp2d_hybrid", target="fabric", '
+    fixed="def parallelize(module, device_mesh):\n    return module   # apply tensor parallelism and fully_shard\n"
+    'Fabric(strategy=lightning_presets.strategy("tp2d_hybrid", target="fabric", '
     'parallelize_fn=parallelize), accelerator="cpu", devices=2)',
+    evidence="source: lightning/fabric/strategies/model_parallel.py, ModelParallelStrategy.__init__ takes "
+    "parallelize_fn as a required argument (a strategy name cannot carry one) (lightning 2.6.6)",
 )  # fmt: skip
 def fabric_has_parallelize_fn(ctx: Context) -> Problem | None:
     if ctx.caller != "Fabric" or ctx.options.get("parallelize_fn") is not None:
@@ -178,9 +195,15 @@ def _defines_configure_model(model: nn.Module) -> bool:
 
 @rule(
     "LP208", "error", "model", "a LightningModule without configure_model",
-    fails="trainer.fit(model)  # model does not override configure_model()",
-    fixed="class Model(LightningModule):\n    def configure_model(self):\n"
-    "        parallelize(self.model, self.device_mesh)",
+    fails="from lightning.pytorch import LightningModule\n\n"
+    "class Model(LightningModule):   # no configure_model()\n    pass\n\n"
+    'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8).fit(Model())',
+    fixed="from lightning.pytorch import LightningModule\n\n"
+    "class Model(LightningModule):\n    def configure_model(self):\n"
+    "        ...   # tensor parallelism and fully_shard with self.device_mesh\n\n"
+    'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8).fit(Model())',
+    evidence="source: lightning/pytorch/strategies/model_parallel.py, ModelParallelStrategy.setup raises TypeError "
+    "'you are required to override the configure_model() hook' after every process joined (lightning 2.6.6)",
 )  # fmt: skip
 def model_has_configure_model(ctx: Context, model: nn.Module) -> Problem | None:
     if ctx.caller != "Trainer" or _defines_configure_model(model):
@@ -202,6 +225,8 @@ RULES: tuple[Rule, ...] = (
     model_parallel_accelerator,
     fabric_has_parallelize_fn,
     model_has_configure_model,
+    half_weights_have_a_scaler,
+    *STRATEGY_HARDWARE_RULES,
 )
 
 

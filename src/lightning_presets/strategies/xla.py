@@ -14,14 +14,16 @@ from torch import nn
 
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.preset import Preset, Requirement
-from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.core.rules import Problem, Rule, Setting, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.blocks import find_repeated_blocks
-from lightning_presets.guards.builders import needs_accelerator, one_device, repeated_block
-from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES
+from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, needs_accelerator, one_device, repeated_block
+from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 from lightning_presets.guards.strategy import PresetHooks
 
 TORCH_XLA = Requirement(module="torch_xla", extra="xla")
+XLA = Setting(gpus=0, simulated=("torch_xla",))
+"""Where the examples run: a TPU host of 8 devices, simulated with a torch_xla stand-in."""
 
 
 xla_needs_tpu = needs_accelerator(
@@ -34,6 +36,10 @@ xla_needs_tpu = needs_accelerator(
     show=("accelerator", "devices"),
     fails='Fabric(strategy="xla_fsdp_ckpt", accelerator="cuda", devices=8)',
     fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=8)',
+    evidence="source: lightning/fabric/strategies/xla_fsdp.py, XLAFSDPStrategy.root_device is torch_xla's "
+    "xla_device() and its launcher is XLA's, so CUDA devices are never used and the processes fail when launched "
+    "(lightning 2.6.6)",
+    setting=Setting(simulated=("torch_xla",)),  # a host with GPUs as well as the TPU stand-in
 )  # fmt: skip
 
 xla_fsdp_has_peers = one_device(
@@ -44,13 +50,21 @@ xla_fsdp_has_peers = one_device(
     hint="use all devices of the TPU host (devices='auto'), or strategy='single_xla' for one device",
     fails='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=1)',
     fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices="auto")',
+    evidence="source: lightning/fabric/strategies/xla_fsdp.py, XLAFSDPStrategy.setup_environment raises 'does not "
+    "support running on a single device with the PjRT runtime' (lightning 2.6.6)",
+    setting=XLA,
 )  # fmt: skip
 
 
 @rule(
     "LP505", "error", "options", "an activation_checkpointing_policy that is not a set of layer classes",
-    fails='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", activation_checkpointing_policy=[Block])',
-    fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", activation_checkpointing_policy={Block})',
+    fails='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", '
+    "activation_checkpointing_policy=[nn.TransformerEncoderLayer])",
+    fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", '
+    "activation_checkpointing_policy={nn.TransformerEncoderLayer})",
+    evidence="source: lightning/fabric/strategies/xla_fsdp.py, _activation_checkpointing_kwargs raises TypeError for "
+    "a policy that is not a set when the module is set up (lightning 2.6.6)",
+    setting=XLA,
 )  # fmt: skip
 def checkpointing_policy_is_set(options: Options) -> Problem | None:
     policy = options.values.get("activation_checkpointing_policy")
@@ -66,8 +80,13 @@ def checkpointing_policy_is_set(options: Options) -> Problem | None:
 
 @rule(
     "LP506", "error", "options", "auto_wrapper_callable together with activation checkpointing",
-    fails='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", auto_wrapper_callable=my_wrapper)',
-    fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", activation_checkpointing_policy={Block})',
+    fails="def my_wrapper(module, *args, **kwargs):\n    return module\n"
+    'lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", auto_wrapper_callable=my_wrapper)',
+    fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", '
+    "activation_checkpointing_policy={nn.TransformerEncoderLayer})",
+    evidence="source: lightning/fabric/strategies/xla_fsdp.py, _activation_checkpointing_kwargs raises ValueError "
+    "for auto_wrapper_callable together with an activation checkpointing policy (lightning 2.6.6)",
+    setting=XLA,
 )  # fmt: skip
 def one_auto_wrapper(options: Options) -> Problem | None:
     if options.values.get("auto_wrapper_callable") is None:
@@ -82,8 +101,12 @@ def one_auto_wrapper(options: Options) -> Problem | None:
 
 @rule(
     "LP507", "error", "construction", "a precision plugin that is not an XLAPrecision",
-    fails='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", plugins=[HalfPrecision("bf16-true")])',
+    fails="from lightning.fabric.plugins import HalfPrecision\n"
+    'Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", plugins=[HalfPrecision("bf16-true")])',
     fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", precision="bf16-true")',
+    evidence="source: lightning/fabric/strategies/xla_fsdp.py, XLAFSDPStrategy.precision setter raises TypeError for "
+    "a plugin that is not an XLAPrecision (lightning 2.6.6)",
+    setting=XLA,
 )  # fmt: skip
 def xla_precision_plugin(ctx: Context) -> Problem | None:
     if ctx.precision_is("XLAPrecision") or ctx.precision_preset is not None:  # presets: LP606/LP607 say why
@@ -101,9 +124,9 @@ xla_block_found = repeated_block(
     hint="pass the block class: auto_wrap_policy={{MyBlock}}, activation_checkpointing_policy={{MyBlock}}, or hold "
     "the blocks in an nn.ModuleList",
     unless_given=("activation_checkpointing_policy",),
-    fails="fabric.setup_module(model)  # a model with no nn.ModuleList/nn.Sequential of identical blocks",
-    fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", auto_wrap_policy={MyBlock}, '
-    "activation_checkpointing_policy={MyBlock})",
+    fails=NO_BLOCKS + 'Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu").setup_module(model)',
+    fixed=BLOCKS + 'Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu").setup_module(model)',
+    setting=XLA,
 )  # fmt: skip
 
 
@@ -115,6 +138,7 @@ RULES: tuple[Rule, ...] = (
     xla_precision_plugin,
     xla_block_found,
     *PRECISION_CROSS_RULES,
+    *STRATEGY_HARDWARE_RULES,
 )
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import inspect
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -22,7 +24,7 @@ from unittest import mock
 
 from lightning_presets import _api
 from lightning_presets.core.context import Context, Options
-from lightning_presets.core.findings import Finding, PresetConfigError, UsageError
+from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning, UsageError
 from lightning_presets.core.namespaces import namespace_for_target
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import run_rules
@@ -45,6 +47,8 @@ Source = Literal["guard", "lightning", "check", "catalog"]
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 FABRIC_KEYS = ("accelerator", "strategy", "devices", "num_nodes", "precision", "plugins")
 """The arguments of ``Fabric(...)`` a check passes on (the Trainer takes many more)."""
+TRAINER_SETTINGS = ("accumulate_grad_batches",)
+"""Trainer arguments that ``--set`` may carry too: guards read them, but they are not strategy arguments."""
 _INTERACTIVE_FLAGS = ("lightning.pytorch.trainer.connectors.accelerator_connector", "lightning.fabric.connector")
 
 
@@ -214,6 +218,13 @@ def _preset(name: Any) -> Preset | None:
     return catalog.strategy_catalog().presets.get(name)
 
 
+def _dependencies(request: CheckRequest, strategy: Any) -> tuple[str, ...]:
+    """The optional modules the requested strategy preset and precision presets import when they are built."""
+    presets: list[Any] = [_preset(strategy.lower() if isinstance(strategy, str) else strategy)]
+    presets += [catalog.precision_catalog().presets.get(name) for name in request.plugins]
+    return tuple(requirement.module for each in presets if each is not None for requirement in each.requires)
+
+
 def _requested_accelerator(arguments: Mapping[str, Any], gpus: int) -> str:
     value = str(arguments.get("accelerator", "auto")).lower()
     if value == "gpu" or (value == "auto" and gpus > 0):
@@ -269,7 +280,9 @@ def _effective(request: CheckRequest) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _simulation_of(request: CheckRequest, devices: int, nodes: int) -> Iterator[tuple[dict[str, str], int]]:
+def _simulation_of(
+    request: CheckRequest, devices: int, nodes: int, preload: tuple[str, ...] = ()
+) -> Iterator[tuple[dict[str, str], int]]:
     """Simulated GPUs, no MPS, the cluster's variables, ``--env`` and (optionally) an interactive session.
 
     Yields the variables the job sees (cluster ones and ``CUDA_VISIBLE_DEVICES``) and the GPUs visible.
@@ -282,7 +295,9 @@ def _simulation_of(request: CheckRequest, devices: int, nodes: int) -> Iterator[
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         visible = _visible_gpus(request.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
         stack.enter_context(
-            _simulation.simulated_cuda(visible, request.gpu_capability, request.gpu_memory, only_imported=True)
+            _simulation.simulated_cuda(
+                visible, request.gpu_capability, request.gpu_memory, only_imported=True, preload=preload
+            )
         )
         stack.enter_context(_simulation.without_mps())
         if request.interactive:
@@ -526,8 +541,32 @@ def _within_limits(gpus: int, devices: int | None, nodes: int) -> None:
                          f"check simulates (at most {_simulation.MAX_PROCESSES})")  # fmt: skip
 
 
+def _settings_out_of_overrides(request: CheckRequest) -> CheckRequest:
+    """``--set accumulate_grad_batches=4`` is the Trainer's argument, not the strategy's: move it over."""
+    moved = {key: value for key, value in request.overrides.items() if key in TRAINER_SETTINGS}
+    if not moved or request.mode != "trainer":
+        return request
+    overrides = {key: value for key, value in request.overrides.items() if key not in moved}
+    return dataclasses.replace(request, arguments={**moved, **request.arguments}, overrides=overrides)
+
+
+def _trainer_findings(outcome: _construct.Outcome) -> list[Finding]:
+    """The preset's ``trainer``-stage rules on the built Trainer (e.g. DeepSpeed's batch arithmetic)."""
+    check = getattr(outcome.strategy, "_lp_check_trainer", None)
+    if outcome.built is None or check is None:
+        return []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            check(outcome.built)
+        except PresetConfigError as error:
+            return list(error.findings)
+    return [record.message.finding for record in caught if isinstance(record.message, PresetWarning)]
+
+
 def run_check(request: CheckRequest) -> CheckReport:
     """Validate ``request``; never raises for a bad configuration (only :class:`UsageError` for a bad request)."""
+    request = _settings_out_of_overrides(request)
     if request.mode not in ("trainer", "fabric"):
         raise UsageError(f"mode {request.mode!r} is not 'trainer' or 'fabric'")
     if request.cluster not in _simulation.CLUSTERS:
@@ -545,11 +584,13 @@ def run_check(request: CheckRequest) -> CheckReport:
     nodes = _requested_nodes(effective)
     _within_limits(request.gpus, devices, nodes)
     outcome = _construct.Outcome()
-    with _simulation_of(request, devices or 1, nodes) as (job_env, visible):
+    preload = _dependencies(request, effective.get("strategy"))
+    with _simulation_of(request, devices or 1, nodes, preload) as (job_env, visible):
         if not out.has_error:
             outcome = _build(request, arguments, effective, out) or outcome
     evidence: Evidence = "construction" if outcome.attempted else "syntax"
     out.add(outcome.findings, "guard", "construction")
+    out.add(_trainer_findings(outcome), "guard", "construction")
     if outcome.error is not None:
         out.add([_lightning_finding(outcome.error, request)], "lightning", "construction")
     preset = _preset(effective.get("strategy"))

@@ -413,13 +413,16 @@ CODES: tuple[Code, ...] = (
         stage="doctor",
         code="LP720", severity="error", title="a Lightning package outside the supported range",
         fails=f"{DOCTOR}   # with lightning 2.5.2 installed",
-        fixed="pip install 'lightning>=2.6.0,<2.7'",
+        fixed=f"{DOCTOR}   # after pip install 'lightning>=2.6.0,<2.7'",
+        evidence="source: lightning_presets/guards/strategy.py hooks Lightning's private _configure_launcher, whose "
+        "contract is verified on Lightning 2.6 only (pyproject requires lightning>=2.6,<2.7)",
     ),
     Code(
         stage="doctor",
         code="LP721", severity="error", title="no Lightning package installed",
         fails=f"{DOCTOR}   # neither lightning nor pytorch-lightning installed",
-        fixed="pip install 'lightning>=2.6.0,<2.7'",
+        fixed=f"{DOCTOR}   # after pip install 'lightning>=2.6.0,<2.7'",
+        evidence="runtime: tests/test_cli_doctor.py::test_lp721_no_lightning_installed (nothing to register into)",
     ),
     Code(
         stage="doctor",
@@ -431,12 +434,22 @@ CODES: tuple[Code, ...] = (
         stage="doctor",
         code="LP723", severity="warning", title="the autoload start-up hook is not installed",
         fails=f"{DOCTOR}   # run from a source tree on PYTHONPATH: no lightning_presets_autoload.pth",
-        fixed=REINSTALL,
+        fixed=f"{DOCTOR}   # after {REINSTALL}",
     ),
     Code(
         stage="doctor",
         code="LP724", severity="error", title="a preset missing from an importable Lightning registry",
         fails=f"{DOCTOR}   # fsdp2 absent from lightning.pytorch.strategies.StrategyRegistry",
         fixed=f"{DOCTOR}   # after `import lightning_presets` or {REINSTALL}",
+        evidence="runtime: tests/test_cli_doctor.py::test_lp724_preset_missing_from_a_registry (Lightning raises for "
+        "the unregistered name)",
+    ),
+    Code(
+        stage="doctor",
+        code="LP016", severity="error", title="an installed Lightning package that fails to import",
+        fails=f"{DOCTOR}   # `import lightning.pytorch.strategies` raises ImportError (a broken install)",
+        fixed=f"{DOCTOR}   # after pip install --force-reinstall 'lightning>=2.6.0,<2.7'",
+        evidence="runtime: tests/test_reliability.py::test_doctor_reports_a_lightning_that_cannot_be_imported "
+        "(Trainer and Fabric cannot be imported, with or without a preset)",
     ),
 )  # fmt: skip

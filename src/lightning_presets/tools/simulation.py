@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
+import logging
 import os
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from unittest import mock
 
 from lightning_presets.core.environment import is_cluster_variable
 from lightning_presets.core.hardware import SimulatedGPU, current, simulating
 
-__all__ = ["CLUSTERS", "MAX_PROCESSES", "SimulatedGPU", "cluster_variables", "current", "is_cluster_variable",
-           "simulated_cluster", "simulated_cuda", "without_mps"]  # fmt: skip
+__all__ = ["CLUSTERS", "MAX_PROCESSES", "SimulatedGPU", "cluster_variables", "current", "import_before_simulating",
+           "is_cluster_variable", "simulated_cluster", "simulated_cuda", "without_mps"]  # fmt: skip
 
 _CUDA_MODULES = (
     "lightning.fabric.accelerators.cuda",
@@ -39,16 +41,44 @@ def _returning(value: object) -> Callable[..., object]:
     return probe
 
 
+def import_before_simulating(modules: Iterable[str]) -> None:
+    """Import the installed optional dependencies among ``modules`` while CUDA is still real.
+
+    Some probe CUDA when they are imported (bitsandbytes asks torch for the current CUDA stream), which fails under
+    a simulated device count on a machine without CUDA: imported first, they load as on the real machine, and a
+    failure here is the installation's own, never the simulation's.
+    """
+    disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # e.g. DeepSpeed logs its accelerator detection to stdout when imported
+    try:
+        for name in modules:
+            if name in sys.modules or importlib.util.find_spec(name) is None:
+                continue
+            with contextlib.suppress(Exception):  # a broken install is reported, for real, when the preset is built
+                importlib.import_module(name)
+    finally:
+        logging.disable(disabled)
+
+
 @contextlib.contextmanager
 def simulated_cuda(
-    count: int, capability: tuple[int, int] = (9, 0), memory_bytes: int | None = None, *, only_imported: bool = False
+    count: int,
+    capability: tuple[int, int] | None = (9, 0),
+    memory_bytes: int | None = None,
+    *,
+    only_imported: bool = False,
+    preload: Iterable[str] = (),
 ) -> Iterator[SimulatedGPU]:
     """Make Lightning see ``count`` CUDA devices of the given compute capability, without touching CUDA.
 
     ``only_imported=True`` patches only the Lightning namespaces already imported (the check uses one
-    namespace and need not import the other two, about 0.4 s).
+    namespace and need not import the other two, about 0.4 s). ``capability=None``: the GPUs are visible but
+    their capability cannot be read. ``preload``: optional dependencies imported before anything is patched
+    (:func:`import_before_simulating`).
     """
-    gpu = SimulatedGPU(count, capability, memory_bytes)
+    preload = tuple(preload)
+    import_before_simulating(preload)
+    gpu = SimulatedGPU(count, capability, memory_bytes, frozenset(preload))
     modules = []
     # Import every module before patching any: a module imported under the patch would copy the fake
     # `num_cuda_devices` by name and keep it after the simulation ends.
@@ -65,7 +95,8 @@ def simulated_cuda(
         stack.enter_context(mock.patch("torch.cuda.is_available", new=_returning(count > 0)))
         stack.enter_context(mock.patch("torch.cuda.device_count", new=_returning(count)))
         stack.enter_context(mock.patch("torch.cuda.get_device_capability", new=_returning(capability)))
-        stack.enter_context(mock.patch("torch.cuda.is_bf16_supported", new=_returning(capability >= (8, 0))))
+        bf16 = capability is not None and capability >= (8, 0)
+        stack.enter_context(mock.patch("torch.cuda.is_bf16_supported", new=_returning(bf16)))
         yield stack.enter_context(simulating(gpu))
 
 

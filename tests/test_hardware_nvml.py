@@ -1,0 +1,188 @@
+"""Reading the GPUs through NVML for real: a stand-in ``libnvidia-ml.so.1`` compiled here with gcc, found by the
+dynamic loader through ``LD_LIBRARY_PATH`` in a fresh interpreter, exactly as the driver's library would be.
+
+The stand-in reports three GPUs whose NVML order, PCI order and speed order all differ, so the tests can tell
+``CUDA_VISIBLE_DEVICES`` indices (in CUDA's order, which ``CUDA_DEVICE_ORDER`` chooses) from UUIDs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lightning_presets.core import hardware
+
+GIB = 2**30
+# NVML index: (uuid, PCI bus, capability, memory). PCI order: H100, V100, A100. Fastest first: H100, A100, V100.
+DEVICES = [
+    ("GPU-aaaa1111-0000-0000-0000-000000000000", 0x3B, (7, 0), 16 * GIB),  # V100
+    ("GPU-bbbb2222-0000-0000-0000-000000000000", 0x1A, (9, 0), 80 * GIB),  # H100
+    ("GPU-cccc3333-0000-0000-0000-000000000000", 0x86, (8, 0), 40 * GIB),  # A100
+]
+
+STAND_IN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+                 char busId[32]; } nvmlPciInfo_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct { char uuid[96]; unsigned int bus; int major, minor; unsigned long long memory; } device_t;
+
+static device_t devices[16];
+static int count = -1;
+
+/* FAKE_NVML_DEVICES="uuid,bus,major,minor,memory;..." describes the GPUs, in NVML's order. */
+static void load(void) {
+    char spec[4096];
+    const char *raw = getenv("FAKE_NVML_DEVICES");
+    count = 0;
+    if (!raw) return;
+    strncpy(spec, raw, sizeof(spec) - 1);
+    spec[sizeof(spec) - 1] = 0;
+    for (char *item = strtok(spec, ";"); item && count < 16; item = strtok(NULL, ";")) {
+        device_t *d = &devices[count++];
+        sscanf(item, "%95[^,],%u,%d,%d,%llu", d->uuid, &d->bus, &d->major, &d->minor, &d->memory);
+    }
+}
+
+int nvmlInit_v2(void) {
+    if (getenv("FAKE_NVML_INIT_FAILS")) return 9; /* NVML_ERROR_DRIVER_NOT_LOADED */
+    load();
+    return 0;
+}
+int nvmlShutdown(void) { return 0; }
+int nvmlDeviceGetCount_v2(unsigned int *n) { *n = (unsigned int)count; return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **handle) {
+    if ((int)i >= count) return 2; /* NVML_ERROR_INVALID_ARGUMENT */
+    *handle = &devices[i];
+    return 0;
+}
+int nvmlDeviceGetUUID(void *handle, char *uuid, unsigned int length) {
+    snprintf(uuid, length, "%s", ((device_t *)handle)->uuid);
+    return 0;
+}
+int nvmlDeviceGetPciInfo_v3(void *handle, nvmlPciInfo_t *pci) {
+    memset(pci, 0, sizeof(*pci));
+    pci->bus = ((device_t *)handle)->bus;
+    snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", pci->bus);
+    return 0;
+}
+int nvmlDeviceGetCudaComputeCapability(void *handle, int *major, int *minor) {
+    *major = ((device_t *)handle)->major;
+    *minor = ((device_t *)handle)->minor;
+    return 0;
+}
+int nvmlDeviceGetMemoryInfo(void *handle, nvmlMemory_t *memory) {
+    memory->total = ((device_t *)handle)->memory;
+    memory->free = memory->total;
+    memory->used = 0;
+    return 0;
+}
+"""
+
+# Runs in a fresh interpreter (the loader reads LD_LIBRARY_PATH at start-up). torch's CUDA initialisation is made to
+# raise, so reading the GPUs through NVML is proven not to create a CUDA context.
+PROBE = """
+import json, sys
+import torch
+def forbidden(*args, **kwargs):
+    raise AssertionError("CUDA was initialised")
+torch.cuda._lazy_init = forbidden
+from lightning_presets.core import hardware
+results = []
+for environ in json.loads(sys.argv[1]):
+    hardware._read_nvml.cache_clear()
+    gpus = hardware.nvml_gpus(environ)
+    results.append(None if gpus is None else [gpus.count, gpus.capability, gpus.memory_bytes])
+print("RESULT " + json.dumps({"results": results, "observed": hardware.observed_capability(),
+                              "cuda_initialized": torch.cuda.is_initialized()}))
+"""
+
+
+@pytest.fixture(scope="module")
+def stand_in(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the stand-in libnvidia-ml.so.1")
+    directory = tmp_path_factory.mktemp("nvml")
+    (directory / "nvml.c").write_text(STAND_IN)
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O1", "-o", str(directory / hardware.NVML_LIBRARY), str(directory / "nvml.c")],
+        check=True,
+        capture_output=True,
+    )
+    return directory
+
+
+def probe(library_dir: Path | None, environs: list[dict[str, str]], **env: str) -> dict[str, Any]:
+    spec = ";".join(f"{uuid},{bus},{cap[0]},{cap[1]},{memory}" for uuid, bus, cap, memory in DEVICES)
+    full_env = {key: value for key, value in os.environ.items() if not key.startswith(("CUDA_", "FAKE_NVML"))}
+    full_env.update({"FAKE_NVML_DEVICES": spec, "LIGHTNING_PRESETS_AUTOLOAD": "0", **env})
+    full_env["LD_LIBRARY_PATH"] = str(library_dir) if library_dir else ""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(PROBE), json.dumps(environs)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=180,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, done.stdout + done.stderr
+    data: dict[str, Any] = json.loads(lines[0].removeprefix("RESULT "))
+    return data
+
+
+CASES: list[tuple[dict[str, str], list[Any] | None]] = [
+    ({}, [3, [7, 0], 16 * GIB]),  # every GPU: the lowest capability, the smallest memory
+    ({"CUDA_VISIBLE_DEVICES": "1"}, [1, [8, 0], 40 * GIB]),  # fastest first (CUDA's default): H100, A100, V100
+    ({"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, [1, [7, 0], 16 * GIB]),  # bus order
+    ({"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, [1, [9, 0], 80 * GIB]),
+    ({"CUDA_VISIBLE_DEVICES": "GPU-cccc3333"}, [1, [8, 0], 40 * GIB]),  # a UUID prefix, whatever the order
+    ({"CUDA_VISIBLE_DEVICES": "GPU-bbbb2222-0000-0000-0000-000000000000,GPU-aaaa"}, [2, [7, 0], 16 * GIB]),
+    ({"CUDA_VISIBLE_DEVICES": "2,0"}, [2, [7, 0], 16 * GIB]),
+    ({"CUDA_VISIBLE_DEVICES": "0,5,1"}, [1, [9, 0], 80 * GIB]),  # stops at the first index out of range
+    ({"CUDA_VISIBLE_DEVICES": "GPU-dddd,0"}, [0, None, None]),  # stops at an unknown UUID
+    ({"CUDA_VISIBLE_DEVICES": "1,1"}, [0, None, None]),  # a repeated device selects none
+    ({"CUDA_VISIBLE_DEVICES": ""}, [0, None, None]),
+    ({"CUDA_VISIBLE_DEVICES": "-1"}, [0, None, None]),
+]
+
+
+def test_capability_and_memory_through_the_stand_in_nvml(stand_in: Path) -> None:
+    data = probe(stand_in, [environ for environ, _ in CASES])
+    for (environ, expected), got in zip(CASES, data["results"], strict=True):
+        assert got == expected, environ
+    assert data["observed"] == [7, 0]  # observed_capability() reads the real environment: every GPU
+    assert data["cuda_initialized"] is False
+
+
+def test_nvml_that_fails_to_initialise_means_unknown(stand_in: Path) -> None:
+    data = probe(stand_in, [{}], FAKE_NVML_INIT_FAILS="1")
+    assert data["results"] == [None]
+    assert data["observed"] is None
+
+
+def test_no_nvml_library_means_unknown() -> None:
+    data = probe(None, [{}, {"CUDA_VISIBLE_DEVICES": "0"}])
+    assert data["results"] == [None, None]
+    assert data["observed"] is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "positions"),
+    [(None, [0, 1, 2]), ("", []), ("2", [2]), ("1gpu,2", [1, 2]), ("0,3", [0]), ("0,0", []), ("GPU-b", [1]),
+     ("GPU-", []), ("MIG-x", [])],
+)  # fmt: skip
+def test_visible_positions_read_cuda_visible_devices_as_the_runtime_does(raw: str | None, positions: list[int]) -> None:
+    assert hardware.visible_positions(raw, ["GPU-a1", "GPU-b2", "GPU-c3"]) == positions
