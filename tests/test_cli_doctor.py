@@ -244,7 +244,7 @@ def test_cluster_section_lists_variables_and_visible_devices() -> None:
 
 
 def test_codes_documented() -> None:
-    assert [code.code for code in _doctor.CODES] == ["LP720", "LP721", "LP722", "LP723", "LP724"]
+    assert [code.code for code in _doctor.CODES] == ["LP720", "LP721", "LP722", "LP723", "LP724", "LP016"]
     assert all(code.fails and code.fixed and code.title for code in _doctor.CODES)
 
 

@@ -5,23 +5,34 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from decimal import Decimal
 from typing import Any
 
 from lightning_presets.cli._output import emit_json, table, wrapped
 from lightning_presets.tools import check as _check
 from lightning_presets.tools.simulation import CLUSTERS
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+_UNITS = {"b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
           "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}  # fmt: skip
+MAX_MEMORY = 2**60
+"""The largest memory size accepted (1 EiB): far above any device or node, far below what overflows."""
 _ARGUMENT_FLAGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches")
 
 
 def memory(text: str) -> int:
-    """``80GiB``, ``80GB``, ``80G`` or a number of bytes."""
+    """``80GiB``, ``80GB``, ``80G`` or ``85899345920B``; a number without a unit is refused (bytes or GiB?)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size such as 80GiB, 80GB or 85899345920")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if not match or match.group(2).lower() not in {*_UNITS, ""}:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size such as 80GiB, 80GB or 85899345920B")
+    number, unit = match.group(1), match.group(2).lower()
+    if not unit:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no unit: write {number}GiB or {number}GB ({number}B if you mean bytes)"
+        )
+    value = Decimal(number) * _UNITS[unit]
+    if not 1 <= value <= MAX_MEMORY:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 byte and at most 1 EiB")
+    return int(value)
 
 
 def capability(text: str) -> tuple[int, int]:
@@ -34,8 +45,8 @@ def capability(text: str) -> tuple[int, int]:
 
 def key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    if not sep or not key.strip() or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (without NUL characters)")
     return key.strip(), value
 
 
