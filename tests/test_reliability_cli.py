@@ -239,7 +239,7 @@ def test_huge_memory_flags_are_usage_errors(capsys: pytest.CaptureFixture[str], 
 @pytest.fixture
 def quick_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
     """The matrix command without its two thousand checks (what is tested here is where it writes)."""
-    monkeypatch.setattr(matrix_cli, "compute", lambda modes: ([], 0.0))
+    monkeypatch.setattr(matrix_cli, "compute", lambda modes, progress=None: ([], 0.0))
 
 
 @pytest.mark.usefixtures("quick_matrix")

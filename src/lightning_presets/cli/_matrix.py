@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from lightning_presets.cli._output import progress
 from lightning_presets.core.findings import UsageError
 from lightning_presets.tools.matrix import COMMANDS, compute, to_json, to_markdown
 
@@ -38,7 +39,8 @@ def _target(flag: str, path: str) -> Path:
 def run(args: argparse.Namespace) -> int:
     check = _target("--check", args.check) if args.check else None
     output = _target("--output", args.output) if args.output else None
-    rows, seconds = compute(args.mode or ("trainer", "fabric"))
+    with progress(True, "checking configurations") as update:
+        rows, seconds = compute(args.mode or ("trainer", "fabric"), update)
     text = to_markdown(rows) if args.format == "markdown" else to_json(rows)
     rate = len(rows) / seconds if seconds else float("inf")
     sys.stderr.write(f"{len(rows)} configurations checked in {seconds:.2f} s ({rate:.0f}/s)\n")
