@@ -35,19 +35,29 @@ _initializing: set[str] = set()  # packages of PACKAGES whose ``__init__`` is ru
 
 
 def _register(module: "ModuleType") -> None:
+    """Register into ``module``; whatever goes wrong is reported, never raised into ``import lightning``.
+
+    Everything but ``KeyboardInterrupt`` is contained (``SystemExit`` from a preset module's argparse call
+    included), and the report cannot raise either: under ``-W error`` it is written to stderr instead.
+    """
     try:
         from lightning_presets._activate import register_module
 
         register_module(module)
-    except Exception as exc:  # a broken preset must never break `import lightning`
-        import warnings
-
-        warnings.warn(
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a broken preset must never break `import lightning`
+        text = (
             f"lightning-presets could not register its presets into {module.__name__}: "
-            f"{type(exc).__name__}: {exc}. Run `lightning-presets list` to see which preset is broken.",
-            RuntimeWarning,
-            stacklevel=2,
+            f"{type(exc).__name__}: {exc}. Run `lightning-presets list` to see which preset is broken."
         )
+        try:
+            import warnings
+
+            warnings.warn(text, RuntimeWarning, stacklevel=2)
+        except Exception:  # a filter made the warning an error: say it on stderr instead
+            if sys.stderr is not None:
+                sys.stderr.write(f"RuntimeWarning: {text}\n")
 
 
 class _RegisteringLoader:

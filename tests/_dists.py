@@ -38,14 +38,18 @@ def _entry_points_txt(dist: Dist) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_installed(dist: Dist, site: Path) -> None:
-    """Write the package and its ``.dist-info`` into ``site``, as an installer would."""
+def write_installed(dist: Dist, site: Path, *, named: bool = True) -> None:
+    """Write the package and its ``.dist-info`` into ``site``, as an installer would.
+
+    ``named=False`` leaves the ``Name`` out of ``METADATA`` (a corrupt installation).
+    """
     package = site / dist.package
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text(textwrap.dedent(dist.source))
     info = site / f"{dist.package}-{dist.version}.dist-info"
     info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.name}\nVersion: {dist.version}\n")
+    name = f"Name: {dist.name}\n" if named else ""
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\n{name}Version: {dist.version}\n")
     (info / "entry_points.txt").write_text(_entry_points_txt(dist))
 
 
@@ -254,4 +258,81 @@ IMPORTER = Dist(
 )
 
 BROKEN = (BROKEN_IMPORT, RAISING, WRONG_TYPE, UPPER_CASE, BUILTIN_NAME, DUP_ONE, DUP_TWO, SHADOW)
+
+# --- hostile and broken plugins (tests/test_reliability*.py) -------------------------------------------
+
+
+def with_rule(dist: str, name: str, body: str, code: str = "LP901", strategy: str = "DDPStrategy") -> Dist:
+    """A distribution with one DDP preset ``name`` whose construction rule runs ``body`` (indented code)."""
+    return Dist(
+        name=dist,
+        version="0.9.0",
+        source=f"""\
+            from lightning_presets import Preset, Problem, rule
+
+            @rule({code!r}, "error", "construction", "a third party's rule", fails="x", fixed="y")
+            def third_party_rule(ctx):
+            {textwrap.indent(textwrap.dedent(body), "    ")}
+
+            PRESET = Preset(
+                name={name!r},
+                description="a DDP preset with a rule",
+                family="ddp",
+                strategy={{"trainer": {strategy!r}, "fabric": "DDPStrategy"}},
+                rules=(third_party_rule,),
+            )
+            """,
+        strategies={name: f"{dist.replace('-', '_')}:PRESET"},
+    )
+
+
+SYSTEM_EXIT = Dist(  # an argparse call at the top of a module, the realistic SystemExit
+    name="exiting-presets",
+    version="0.1.0",
+    source="""\
+        import argparse
+
+        argparse.ArgumentParser(prog="exiting-presets").parse_args(["--no-such-flag"])
+        """,
+    strategies={"exiting": "exiting_presets:PRESET"},
+)
+BASE_EXCEPTION = Dist(
+    name="escaping-presets",
+    version="0.1.0",
+    source="""\
+        class Escape(BaseException):
+            pass
+
+        raise Escape("escaping-presets escapes Exception")
+        """,
+    strategies={"escaping": "escaping_presets:PRESET"},
+)
+PRINTING = Dist(
+    name="printing-presets",
+    version="0.1.0",
+    source='print("printing-presets says hello on stdout")\n' + textwrap.dedent(_preset_source("printing_ddp")),
+    strategies={"printing_ddp": "printing_presets:PRESET"},
+)
+NAMELESS = Dist(  # written with ``named=False``: its METADATA has no Name
+    name="nameless-presets",
+    version="0.1.0",
+    source=_preset_source("nameless_ddp"),
+    strategies={"nameless_ddp": "nameless_presets:PRESET"},
+)
+SLOW = Dist(
+    name="slow-presets",
+    version="0.1.0",
+    source="import time\n\ntime.sleep(1.0)\n" + textwrap.dedent(_preset_source("slow_ddp")),
+    strategies={"slow_ddp": "slow_presets:PRESET"},
+)
+BAD_CLASS = with_rule("bad-class-presets", "bad_class_ddp", "return None", strategy="NoSuchStrategy")
+CRASHING_RULE = with_rule("crashing-presets", "crashing_ddp", "return 8 // (ctx.devices_per_node - 1)")
+WRONG_RETURN = with_rule("wrong-return-presets", "wrong_return_ddp", 'return "devices must be 8"')
+FINE_RULE = with_rule(
+    "fine-rule-presets",
+    "fine_rule_ddp",
+    'return Problem("Acme nodes have 8 devices", "use devices=8") if ctx.devices_per_node != 8 else None',
+)
+BAD_CODE = with_rule("bad-code-presets", "bad_code_ddp", "return None", code="ACME1")
+HOSTILE = (RAISING, SYSTEM_EXIT, BASE_EXCEPTION, PRINTING, BAD_CODE)
 ALL = (ACME, IMPORTER, *BROKEN)

@@ -6,8 +6,9 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -55,6 +56,27 @@ def fresh_catalog() -> Iterator[None]:
 
 
 @pytest.fixture
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """``install(*dists, named=True)`` makes hand-made distributions discoverable for this test only (written into
+    a directory on ``sys.path``); their modules are forgotten afterwards."""
+    from _dists import write_installed
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for variable in ("LIGHTNING_PRESETS_ALLOW", "LIGHTNING_PRESETS_DENY"):
+        monkeypatch.delenv(variable, raising=False)
+    packages: list[str] = []
+
+    def install(*dists: Any, named: bool = True) -> None:
+        for dist in dists:
+            write_installed(dist, tmp_path, named=named)
+            packages.append(dist.package)
+
+    yield install
+    for package in packages:
+        sys.modules.pop(package, None)
+
+
+@pytest.fixture
 def broken_entry(monkeypatch: pytest.MonkeyPatch, fresh_catalog: None) -> None:
     """One more entry point in the strategy group, whose module does not exist."""
     original = _catalog._entry_points
@@ -90,3 +112,16 @@ def run_python(
         timeout=timeout,
         check=False,
     )
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run ``lightning-presets *argv`` in this process: (exit code, stdout, stderr); never a traceback."""
+    from lightning_presets.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err

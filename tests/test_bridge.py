@@ -292,8 +292,10 @@ def test_guarded_class_layers_and_cache(namespace: Namespace) -> None:
 
 def test_a_class_outside_lightnings_strategies_is_refused() -> None:
     preset = ddp_preset(strategy={"trainer": "torch.nn:Linear"})
-    with pytest.raises(TypeError, match=r"'torch\.nn:Linear'.*not a lightning\.pytorch\.strategies\.Strategy"):
+    expected = r"'torch\.nn:Linear'.*not a lightning\.pytorch\.strategies\.Strategy"
+    with pytest.raises(PresetConfigError, match=expected) as excinfo:
         build(preset, namespace_for_target("trainer"), {}, HEADS)
+    assert excinfo.value.codes == ("LP011",)
 
 
 def test_module_attr_class_spec_is_resolved() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ from _dists import (
     UPPER_CASE,
     WRONG_TYPE,
     Dist,
-    write_installed,
 )
 from lightning_presets import Preset, PresetWarning
 from lightning_presets.registry import catalog as _catalog
@@ -57,24 +55,6 @@ def declared_builtins() -> dict[str, str]:
         data = tomllib.load(file)
     entries: dict[str, str] = data["project"]["entry-points"][STRATEGY_GROUP]
     return entries
-
-
-@pytest.fixture
-def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Make distributions discoverable for this test only; their modules are forgotten afterwards."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for variable in ("LIGHTNING_PRESETS_ALLOW", "LIGHTNING_PRESETS_DENY"):
-        monkeypatch.delenv(variable, raising=False)
-    packages: list[str] = []
-
-    def install(*dists: Dist) -> None:
-        for dist in dists:
-            write_installed(dist, tmp_path)
-            packages.append(dist.package)
-
-    yield install
-    for package in packages:
-        sys.modules.pop(package, None)
 
 
 def load() -> Catalog[Preset]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -149,7 +150,7 @@ def test_show_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:
 def test_show_broken_entry_exits_1(capsys: pytest.CaptureFixture[str], broken_entry: None) -> None:
     code, out = run(capsys, "show", "acme_broken")
     assert code == 1
-    assert "status:   broken" in out
+    assert re.search(r"^  status +broken$", out, re.MULTILINE)
     assert "[LP004]" in out
 
 

@@ -1,5 +1,5 @@
-"""The documented examples of the codes that are not preset rules, executed: the catalog's (LP001-LP010), the
-optional dependencies' (LP401, LP402, LP501, LP502, LP601, LP602) and the doctor's (LP720-LP724). The check's
+"""The documented examples of the codes that are not preset rules, executed: the catalog's (LP001-LP015), the
+optional dependencies' (LP401, LP402, LP501, LP502, LP601, LP602) and the doctor's (LP720-LP724, LP016). The check's
 (LP700+) run in test_cli_check.py; the rules' through ``check_examples`` in test_examples.py.
 
 Each example runs as written; what a line of code cannot say (which distributions are installed, which package is
@@ -21,8 +21,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from lightning.fabric.strategies.registry import _StrategyRegistry
 
-from _dists import Dist, write_installed
+from _dists import NAMELESS, Dist, with_rule, write_installed
 from helpers import run
 from lightning_presets import Preset
 from lightning_presets.core.codes import CATALOG_CODES, Code
@@ -45,6 +46,17 @@ def _preset(name):
 
 FSDP_FAST, FSDP_QUICK, DDP, ACME_DDP = map(_preset, ["fsdp_fast", "fsdp_quick", "ddp", "acme_ddp"])
 FSDP_FAST_UPPER = _preset("FSDP_Fast")
+
+from dataclasses import replace
+from lightning_presets import rule
+
+def _eight_per_node(ctx):
+    return None
+
+ACME_FSDP = replace(_preset("acme_fsdp"), rules=(rule("LP901", "error", "construction", "8 per node",
+                                                       fails="x", fixed="y")(_eight_per_node),))
+ACME_FSDP_BAD_RULE = replace(ACME_FSDP, rules=(rule("ACME1", "error", "construction", "8 per node",
+                                                    fails="x", fixed="y")(_eight_per_node),))
 
 def make_dict():
     return {"name": "fsdp_fast"}
@@ -151,12 +163,67 @@ def breaking(module: str) -> Situation:
 
 
 NOTHING: Situation = lambda monkeypatch, tmp: contextlib.nullcontext()  # noqa: E731
+
+
+@contextlib.contextmanager
+def _installed(
+    monkeypatch: pytest.MonkeyPatch, tmp: Path, *dists: Dist, named: bool = True, register: bool = False
+) -> Iterator[None]:
+    """Distributions on sys.path and a catalog read afresh inside the example (and again afterwards)."""
+    monkeypatch.syspath_prepend(str(tmp))
+    for dist in dists:
+        write_installed(dist, tmp, named=named)
+    _catalog.clear_cache()
+    try:
+        if register:  # what the start-up hook does in a fresh process
+            from lightning.pytorch.strategies import StrategyRegistry
+
+            from lightning_presets.core.namespaces import namespace_for_target
+            from lightning_presets.guards.strategy import HEADS
+            from lightning_presets.registry.bridge import register_into
+
+            fresh = _StrategyRegistry()
+            register_into(fresh, namespace_for_target("trainer"), HEADS)
+            for dist in dists:
+                for name in dist.strategies:
+                    monkeypatch.setitem(StrategyRegistry, name, fresh[name])
+        yield
+    finally:
+        _catalog.clear_cache()
+        for dist in dists:
+            sys.modules.pop(dist.package, None)
+
+
+def _crashing_rule(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> contextlib.AbstractContextManager[Any]:
+    acme = with_rule("acme-presets", "acme_ddp", "return 8 // (ctx.devices_per_node - 8)")
+    return _installed(monkeypatch, tmp, acme, register=True)
+
+
+def _nameless(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> contextlib.AbstractContextManager[Any]:
+    return _installed(monkeypatch, tmp, NAMELESS, named=False)
+
+
+def _slow(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> contextlib.AbstractContextManager[Any]:
+    monkeypatch.setattr(_catalog, "SLOW_SECONDS", 0.1)  # 30 s in the example
+    acme = Dist("acme-presets", "1.0", "import time\n\ntime.sleep(0.3)\n" + ACME, {"acme_ddp": "acme_presets:ACME_DDP"})
+    return _installed(monkeypatch, tmp, acme)
+
+
+def _denied(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> contextlib.AbstractContextManager[Any]:
+    monkeypatch.setenv("LIGHTNING_PRESETS_DENY", "lightning-presets")
+    return _installed(monkeypatch, tmp)
+
+
 PYTHON_CODES: dict[str, tuple[Setting, Situation, Setting]] = {
     # code: (where fails runs, what is wrong there, where fixed runs)
     "LP006": (Setting(), NOTHING, Setting()),
     "LP007": (Setting(missing=("deepspeed",)), NOTHING, Setting()),
     "LP008": (Setting(gpus=0, simulated=("torch_xla",)), NOTHING, Setting(gpus=0, simulated=("torch_xla",))),
     "LP010": (Setting(), NOTHING, Setting()),
+    "LP012": (Setting(gpus=0), _crashing_rule, Setting(gpus=0)),
+    "LP013": (Setting(), _nameless, Setting()),
+    "LP014": (Setting(), _slow, Setting()),
+    "LP015": (Setting(), _denied, Setting()),
     "LP401": (Setting(), breaking("deepspeed"), Setting()),
     "LP402": (Setting(), versions(torch="2.6.0", deepspeed="0.15.4"), Setting()),
     "LP501": (Setting(gpus=0), breaking("torch_xla"), Setting(gpus=0, simulated=("torch_xla",))),
@@ -226,7 +293,13 @@ DOCTOR_SITUATIONS: dict[str, Situation] = {
     "LP722": NOTHING,  # the example sets LIGHTNING_PRESETS_AUTOLOAD=0 itself
     "LP723": _no_pth,
     "LP724": _unregistered,
+    "LP016": lambda monkeypatch, tmp: _unimportable(monkeypatch),
 }
+
+
+def _unimportable(monkeypatch: pytest.MonkeyPatch) -> contextlib.AbstractContextManager[Any]:
+    monkeypatch.setitem(sys.modules, "lightning.pytorch.strategies", None)  # `import` raises ImportError
+    return contextlib.nullcontext()
 
 
 def test_every_doctor_example_has_its_situation() -> None:

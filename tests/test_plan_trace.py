@@ -23,8 +23,7 @@ import torch
 from torch import nn
 
 from helpers import SCRIPTS, run
-from lightning_presets.cli import _plan as cli_plan
-from lightning_presets.cli import main
+from lightning_presets.cli import _output, main
 from lightning_presets.registry.catalog import strategy_catalog
 from lightning_presets.tools import memory, plan_worker, trace, user_model
 from lightning_presets.tools.estimates import Estimate, PlanRequest, traced_estimate
@@ -327,13 +326,13 @@ class _Terminal(io.StringIO):
 
 def test_progress_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    with cli_plan.progress_display(True) as progress:
+    with _output.progress(True, "loading the model") as progress:
         assert progress is None  # piped
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    with cli_plan.progress_display(False) as progress:
+    with _output.progress(False, "loading the model") as progress:
         assert progress is None  # --json
-    with cli_plan.progress_display(True) as progress:
+    with _output.progress(True, "loading the model") as progress:
         assert progress is not None
         progress("tracing fsdp2", 1, 3)
     assert "tracing fsdp2" in terminal.getvalue()

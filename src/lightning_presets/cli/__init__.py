@@ -39,18 +39,53 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (the console script exits with it)."""
+    """Run the command line; returns the exit code (the console script exits with it).
+
+    Whatever the input, the result is an exit code (0, 1 or 2) and a message, never a traceback: usage errors
+    and unwritable output exit 2; an unexpected exception (a bug) is one line naming where it happened, also 2.
+    """
     import sys
 
     from lightning_presets.core.findings import UsageError
 
     parser = _parser()
     args = parser.parse_args(argv)
+    prefix = f"lightning-presets {args.command}: error"
     try:
-        return int(args.run(args))
+        code = int(args.run(args))
+        sys.stdout.flush()
+        return code
     except UsageError as error:
-        parser.exit(USAGE_ERROR, f"lightning-presets {args.command}: error: {error}\n")
+        parser.exit(USAGE_ERROR, f"{prefix}: {error}\n")
     except BrokenPipeError:  # `lightning-presets list | head`
-        sys.stderr.close()
+        _detach_stdout()
         return 0
+    except OSError as error:  # the output cannot be written (`> /dev/full`, a read-only file)
+        _detach_stdout()
+        where = f" ({error.filename})" if error.filename else ""
+        parser.exit(USAGE_ERROR, f"{prefix}: {error.strerror or error}{where}\n")
+    except (RecursionError, MemoryError) as error:
+        parser.exit(USAGE_ERROR, f"{prefix}: the input is too large or too deeply nested ({type(error).__name__})\n")
+    except Exception as error:  # a bug: one line that says where, not a traceback
+        parser.exit(USAGE_ERROR, f"{prefix}: internal error: {_where(error)}; please report it\n")
     return USAGE_ERROR
+
+
+def _detach_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush cannot fail again (Python's documented recipe)."""
+    import os
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file behind stdout (tests capture it)
+        pass
+
+
+def _where(error: Exception) -> str:
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    last = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(error).__name__}: {error}{last}"

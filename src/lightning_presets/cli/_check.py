@@ -4,24 +4,37 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
+from decimal import Decimal
 from typing import Any
 
-from lightning_presets.cli._output import emit_json, table, wrapped
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from lightning_presets.cli._output import emit, emit_json, fields, findings, heading, indented, verdict
 from lightning_presets.tools import check as _check
 from lightning_presets.tools.simulation import CLUSTERS
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+_UNITS = {"b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
           "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}  # fmt: skip
+MAX_MEMORY = 2**60
+"""The largest memory size accepted (1 EiB): far above any device or node, far below what overflows."""
 _ARGUMENT_FLAGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches")
 
 
 def memory(text: str) -> int:
-    """``80GiB``, ``80GB``, ``80G`` or a number of bytes."""
+    """``80GiB``, ``80GB``, ``80G`` or ``85899345920B``; a number without a unit is refused (bytes or GiB?)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size such as 80GiB, 80GB or 85899345920")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if not match or match.group(2).lower() not in {*_UNITS, ""}:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size such as 80GiB, 80GB or 85899345920B")
+    number, unit = match.group(1), match.group(2).lower()
+    if not unit:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no unit: write {number}GiB or {number}GB ({number}B if you mean bytes)"
+        )
+    value = Decimal(number) * _UNITS[unit]
+    if not 1 <= value <= MAX_MEMORY:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 byte and at most 1 EiB")
+    return int(value)
 
 
 def capability(text: str) -> tuple[int, int]:
@@ -34,8 +47,8 @@ def capability(text: str) -> tuple[int, int]:
 
 def key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    if not sep or not key.strip() or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (without NUL characters)")
     return key.strip(), value
 
 
@@ -161,19 +174,21 @@ _REJECTED_AT_CONSTRUCTION = (
 )
 
 
-def render(report: _check.CheckReport, strict: bool) -> str:
+def render(report: _check.CheckReport, strict: bool) -> Group:
     data = report.as_dict(strict)
     caller = report.request.caller
     constructed = report.evidence != "construction" or report.constructed
     evidence = (_EVIDENCE[report.evidence] if constructed else _REJECTED_AT_CONSTRUCTION).format(caller=caller)
-    simulated = _simulated_text(data["evidence"]["simulated"])
-    lines = [f"lightning-presets check: {data['call']}", f"  simulated: {simulated}",
-             f"  evidence:  {evidence}"]  # fmt: skip
-    lines += [f"  note:      {note}" for note in report.request.notes]
+    about = [("simulated", _simulated_text(data["evidence"]["simulated"])), ("evidence", evidence)]
+    about += [("note", note) for note in report.request.notes]
+    parts: list[RenderableType] = [
+        Text.assemble(("lightning-presets check: ", "bold"), data["call"]),
+        fields(about),
+        "",
+    ]
     if report.resolved is not None:
         r = report.resolved
         mesh = " × ".join(f"{name}={size}" for name, size in r.device_mesh.items())
-        lines += ["", "resolved"]
         rows = [
             ("strategy", r.strategy_class + (f" (preset {r.preset!r})" if r.preset else "")),
             ("accelerator", r.accelerator),
@@ -183,25 +198,20 @@ def render(report: _check.CheckReport, strict: bool) -> str:
             ("cluster env", r.cluster_environment),
             ("launcher", r.launcher or "none"),
         ]
-        lines += [f"  {name:<12} {value}" for name, value in rows]
-    lines.append("")
-    if report.reported:
-        findings = [
-            (each.finding.code, each.finding.severity, f"{each.finding.message}\nhint: {each.finding.hint}")
-            for each in report.reported
-        ]
-        lines += ["findings", table(("code", "severity", "message and hint"), findings, wrap_last=78)]
-    else:
-        lines.append("findings: none")
+        parts += [heading("resolved"), fields(rows), ""]
+    parts.append(findings(report.findings))
     if report.lightning_warnings:
-        lines += ["", "Lightning warned:"]
-        lines += [f"  - {wrapped(text, 4)}" for text in report.lightning_warnings]
+        parts += ["", heading("Lightning warned:")]
+        parts += [indented(Text(f"- {text}")) for text in report.lightning_warnings]
     errors = sum(1 for f in report.findings if f.severity == "error")
     warnings_ = len(report.findings) - errors
-    verdict = "REJECTED" if report.rejected(strict) else "VALID"
-    lines += ["", f"{verdict}: {errors} error(s), {warnings_} warning(s){' (--strict)' if strict else ''}; "
-              f"exit {report.exit_code(strict)}; checked in {report.elapsed_ms:.1f} ms"]  # fmt: skip
-    return "\n".join(lines)
+    rejected = report.rejected(strict)
+    summary = (
+        f"{'REJECTED' if rejected else 'VALID'}: {errors} error(s), {warnings_} warning(s)"
+        f"{' (--strict)' if strict else ''}; exit {report.exit_code(strict)}; checked in {report.elapsed_ms:.1f} ms"
+    )
+    parts += ["", verdict(summary, ok=not rejected)]
+    return Group(*parts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -211,5 +221,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report.as_dict(args.strict))
     else:
-        sys.stdout.write(render(report, args.strict) + "\n")
+        emit(render(report, args.strict))
     return report.exit_code(args.strict)

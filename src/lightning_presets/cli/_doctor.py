@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from lightning_presets.cli._output import emit_json, table, wrapped
+from rich.console import Group
+from rich.text import Text
+
+from lightning_presets.cli._output import emit, emit_json, fields, findings, heading, table, verdict
 from lightning_presets.core.environment import AUTOLOAD_VARIABLE as _VARIABLE
 from lightning_presets.tools import doctor as _doctor
 
@@ -30,10 +32,6 @@ def _torch(info: dict[str, Any]) -> str:
     return f"{info['version']} ({info['build']} build{devices}; CUDA context created: {_yes(info['cuda_initialized'])})"
 
 
-def _row(label: str, text: str) -> str:
-    return f"{label:<18} {wrapped(text, 19)}"
-
-
 def _registry(info: dict[str, Any]) -> str:
     if not info["importable"]:
         return f"{info['module']}: not importable" + (f" ({info['error']})" if "error" in info else "")
@@ -41,51 +39,64 @@ def _registry(info: dict[str, Any]) -> str:
     return f"{info['module']}: {len(info['registered'])} preset(s) registered{missing}"
 
 
-def render(report: _doctor.Report, strict: bool) -> str:
+def render(report: _doctor.Report, strict: bool) -> Group:
     s = report.sections
     created = s["torch"].get("cuda_initialized_at_end", False)
     context = "a CUDA context exists (an optional dependency's import created it)" if created else (
         "no CUDA context was created")  # fmt: skip
-    lines = [f"lightning-presets doctor (nothing was launched; {context})", ""]
-    lines += [_row("python", f"{s['python']['version']} ({s['python']['executable']})"),
-              _row("torch", _torch(s["torch"]))]  # fmt: skip
+    versions: list[tuple[str, str | Text]] = [
+        ("python", f"{s['python']['version']} ({s['python']['executable']})"),
+        ("torch", _torch(s["torch"])),
+    ]
     for name, package in s["lightning"]["packages"].items():
         state = "not installed" if package["version"] is None else (
             f"{package['version']} ({'supported' if package['supported'] else 'NOT supported'}: "
             f"{s['lightning']['supported']})")  # fmt: skip
-        lines.append(_row(name, state))
+        versions.append((name, state))
     auto = s["autoload"]
-    lines += ["", _row("autoload", f"enabled: {_yes(auto['enabled'])} ({_VARIABLE}={auto['variable'] or 'unset'}); "
-                       f"hook importable: {_yes(auto['hook_importable'])}; "
-                       f"finder installed: {_yes(auto['finder_installed'])}"),
-              f"{'autoload .pth':<18} {auto['pth'] or 'not found in the site directories'}"]  # fmt: skip
-    lines += [_row("registry", _registry(info)) for info in s["registries"].values()]
     trust = "; ".join(f"{key}={value if value is not None else 'unset'}" for key, value in s["trust"].items())
     catalog = s["catalog"]
-    usable = f"{catalog['usable']} usable preset(s); {len(catalog['problems'])} not usable"
-    lines += ["", _row("trust", trust), _row("catalog", usable)]
-    lines += [f"  {row['kind']} {row['name']} from {row['source']}: {row['status']}" for row in catalog["problems"]]
-    lines += ["", table(("optional dependency", "status", "version", "used by"), [
+    setup: list[tuple[str, str | Text]] = [
+        ("autoload", f"enabled: {_yes(auto['enabled'])} ({_VARIABLE}={auto['variable'] or 'unset'}); "
+                     f"hook importable: {_yes(auto['hook_importable'])}; "
+                     f"finder installed: {_yes(auto['finder_installed'])}"),
+        ("autoload .pth", auto["pth"] or "not found in the site directories"),
+        *(("registry", _registry(info)) for info in s["registries"].values()),
+        ("trust", trust),
+        ("catalog", f"{catalog['usable']} usable preset(s); {len(catalog['problems'])} not usable"),
+        *(("", f"{row['kind']} {row['name']} from {row['source']}: {row['status']}") for row in catalog["problems"]),
+    ]  # fmt: skip
+    dependencies = table(("optional dependency", "status", "version", "used by"), [
         (module, row["status"] + (f" ({row['install']})" if "install" in row else ""), row["version"] or "-",
          ", ".join(row["used_by"]) or "-")
         for module, row in s["optional_dependencies"].items()
-    ])]  # fmt: skip
+    ], wrap=(3,))  # fmt: skip
     cluster = s["cluster"]
     visible = cluster["cuda_visible_devices"]
     shown = "unset" if visible is None else repr(visible)
-    lines += ["", _row("cluster", f"{cluster['detected']}; CUDA_VISIBLE_DEVICES={shown}")]
-    lines += [f"  {key}={value}" for key, value in cluster["variables"].items() if key != "CUDA_VISIBLE_DEVICES"]
-    lines.append("")
-    if report.findings:
-        rows = [(f.code, f.severity, f"{f.message}\nhint: {f.hint}") for f in report.findings]
-        lines += ["findings", table(("code", "severity", "message and hint"), rows, wrap_last=78)]
-    else:
-        lines.append("findings: none")
+    where: list[tuple[str, str | Text]] = [("cluster", f"{cluster['detected']}; CUDA_VISIBLE_DEVICES={shown}")]
+    where += [("", f"{key}={value}") for key, value in cluster["variables"].items() if key != "CUDA_VISIBLE_DEVICES"]
     errors = sum(1 for f in report.findings if f.severity == "error")
-    verdict = "PROBLEMS" if report.rejected(strict) else "OK"
-    lines += ["", f"{verdict}: {errors} error(s), {len(report.findings) - errors} warning(s)"
-              f"{' (--strict)' if strict else ''}; exit {report.exit_code(strict)}"]  # fmt: skip
-    return "\n".join(lines)
+    rejected = report.rejected(strict)
+    summary = (
+        f"{'PROBLEMS' if rejected else 'OK'}: {errors} error(s), {len(report.findings) - errors} warning(s)"
+        f"{' (--strict)' if strict else ''}; exit {report.exit_code(strict)}"
+    )
+    return Group(
+        heading(f"lightning-presets doctor (nothing was launched; {context})"),
+        "",
+        fields(versions, indent=0),
+        "",
+        fields(setup, indent=0),
+        "",
+        dependencies,
+        "",
+        fields(where, indent=0),
+        "",
+        findings(report.findings),
+        "",
+        verdict(summary, ok=not rejected),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,5 +104,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report.as_dict(args.strict))
     else:
-        sys.stdout.write(render(report, args.strict) + "\n")
+        emit(render(report, args.strict))
     return report.exit_code(args.strict)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from lightning_presets.cli._output import emit_json, table
+from rich.console import RenderableType
+from rich.text import Text
+
+from lightning_presets.cli._output import emit, emit_json, findings, table
 from lightning_presets.tools.catalogs import all_entries
 
 LIST_SCHEMA = "lightning-presets/list"
@@ -27,30 +29,27 @@ def run(args: argparse.Namespace) -> int:
     unusable = [row for row in rows if row["status"] != "ok"]
     if args.json:
         emit_json({"schema": LIST_SCHEMA, "schema_version": LIST_SCHEMA_VERSION, "presets": rows})
-    else:
-        lines = [
-            table(
-                ("name", "kind", "family", "targets", "extras", "source", "status"),
-                [
-                    (
-                        row["name"],
-                        row["kind"],
-                        row["family"] or "-",
-                        _targets(row["targets"]),
-                        ", ".join(row["extras"]) or "-",
-                        f"{row['distribution']} {row['version']}",
-                        row["status"],
-                    )
-                    for row in rows
-                ],
+        return 1 if args.strict and unusable else 0
+    listing = table(
+        ("name", "kind", "family", "targets", "extras", "source", "status"),
+        [
+            (
+                row["name"],
+                row["kind"],
+                row["family"] or "-",
+                _targets(row["targets"]),
+                ", ".join(row["extras"]) or "-",
+                f"{row['distribution']} {row['version']}",
+                Text(row["status"], style="green" if row["status"] == "ok" else "bold red"),
             )
-            if rows
-            else "no presets installed"
-        ]
-        for row in rows:
-            for finding in row["findings"]:
-                lines.append(f"\n{row['name']} ({row['status']}): [{finding['code']}] {finding['message']}")
-                lines.append(f"  hint: {finding['hint']}")
-        lines.append("\n`lightning-presets show NAME` explains one preset; `lightning-presets check` validates a job.")
-        sys.stdout.write("\n".join(lines) + "\n")
+            for row in rows
+        ],
+        wrap=(3, 4, 5),
+    )
+    parts: list[RenderableType] = [listing if rows else "no presets installed"]
+    for row in rows:
+        if row["findings"]:
+            parts += ["", findings(row["findings"], title=f"{row['name']} ({row['status']})")]
+    parts += ["", "`lightning-presets show NAME` explains one preset; `lightning-presets check` validates a job."]
+    emit(*parts)
     return 1 if args.strict and unusable else 0

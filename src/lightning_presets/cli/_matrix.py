@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from lightning_presets.cli._output import progress
+from lightning_presets.core.findings import UsageError
 from lightning_presets.tools.matrix import COMMANDS, compute, to_json, to_markdown
 
 
@@ -22,19 +24,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=("trainer", "fabric"), action="append", help="limit to one mode")
 
 
+def _target(flag: str, path: str) -> Path:
+    """A usage error now, before the seconds of checks, for a directory or (``--output``) a missing directory."""
+    target = Path(path)
+    if "\0" in path:
+        raise UsageError(f"{flag} {path!r}: not a file name (a NUL character)")
+    if target.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; give a file name")
+    if flag == "--output" and not target.parent.is_dir():
+        raise UsageError(f"{flag} {path}: the directory {target.parent} does not exist")
+    return target  # a missing --check file is stale (exit 1), not a usage error
+
+
 def run(args: argparse.Namespace) -> int:
-    rows, seconds = compute(args.mode or ("trainer", "fabric"))
+    check = _target("--check", args.check) if args.check else None
+    output = _target("--output", args.output) if args.output else None
+    with progress(True, "checking configurations") as update:
+        rows, seconds = compute(args.mode or ("trainer", "fabric"), update)
     text = to_markdown(rows) if args.format == "markdown" else to_json(rows)
     rate = len(rows) / seconds if seconds else float("inf")
     sys.stderr.write(f"{len(rows)} configurations checked in {seconds:.2f} s ({rate:.0f}/s)\n")
-    if args.check:
-        current = Path(args.check).read_text(encoding="utf-8") if Path(args.check).exists() else ""
+    if check is not None:
+        try:  # never more than one character past what would be written: `--check /dev/zero` ends too
+            with check.open(encoding="utf-8") as file:
+                current = file.read(len(text) + 1)
+        except FileNotFoundError:
+            current = ""
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or error
+            raise UsageError(f"--check {args.check}: cannot be read: {reason}") from error
         if current != text:
             sys.stderr.write(f"{args.check} is stale; regenerate it with: {COMMANDS[args.format]}\n")
             return 1
         return 0
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+    if output is not None:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"--output {args.output}: cannot be written: {error.strerror or error}") from error
     else:
         sys.stdout.write(text)
     return 0

@@ -1,50 +1,135 @@
-"""Output helpers shared by the commands: aligned tables, wrapped cells, JSON."""
+"""Rendering shared by the commands, with rich: colour and live progress on a terminal, plain text when piped.
+
+Plain text is the same layout without styles and without trailing spaces; it is what a pipe, a file,
+``NO_COLOR=1`` or ``TERM=dumb`` get (``COLUMNS`` sets its width when piped). ``--json`` never goes through here
+except :func:`emit_json`.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import sys
-import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
-WIDTH = 100
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+PLAIN_WIDTH = 120
+"""Columns of plain-text output (``COLUMNS`` overrides it); a terminal uses its own width."""
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}
+Progress = Callable[[str, int, int], None]
+"""``update(what, done, total)``: what long work reports as it goes."""
 
 
 def emit_json(data: Any, stream: TextIO | None = None) -> None:
     (stream or sys.stdout).write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, wrap_last: int = 0) -> str:
-    """A plain-text table; with ``wrap_last`` the last column is wrapped at that width."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
-    if wrap_last:
-        widths[-1] = min(widths[-1], wrap_last)
-    lines = ["  ".join(header.ljust(width) for header, width in zip(headers, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * width for width in widths))
+def _console(stream: TextIO, **options: Any) -> Console:
+    # markup=False: messages carry user values such as `plugins=[...]`, which rich would read as markup.
+    return Console(file=stream, markup=False, highlight=False, emoji=False, **options)
+
+
+def emit(*renderables: RenderableType | str, stderr: bool = False) -> None:
+    """Print on stdout (or stderr): styled on a terminal; plain and without trailing spaces otherwise."""
+    stream = sys.stderr if stderr else sys.stdout
+    terminal = _console(stream)
+    content = Group(*renderables)  # one renderable per line ("" is an empty line)
+    if terminal.is_terminal and not terminal.no_color and terminal.color_system is not None:
+        terminal.print(content, crop=False)
+        return
+    buffer = io.StringIO()
+    columns = os.environ.get("COLUMNS", "")
+    width = terminal.width if terminal.is_terminal else max(int(columns), 40) if columns.isdigit() else PLAIN_WIDTH
+    _console(buffer, width=width, color_system=None).print(content, crop=False)
+    stream.write("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))
+
+
+def heading(text: str) -> Text:
+    return Text(text, style="bold")
+
+
+def verdict(text: str, *, ok: bool) -> Text:
+    return Text(text, style="bold green" if ok else "bold red")
+
+
+def severity(value: str) -> Text:
+    return Text(value, style=SEVERITY_STYLE.get(value, ""))
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str | Text]], *, wrap: Sequence[int] = ()) -> Table:
+    """A table with a rule under its header; columns listed in ``wrap`` wrap, the others never do."""
+    grid = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold", padding=(0, 1, 0, 0))
+    for index, header in enumerate(headers):
+        grid.add_column(header, no_wrap=index not in wrap, overflow="fold")
     for row in rows:
-        cells = [str(cell) for cell in row]
-        last = _wrap_cell(cells[-1], wrap_last)
-        lead = "  ".join(cell.ljust(width) for cell, width in zip(cells[:-1], widths, strict=False))
-        pad = " " * len(lead)
-        lines.append(f"{lead}  {last[0]}".rstrip() if cells[:-1] else last[0])
-        lines.extend(f"{pad}  {part}".rstrip() for part in last[1:])
-    return "\n".join(lines)
+        grid.add_row(*row)
+    return grid
 
 
-def _wrap_cell(text: str, width: int) -> list[str]:
-    if not width:
-        return text.splitlines() or [""]
-    lines = []
-    for paragraph in text.splitlines() or [""]:
-        lines.extend(textwrap.wrap(paragraph, width, subsequent_indent="  " if paragraph.startswith("hint:") else "")
-                     or [""])  # fmt: skip
-    return lines
+def fields(rows: Iterable[tuple[str, str | Text]], *, indent: int = 2) -> Padding:
+    """Aligned ``label  value`` lines; values wrap under themselves."""
+    grid = Table.grid(padding=(0, 2, 0, 0))
+    grid.add_column(no_wrap=True, style="bold")
+    grid.add_column(overflow="fold")
+    for label, value in rows:
+        grid.add_row(label, value)
+    return indented(grid, indent)
 
 
-def wrapped(text: str, indent: int, width: int = WIDTH) -> str:
-    """``text`` wrapped to ``width``, every line after the first indented by ``indent`` spaces."""
-    lines = []
-    for paragraph in text.splitlines() or [""]:
-        lines.extend(textwrap.wrap(paragraph, max(width - indent, 20)) or [""])
-    return ("\n" + " " * indent).join(lines)
+def indented(renderable: RenderableType | str, indent: int = 2) -> Padding:
+    return Padding(renderable, (0, 0, 0, indent))
+
+
+def findings(items: Sequence[Any], *, title: str = "findings") -> RenderableType:
+    """Findings grouped by severity, errors first; code, message and hint aligned. ``items`` have ``code``,
+    ``severity``, ``message`` and ``hint`` (a :class:`~lightning_presets.Finding` or its ``as_dict()``)."""
+    rows = [item if isinstance(item, dict) else item.as_dict() for item in items]
+    if not rows:
+        return Text(f"{title}: none")
+    parts: list[RenderableType] = []
+    for level in ("error", "warning"):
+        group = [row for row in rows if row["severity"] == level]
+        if not group:
+            continue
+        lead = f"{title}: " if not parts else ""
+        count = f"{len(group)} {level}{'s' if len(group) > 1 else ''}"
+        parts.append(Text.assemble((lead, "bold"), (count, SEVERITY_STYLE[level])))
+        grid = Table.grid(padding=(0, 2, 0, 0))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        for row in group:
+            body = Text(row["message"])
+            body.append("\nhint: ", style="dim")
+            body.append(row["hint"])
+            grid.add_row(Text(f"[{row['code']}]", style=SEVERITY_STYLE[level]), body)
+        parts.append(indented(grid))
+    return Group(*parts)
+
+
+@contextlib.contextmanager
+def progress(enabled: bool, description: str) -> Iterator[Progress | None]:
+    """A progress bar on stderr while long work runs, only on a terminal (none when piped or with ``--json``)."""
+    console = Console(stderr=True)
+    if not enabled or not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # fmt: skip
+    with Bar(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(what: str, done: int, total: int) -> None:
+            bar.update(task, description=what, completed=done, total=total)
+
+        yield update

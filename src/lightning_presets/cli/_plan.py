@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import sys
-from collections.abc import Iterator
+
+from rich.console import Group, RenderableType
+from rich.text import Text
 
 from lightning_presets.cli._check import memory
-from lightning_presets.cli._output import emit_json, table, wrapped
+from lightning_presets.cli._output import emit, emit_json, fields, heading, indented, progress, table, verdict
 from lightning_presets.core.findings import UsageError
 from lightning_presets.tools import plan as _plan
 
@@ -113,39 +113,19 @@ def request_from(args: argparse.Namespace) -> _plan.PlanRequest:
         raise UsageError(str(error)) from None
 
 
-@contextlib.contextmanager
-def progress_display(enabled: bool) -> Iterator[_plan.Progress | None]:
-    """A rich progress bar on stderr while tracing, only on a terminal (none when piped or with --json)."""
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())  # fmt: skip
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("loading the model", total=None)
-
-        def update(what: str, done: int, total: int) -> None:
-            bar.update(task, description=what, completed=done, total=total)
-
-        yield update
-
-
 def run(args: argparse.Namespace) -> int:
     from lightning_presets.tools.plan_worker import PlanFailed
 
     request = request_from(args)
     try:
-        with progress_display(request.traced and not args.json) as progress:
-            result = _plan.plan(request, progress)
+        with progress(request.traced and not args.json, "loading the model") as update:
+            result = _plan.plan(request, update)
     except (ValueError, PlanFailed) as error:
         raise UsageError(str(error)) from None
     if args.json:
         emit_json(result.as_dict())
     else:
-        sys.stdout.write(render(result) + "\n")
+        emit(render(result))
     return result.exit_code
 
 
@@ -162,17 +142,19 @@ def _in(value: float | None, unit: int) -> str:
     return "-" if value is None else f"{value / unit:.2f}"
 
 
-def render(result: _plan.Plan) -> str:
+def render(result: _plan.Plan) -> Group:
     r = result.request
     subject = (f"{_plan.format_count(r.params)} parameters ({r.params:,})" if r.params is not None
                else f"--model {r.model}" + (f", batch {r.batch_size}" if r.batch_size else ""))  # fmt: skip
     evidence = (_EVIDENCE_MODEL if r.traced else _EVIDENCE_PARAMS).format(headroom=r.effective_headroom,
                                                                            world=r.world_size)  # fmt: skip
-    lines = [
-        f"lightning-presets plan: {subject}, {r.gpus_per_node} GPU(s) × {r.num_nodes} node(s) of "
-        f"{r.gpu_memory / _GIB:g} GiB, precision {r.precision}",
-        f"  {wrapped(evidence, 2)}",
-        f"  usable per GPU: {r.usable_gpu_bytes / _GIB:.1f} GiB; CPU: {r.cpu_memory_text()}",
+    parts: list[RenderableType] = [
+        heading(
+            f"lightning-presets plan: {subject}, {r.gpus_per_node} GPU(s) × {r.num_nodes} node(s) of "
+            f"{r.gpu_memory / _GIB:g} GiB, precision {r.precision}"
+        ),
+        indented(evidence),
+        indented(f"usable per GPU: {r.usable_gpu_bytes / _GIB:.1f} GiB; CPU: {r.cpu_memory_text()}"),
         "",
     ]
     headers = ["preset", "fits", "evidence", "params", "grads", "optim", "activ", "peak", "CPU/node"]
@@ -181,37 +163,45 @@ def render(result: _plan.Plan) -> str:
     unit_name, unit = _unit(result.estimates)
     rows = []
     for each in result.estimates:
-        verdict = "fits" if each.fits else ("n/a" if not each.applicable else "no")
-        row = [("*" if each is result.recommended else "") + each.preset, verdict, each.evidence,
+        verdict_ = Text("fits", style="green") if each.fits else (Text("n/a", style="dim") if not each.applicable
+                                                                  else Text("no", style="bold red"))  # fmt: skip
+        name = Text(("*" if each is result.recommended else "") + each.preset,
+                    style="bold" if each is result.recommended else "")  # fmt: skip
+        row: list[str | Text] = [name, verdict_, each.evidence,
                _in(each.parameters, unit), _in(each.gradients, unit), _in(each.optimizer, unit),
                _in(each.activations, unit), _in(each.total_peak, unit),
                _in(each.cpu_bytes_per_node, unit) if each.cpu_bytes_per_node else "-"]  # fmt: skip
         if r.max_batch:
             row.append(str(each.max_batch) if each.max_batch else "-")
         rows.append(row)
-    lines.append(f"{unit_name} per GPU (" + ("ESTIMATE" if not r.traced else "one traced training step") + ")")
-    lines.append(table(headers, rows))
-    lines += ["", "how and why"]
+    parts.append(heading(f"{unit_name} per GPU (" + ("ESTIMATE" if not r.traced else "one traced training step") + ")"))
+    parts += [table(headers, rows, wrap=(2,)), "", heading("how and why")]
+    reasons = []
     for each in result.estimates:
         details = [each.formula, *each.why[1:]]
         if each.max_batch_note:
             details.append(f"max batch: {each.max_batch_note}")
-        lines.append("  " + wrapped(f"{each.preset}: " + "; ".join(part for part in details if part), 4))
-    lines.append("")
+        reasons.append((each.preset, "; ".join(part for part in details if part)))
+    parts.append(fields(reasons))
+    parts.append("")
     best = result.recommended
     if best is None:
-        lines += [
-            "NOTHING FITS" + (" (estimate)." if not r.traced else "."),
-            f"hint: {wrapped(result.hint() or '', 6)}",
+        parts += [
+            verdict("NOTHING FITS" + (" (estimate)." if not r.traced else "."), ok=False),
+            fields([("hint", result.hint() or "")], indent=0),
         ]
     else:
-        lines += [
-            f"recommended{' (estimate)' if not r.traced else ''}: {best.preset}",
-            f"  rule: {wrapped(_plan.RULE, 8)}",
-            f"  {result.trainer_line()}",
-            f"  {result.fabric_line()}",
-            f"  validate it: {result.check_command()}",
+        parts += [
+            verdict(f"recommended{' (estimate)' if not r.traced else ''}: {best.preset}", ok=True),
+            fields(
+                [
+                    ("rule", _plan.RULE),
+                    ("Trainer", result.trainer_line() or ""),
+                    ("Fabric", result.fabric_line() or ""),
+                    ("validate it", result.check_command() or ""),
+                ]
+            ),
         ]
-    lines += [f"note: {wrapped(note, 6)}" for note in result.notes]
-    lines.append(f"exit {result.exit_code}")
-    return "\n".join(lines)
+    parts += [fields([("note", note)], indent=0) for note in result.notes]
+    parts.append(f"exit {result.exit_code}")
+    return Group(*parts)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import sys
+import textwrap
 from typing import Any
 
-from lightning_presets.cli._output import emit_json, table, wrapped
+from rich.console import Group, RenderableType
+from rich.syntax import Syntax
+from rich.text import Text
+
+from lightning_presets.cli._output import emit, emit_json, fields, findings, heading, indented, severity, table
 from lightning_presets.tools.catalogs import all_entries
 from lightning_presets.tools.describe import describe
 
@@ -20,49 +24,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the description as JSON")
 
 
-def _render(data: dict[str, Any]) -> str:
-    lines = [f"{data['name']} ({data['kind']} preset, family {data['family'] or '-'})"]
+def _code(text: str) -> Text:
+    """Python code: highlighted on a terminal, as is when piped; long lines are never wrapped or cut (copy them)."""
+    indented_text = textwrap.indent(text, "  ")
+    code = Syntax(indented_text, "python", theme="ansi_dark", background_color="default").highlight(indented_text)
+    code.rstrip()
+    code.no_wrap, code.overflow = True, "ignore"
+    return code
+
+
+def _none(items: Any) -> tuple[str, ...]:
+    return () if items else ("(none)",)
+
+
+def _render(data: dict[str, Any]) -> Group:
+    parts: list[RenderableType] = [
+        Text.assemble((data["name"], "bold"), f" ({data['kind']} preset, family {data['family'] or '-'})")
+    ]
     if data.get("description"):
-        lines.append(f"  {wrapped(data['description'], 2)}")
-    lines += [
-        "",
-        f"  source:   {data['distribution']} {data['version']} (entry point {data['entry_point']})",
-        f"  status:   {data['status']}",
-        f"  targets:  {', '.join(data['targets']) or '-'}",
+        parts.append(indented(data["description"]))
+    about: list[tuple[str, str | Text]] = [
+        ("source", f"{data['distribution']} {data['version']} (entry point {data['entry_point']})"),
+        ("status", Text(data["status"], style="green" if data["status"] == "ok" else "bold red")),
+        ("targets", ", ".join(data["targets"]) or "-"),
     ]
-    for finding in data["findings"]:
-        lines += [f"  [{finding['code']}] {finding['message']}", f"    hint: {finding['hint']}"]
+    if "arguments" in data:
+        about.append(("class", ", ".join(f"{kind}: {spec}" for kind, spec in data["classes"].items())))
+        if data["requires"]:
+            needs = ", ".join(
+                f"{r['module']} ({'installed' if r['installed'] else 'missing'}; extra [{r['extra']}])"
+                for r in data["requires"]
+            )
+            about.append(("requires", needs))
+    parts += ["", fields(about)]
+    if data["findings"]:
+        parts += ["", findings(data["findings"])]
     if "arguments" not in data:
-        return "\n".join(lines)
-    classes = ", ".join(f"{kind}: {spec}" for kind, spec in data["classes"].items())
-    lines.append(f"  class:    {classes}")
-    if data["requires"]:
-        needs = ", ".join(
-            f"{r['module']} ({'installed' if r['installed'] else 'missing'}; extra [{r['extra']}])"
-            for r in data["requires"]
-        )
-        lines.append(f"  requires: {needs}")
+        return Group(*parts)
     api = "precision" if data["kind"] == "precision" else "strategy"
-    lines += [
+    parts += [
         "",
-        f"arguments (defaults; override with lightning_presets.{api}(name, key=value)"
-        + (" or check --set)" if api == "strategy" else ")"),
+        heading(
+            f"arguments (defaults; override with lightning_presets.{api}(name, key=value)"
+            + (" or check --set)" if api == "strategy" else ")")
+        ),
+        indented(Group(*(f"{key} = {value}" for key, value in data["arguments"].items()), *_none(data["arguments"]))),
     ]
-    lines += [f"  {key} = {value}" for key, value in data["arguments"].items()] or ["  (none)"]
     if data["extra_keys"]:
-        lines.append(f"  also accepted: {wrapped(', '.join(data['extra_keys']), 17)}")
-    lines += ["", "guards"]
+        parts.append(fields([("also accepted", ", ".join(data["extra_keys"]))]))
     guards = data["guards"]
-    lines.append(
-        table(("code", "severity", "stage", "title"), [tuple(g.values()) for g in guards]) if guards else "  (none)"
-    )
+    rows = [(g["code"], severity(g["severity"]), g["stage"], g["title"]) for g in guards]
+    parts += ["", heading("guards"), table(("code", "severity", "stage", "title"), rows, wrap=(3,)) if guards
+              else indented("(none)")]  # fmt: skip
     tested = data["tested_with"]
-    lines += ["", "tested with"]
-    lines += [f"  {key}: {value}" for key, value in tested.items()] or ["  (not recorded)"]
+    parts += ["", heading("tested with"), fields(list(tested.items())) if tested else indented("(not recorded)")]
     for kind, code in data["plain_lightning"].items():
-        lines += ["", f"plain Lightning equivalent ({kind}; without the guards and the preset's hooks)"]
-        lines += [f"  {line}" if line else "" for line in code.splitlines()]
-    return "\n".join(lines)
+        parts += ["", heading(f"plain Lightning equivalent ({kind}; without the guards and the preset's hooks)")]
+        parts.append(_code(code))
+    return Group(*parts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
                 {"schema": SHOW_SCHEMA, "schema_version": SHOW_SCHEMA_VERSION, "preset": None, "findings": [finding]}
             )
         else:
-            sys.stdout.write(f"[{finding['code']}] {finding['message']}\n  hint: {finding['hint']}\n")
+            emit(findings([finding]))
         return 1
     data = describe(listed)
     if args.json:
@@ -89,5 +108,5 @@ def run(args: argparse.Namespace) -> int:
             {"schema": SHOW_SCHEMA, "schema_version": SHOW_SCHEMA_VERSION, "preset": data, "findings": data["findings"]}
         )
     else:
-        sys.stdout.write(_render(data) + "\n")
+        emit(_render(data))
     return 0 if listed.entry.status == "ok" else 1

@@ -99,4 +99,41 @@ CATALOG_CODES: tuple[Code, ...] = (
         evidence="source: lightning/fabric/strategies/registry.py, _StrategyRegistry.get raises KeyError for an "
         "unknown name (lightning 2.6.6)",
     ),
+    Code(
+        code="LP011", severity="error", title="a preset whose class or rules are malformed",
+        fails='acme_fsdp = "acme_presets:ACME_FSDP_BAD_RULE"   # a rule declared with code "ACME1"',
+        fixed='acme_fsdp = "acme_presets:ACME_FSDP"   # its rule declared with code "LP901"',
+        evidence="runtime: tests/test_reliability.py::test_an_unresolvable_class_is_not_registered_or_built (a "
+        "class name that does not resolve raised AttributeError inside Trainer(...); a rule code that is not "
+        "LP + 3 digits raises ValueError when the rule fires)",
+    ),
+    Code(
+        code="LP012", severity="error", title="a preset's rule that crashed instead of checking",
+        fails="# acme-presets' rule: def eight_per_node(ctx): return 8 // (ctx.devices_per_node - 8)\n"
+        'Trainer(strategy="acme_ddp", accelerator="cpu", devices=8)',
+        fixed='Trainer(strategy="ddp", accelerator="cpu", devices=8)   # LIGHTNING_PRESETS_DENY=acme-presets meanwhile',
+        stage="construction",
+        evidence="runtime: tests/test_reliability.py::test_a_crashing_rule_is_the_presets_fault_with_its_distribution "
+        "(the rule's own exception escaped from Trainer(...), and check blamed Lightning)",
+    ),
+    Code(
+        code="LP013", severity="error", title="an installed distribution whose metadata has no name",
+        fails='lightning_presets.presets()   # acme_presets-1.0.dist-info/METADATA has no "Name:" line',
+        fixed="lightning_presets.presets()   # after pip install --force-reinstall acme-presets",
+        evidence="runtime: tests/test_reliability.py::test_a_distribution_without_a_name_is_skipped_and_reported "
+        "(its entry points can be neither attributed nor trusted; it made every preset fail to register)",
+    ),
+    Code(
+        code="LP014", severity="warning", title="an entry point that takes long to import",
+        fails="lightning_presets.presets()   # acme_presets sleeps 30 s at import: named on stderr while it loads",
+        fixed="lightning_presets.presets()   # LIGHTNING_PRESETS_DENY=acme-presets, or acme_presets imports less",
+    ),
+    Code(
+        code="LP015", severity="error", title="a preset whose distribution the trust variables leave out",
+        fails='lightning_presets.strategy("fsdp2")   # with LIGHTNING_PRESETS_DENY=lightning-presets',
+        fixed='lightning_presets.strategy("fsdp2")   # LIGHTNING_PRESETS_DENY unset, in every process of the job',
+        stage="options",
+        evidence="runtime: tests/test_reliability.py::test_unpickling_with_our_distribution_denied_says_denied (the "
+        "preset is not loaded in this process, so it cannot be built or unpickled)",
+    ),
 )  # fmt: skip

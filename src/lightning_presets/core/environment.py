@@ -9,6 +9,7 @@ from collections.abc import Mapping
 AUTOLOAD_VARIABLE = "LIGHTNING_PRESETS_AUTOLOAD"
 ALLOW_VARIABLE = "LIGHTNING_PRESETS_ALLOW"
 DENY_VARIABLE = "LIGHTNING_PRESETS_DENY"
+_SEPARATORS = re.compile(r"[,;\s]+")
 
 # What SLURM, torchrun, LSF/jsrun, Open MPI, MPICH and Kubeflow set for each rank.
 CLUSTER_PREFIXES = ("SLURM_", "LSB_", "JSM_", "TORCHELASTIC_", "OMPI_COMM_WORLD_", "PMI_")
@@ -30,9 +31,10 @@ def normalize_distribution(name: str) -> str:
 
 
 def distribution_names(variable: str, environ: Mapping[str, str] | None = None) -> frozenset[str]:
-    """The comma-separated distribution names in ``variable``, normalized."""
+    """The distribution names in ``variable``, normalized: separated by commas, and also by ``;`` or white space
+    (no distribution name contains them, so ``acme-presets other`` means two names, not one that matches nothing)."""
     raw = (os.environ if environ is None else environ).get(variable, "")
-    return frozenset(normalize_distribution(name) for name in raw.split(",") if name.strip())
+    return frozenset(normalize_distribution(name) for name in _SEPARATORS.split(raw) if name)
 
 
 def is_cluster_variable(name: str) -> bool:

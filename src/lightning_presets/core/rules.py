@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -85,6 +86,8 @@ class Rule:
         problem = self.check(*args)
         if problem is None:
             return None
+        if not isinstance(problem, Problem):
+            raise TypeError(f"it returned a {type(problem).__name__}, not a Problem or None")
         return Finding(code=self.code, severity=self.severity, message=problem.message, hint=problem.hint)
 
 
@@ -112,11 +115,49 @@ def rule(
 
 
 def run_rules(rules: Iterable[Rule], stage: Stage, *args: Any) -> list[Finding]:
-    """Every finding of the rules of one stage, in declaration order."""
+    """Every finding of the rules of one stage, in declaration order.
+
+    A rule that raises or returns something other than a :class:`Problem` becomes an LP012 finding that blames
+    its preset and the distribution that published the rule, never the user's configuration.
+    """
     findings = []
     for each in rules:
         if each.stage == stage:
-            finding = each(*args)
+            try:
+                finding = each(*args)
+            except Exception as error:  # a bug in the rule: reported as the preset's fault, not raised raw
+                finding = crashed(each, args[0] if args else None, error)
             if finding is not None:
                 findings.append(finding)
     return findings
+
+
+# Which distribution published each rule's function (the catalog records it as it loads presets).
+_origins: dict[Any, tuple[str, str]] = {}
+
+
+def record_origin(each: Rule, distribution: str, version: str) -> None:
+    """Remember the distribution of a rule's function; the first distribution to publish it keeps it."""
+    with contextlib.suppress(TypeError):  # an unhashable callable: reported by its module instead
+        _origins.setdefault(each.check, (distribution, version))
+
+
+def crashed(each: Rule, context: Any, error: Exception) -> Finding:
+    """LP012: the rule ``each`` raised ``error`` (or returned the wrong type) while checking ``context``."""
+    function = f"{getattr(each.check, '__module__', '?')}.{getattr(each.check, '__qualname__', repr(each.check))}"
+    try:
+        origin = _origins.get(each.check)
+    except TypeError:
+        origin = None
+    preset = getattr(context, "preset", None)
+    of_preset = f" of preset {preset!r}" if preset else ""
+    source = f"{origin[0]} {origin[1]}" if origin else f"the module {function.rpartition('.')[0]}"
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    skip = f"; meanwhile skip it with LIGHTNING_PRESETS_DENY={origin[0]} or use another preset" if origin else ""
+    return Finding(
+        code="LP012",
+        severity="error",
+        message=f"rule {each.code}{of_preset} ({function}, from {source}) failed instead of checking the "
+        f"configuration: {type(error).__name__}: {first_line}; the configuration was not checked",
+        hint=f"this is a bug in {source}, not in your configuration: report it there{skip}",
+    )

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import importlib
 import threading
-import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from lightning_presets.core.findings import Finding, PresetWarning
+from lightning_presets.core.findings import Finding
 from lightning_presets.core.namespaces import NAMESPACES, Namespace, namespace_for_module
 from lightning_presets.core.preset import Preset
 from lightning_presets.registry import catalog
 from lightning_presets.registry.build import Heads, build
+from lightning_presets.registry.classes import unresolved
 
 _MARK = "__lightning_presets__"
 _lock = threading.RLock()
@@ -35,10 +35,15 @@ def is_ours(registry: dict[str, Any], name: str) -> bool:
 
 
 def register_into(registry: Any, namespace: Namespace, heads: Heads) -> list[Finding]:
-    """Register every usable preset of the namespace's kind; idempotent, never overrides others."""
+    """Register every usable preset of the namespace's kind; idempotent, never overrides others.
+
+    A preset whose class does not resolve in the namespace (LP011) is left out: it would fail in
+    ``Trainer(...)`` with a raw error instead.
+    """
+    presets = catalog.strategy_catalog().presets  # before the lock: loading imports preset modules
     findings = []
     with _lock:
-        for name, preset in catalog.strategy_catalog().presets.items():
+        for name, preset in presets.items():
             if namespace.kind not in preset.kinds or is_ours(registry, name):
                 continue
             if name in registry:
@@ -52,6 +57,10 @@ def register_into(registry: Any, namespace: Namespace, heads: Heads) -> list[Fin
                     )
                 )
                 continue
+            broken = unresolved(preset, namespace)
+            if broken is not None:
+                findings.append(broken)
+                continue
             registry.register(name, _factory(preset, namespace, heads), description=preset.description)
     return findings
 
@@ -59,8 +68,8 @@ def register_into(registry: Any, namespace: Namespace, heads: Heads) -> list[Fin
 def register_module(module: ModuleType, heads: Heads) -> None:
     """Register into one of Lightning's strategies modules once it has been executed (the start-up hook calls it).
 
-    While this thread is loading the catalog (a preset module imported Lightning), registration waits until
-    the catalog is loaded.
+    While a catalog is loading (a preset module imported Lightning, in this thread or another), registration
+    waits until that load is done.
     """
     namespace = namespace_for_module(module.__name__)
     if namespace is None:
@@ -71,7 +80,7 @@ def register_module(module: ModuleType, heads: Heads) -> None:
 
     def register() -> None:
         for finding in register_into(registry, namespace, heads):  # a clash must never break `import lightning`
-            warnings.warn(PresetWarning(finding), stacklevel=3)
+            catalog.notify(finding, stacklevel=3)
 
     catalog.after_loading(register)
 

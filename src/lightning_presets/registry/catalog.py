@@ -1,11 +1,21 @@
-"""Loading presets from entry points: provenance, trust filters, name checks, broken plugins."""
+"""Loading presets from entry points: provenance, trust filters, name checks, broken plugins.
+
+Loading a third party's entry point runs its code inside every ``import lightning``. Whatever it does costs
+only that entry: an exception of any kind but ``KeyboardInterrupt`` (``SystemExit`` included), a malformed
+preset, a distribution with broken metadata, output on stdout (sent to stderr) or a slow import (named on
+stderr while it lasts). Each becomes a finding on its entry, warned once and never raised.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import os
 import re
+import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,8 +28,10 @@ from lightning_presets.core.environment import (
     distribution_names,
     normalize_distribution,
 )
-from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning
+from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning, Severity
 from lightning_presets.core.preset import PRECISION, STRATEGY, PrecisionPreset, Preset
+from lightning_presets.core.rules import record_origin
+from lightning_presets.registry.validation import malformed
 
 STRATEGY_GROUP = STRATEGY.group
 PRECISION_GROUP = PRECISION.group
@@ -70,38 +82,166 @@ def trust_status(distribution: str) -> Status:
     return "ok"
 
 
-def _entry_points(group: str) -> Iterator[metadata.EntryPoint]:
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """An installed distribution whose entry points could not be read (broken metadata): reported, skipped."""
+
+    where: str
+    error: str
+
+
+def _entry_points(group: str) -> Iterator[metadata.EntryPoint | Unreadable]:
+    """Every entry point of the group, once; one unreadable distribution costs only itself."""
+    try:
+        found: list[metadata.EntryPoint | Unreadable] = list(metadata.entry_points(group=group))
+    except Exception:  # the standard scan stops at the first distribution it cannot name: one by one instead
+        found = list(_one_by_one(group))
     seen = set()
-    for entry_point in metadata.entry_points(group=group):
-        dist = entry_point.dist
-        key = (
-            normalize_distribution(dist.metadata["Name"]) if dist else "",
-            entry_point.name,
-            entry_point.value,
-        )
+    for entry_point in found:
+        if isinstance(entry_point, Unreadable):
+            yield entry_point
+            continue
+        key = (_distribution_of(entry_point)[0], entry_point.name, entry_point.value)
         if key not in seen:
             seen.add(key)
             yield entry_point
 
 
+def _one_by_one(group: str) -> Iterator[metadata.EntryPoint | Unreadable]:
+    names = set()
+    for dist in metadata.distributions():
+        try:
+            name = dist.metadata["Name"]
+            key = normalize_distribution(name) if isinstance(name, str) else _location(dist)
+            if key in names:  # the first one on sys.path wins, as importlib.metadata.entry_points() decides
+                continue
+            names.add(key)
+            selected = list(dist.entry_points.select(group=group))
+        except Exception as error:
+            yield Unreadable(_location(dist), f"{type(error).__name__}: {error}")
+            continue
+        yield from selected
+
+
+def _location(dist: metadata.Distribution) -> str:
+    # Where a distribution's metadata lies; PathDistribution keeps it in `_path` (there is no public name for it).
+    return str(getattr(dist, "_path", None) or dist)
+
+
 def _distribution_of(entry_point: metadata.EntryPoint) -> tuple[str, str]:
+    """(name, version) of the entry point's distribution; the name is ``""`` when its metadata has none."""
     dist = entry_point.dist
     if dist is None:
         return "unknown", "unknown"
-    return str(dist.metadata["Name"]), str(dist.version)
+    try:
+        about = dist.metadata  # parsed once: `dist.version` would parse it again
+        name, version = about["Name"], about["Version"]
+    except Exception:  # unreadable metadata: reported as a distribution without a name
+        return "", "unknown"
+    return (name.strip() if isinstance(name, str) else ""), str(version)
 
 
 def _suggest_name(name: str) -> str:
     return re.sub(r"[^a-z0-9_-]", "_", name.lower())
 
 
-def _finding(code: str, message: str, hint: str) -> Finding:
-    return Finding(code=code, severity="error", message=message, hint=hint)
+def _finding(code: str, message: str, hint: str, severity: Severity = "error") -> Finding:
+    return Finding(code=code, severity=severity, message=message, hint=hint)
 
 
-def _load_one(entry_point: metadata.EntryPoint, kind: type[T]) -> Entry[T]:
-    noun = kind.TYPE.noun
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [""])[0]
+
+
+def _unnamed(entry_point: metadata.EntryPoint | Unreadable, group: str) -> Entry[Any]:
+    """LP013: an entry point of a distribution whose metadata has no name (or cannot be read at all)."""
+    if isinstance(entry_point, Unreadable):
+        where, what, name, value = entry_point.where, f"cannot be read ({entry_point.error})", "?", "?"
+    else:
+        dist = entry_point.dist
+        where = _location(dist) if dist is not None else "?"
+        what, name, value = "has no Name", entry_point.name, entry_point.value
+    finding = _finding(
+        "LP013",
+        f"the installed distribution at {where} {what}: its {group} entry points are skipped, the other "
+        "distributions' presets load as usual",
+        f"reinstall that distribution (pip install --force-reinstall NAME) or delete {where}",
+    )
+    return Entry(name=name, distribution=f"<{where}>", version="unknown", value=value, status="broken",
+                 findings=(finding,))  # fmt: skip
+
+
+SLOW_SECONDS = 10.0
+"""An entry point that takes longer than this to load is named on stderr while it loads, and warned about (LP014)."""
+
+
+class _Watch:
+    """Names, on stderr, the entry point a load is stuck in once it has taken :data:`SLOW_SECONDS`.
+
+    One daemon thread per catalog load, sleeping until the load ends: a plugin that sleeps, hangs on the network
+    or waits on a lock at import is named while ``import lightning`` waits for it.
+    """
+
+    def __init__(self) -> None:
+        self.current: tuple[str, float] | None = None
+        self.done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Watch:
+        thread = threading.Thread(target=self._run, name="lightning-presets-slow-plugin", daemon=True)
+        with contextlib.suppress(RuntimeError):  # no new thread at interpreter shutdown: load without the watch
+            thread.start()
+            self._thread = thread
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+
+    def _run(self) -> None:
+        named = None
+        while not self.done.wait(min(SLOW_SECONDS, 1.0)):
+            current = self.current
+            if current is not None and current != named and time.monotonic() - current[1] >= SLOW_SECONDS:
+                named = current
+                say(f"lightning-presets: still loading {current[0]} after {SLOW_SECONDS:g} s; "
+                    "LIGHTNING_PRESETS_DENY skips a distribution")  # fmt: skip
+
+
+def say(text: str) -> None:
+    """Write one line to stderr, if there is one (never raises)."""
+    with contextlib.suppress(Exception):
+        if sys.stderr is not None:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+
+
+def notify(finding: Finding, stacklevel: int = 2) -> None:
+    """Warn about a catalog or registration finding without ever raising.
+
+    Under ``-W error`` (or ``filterwarnings("error", category=PresetWarning)``) the warning would become an
+    exception inside ``import lightning``; then it is written to stderr instead, so a broken third-party
+    preset costs only that preset whatever the warnings filters say.
+    """
+    try:
+        warnings.warn(PresetWarning(finding), stacklevel=stacklevel + 1)
+    except Exception:  # a filter turned the warning into an error
+        say(f"lightning-presets: {finding}")
+
+
+def _imported(entry_point: metadata.EntryPoint, kind: type[T]) -> Any:
+    """The entry point's object (called when it is a function); its import prints to stderr, never to stdout."""
+    with contextlib.redirect_stdout(sys.stderr):
+        loaded: Any = entry_point.load()
+        return loaded if isinstance(loaded, kind) or not callable(loaded) else loaded()
+
+
+def _load_one(entry_point: metadata.EntryPoint | Unreadable, kind: type[T], watch: _Watch | None = None) -> Entry[T]:
+    noun, group = kind.TYPE.noun, kind.TYPE.group
+    if isinstance(entry_point, Unreadable):
+        return _unnamed(entry_point, group)
     distribution, version = _distribution_of(entry_point)
+    if not distribution:
+        return _unnamed(entry_point, group)
     where = f"{noun} entry point {entry_point.name!r} = {entry_point.value!r} from {distribution} {version}"
     base: dict[str, Any] = {
         "name": entry_point.name,
@@ -112,17 +252,30 @@ def _load_one(entry_point: metadata.EntryPoint, kind: type[T]) -> Entry[T]:
     status = trust_status(distribution)
     if status == "denied":
         return Entry(**base, status="denied")
+    started = time.monotonic()
+    if watch is not None:
+        watch.current = (where, started)
     try:
-        loaded: Any = entry_point.load()
-        item = loaded if isinstance(loaded, kind) or not callable(loaded) else loaded()
-    except Exception as exc:
-        first_line = (str(exc).strip().splitlines() or [""])[0]
+        item = _imported(entry_point, kind)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit from an argparse call at its top included: only this entry is lost
         finding = _finding(
             "LP004",
-            f"{where} failed to load: {type(exc).__name__}: {first_line}",
+            f"{where} failed to load: {type(exc).__name__}: {_first_line(exc)}",
             f"fix or upgrade {distribution}, or skip it with LIGHTNING_PRESETS_DENY={distribution}",
         )
         return Entry(**base, status="broken", findings=(finding,))
+    finally:
+        if watch is not None:
+            watch.current = None
+    seconds = time.monotonic() - started
+    slow = (
+        (_finding("LP014", f"{where} took {seconds:.1f} s to load (every process that imports Lightning waits "
+                  "for it)", f"ask {distribution} to import less at the top of its preset module, or skip it with "
+                  f"LIGHTNING_PRESETS_DENY={distribution}", "warning"),)
+        if seconds >= SLOW_SECONDS else ()
+    )  # fmt: skip
     if not isinstance(item, kind):
         finding = _finding(
             "LP005",
@@ -130,7 +283,7 @@ def _load_one(entry_point: metadata.EntryPoint, kind: type[T]) -> Entry[T]:
             f"point the entry point at a lightning_presets.{kind.__name__} (or a function returning one); "
             f"skip it meanwhile with LIGHTNING_PRESETS_DENY={distribution}",
         )
-        return Entry(**base, status="broken", findings=(finding,))
+        return Entry(**base, status="broken", findings=(finding, *slow))
     item_name = getattr(item, "name", entry_point.name)
     if item_name != entry_point.name:
         finding = _finding(
@@ -138,15 +291,15 @@ def _load_one(entry_point: metadata.EntryPoint, kind: type[T]) -> Entry[T]:
             f"{where} names its {noun} {item_name!r}, but the entry point is called {entry_point.name!r}",
             f"use one name in both places: call the entry point {item_name!r} in {distribution}'s entry points",
         )
-        return Entry(**base, status="refused", findings=(finding,))
-    if not _NAME.fullmatch(item_name):
+        return Entry(**base, status="refused", findings=(finding, *slow))
+    if not isinstance(item_name, str) or not _NAME.fullmatch(item_name):
         finding = _finding(
             "LP001",
             f"{noun} name {item_name!r} from {distribution} {version} is not lower-case letters, digits, '_' or '-'; "
             f"Lightning lower-cases strategy names before lookup, so {item_name!r} could never be selected",
-            f"rename it to {_suggest_name(item_name)!r} in {distribution}'s entry points",
+            f"rename it to {_suggest_name(str(item_name))!r} in {distribution}'s entry points",
         )
-        return Entry(**base, status="refused", findings=(finding,))
+        return Entry(**base, status="refused", findings=(finding, *slow))
     if kind.TYPE is STRATEGY and item_name in LIGHTNING_BUILTIN_NAMES:
         finding = _finding(
             "LP002",
@@ -154,9 +307,17 @@ def _load_one(entry_point: metadata.EntryPoint, kind: type[T]) -> Entry[T]:
             "strategy; it is not registered and Lightning's own keeps the name",
             f"rename it in {distribution}, e.g. {(distribution.replace('-', '_') + '_' + item_name)!r}",
         )
-        return Entry(**base, status="refused", findings=(finding,))
+        return Entry(**base, status="refused", findings=(finding, *slow))
+    problems = malformed(item)
+    if problems:
+        finding = _finding(
+            "LP011",
+            f"{noun} preset {item_name!r} from {distribution} {version} is malformed: {'; '.join(problems)}",
+            f"fix the preset in {distribution}; skip it meanwhile with LIGHTNING_PRESETS_DENY={distribution}",
+        )
+        return Entry(**base, status="broken", findings=(finding, *slow))
     item = dataclasses.replace(item, distribution=distribution, version=version)
-    return Entry(**base, status="ok", item=item)
+    return Entry(**base, status="ok", item=item, findings=slow)
 
 
 def _conflict(name: str, claimants: list[Entry[T]], noun: str) -> Finding:
@@ -187,7 +348,8 @@ def _resolve_duplicates(entries: list[Entry[T]], noun: str) -> list[Entry[T]]:
             continue
         finding = _conflict(entry.name, by_name[entry.name], noun)
         keeps = normalize_distribution(entry.distribution) == OWN_DISTRIBUTION
-        result.append(dataclasses.replace(entry, status="ok" if keeps else "conflict", findings=(finding,)))
+        status: Status = "ok" if keeps else "conflict"
+        result.append(dataclasses.replace(entry, status=status, findings=(finding, *entry.findings)))
     return result
 
 
@@ -210,17 +372,26 @@ class Catalog(Generic[T]):
 
 def load(kind: type[T]) -> Catalog[T]:
     """Load the group of a preset type: ours first, then third parties by distribution name; warn about each bad
-    entry."""
+    entry (never raising, whatever the warnings filters say)."""
     group, noun = kind.TYPE.group, kind.TYPE.noun
-    loaded = [_load_one(entry_point, kind) for entry_point in _entry_points(group)]
+    with _Watch() as watch:
+        loaded = [_load_one(entry_point, kind, watch) for entry_point in _entry_points(group)]
     loaded.sort(key=lambda e: (normalize_distribution(e.distribution) != OWN_DISTRIBUTION, e.distribution, e.name))
     catalog = Catalog(_resolve_duplicates(loaded, noun))
+    for entry in catalog.entries:  # ours first: a rule function a third party reuses stays ours
+        for each in entry.item.rules if entry.item is not None else ():
+            record_origin(each, entry.distribution, entry.version)
     for finding in catalog.findings:
-        warnings.warn(PresetWarning(finding), stacklevel=2)
+        notify(finding)
     return catalog
 
 
+# Two locks. `_lock` is held while a catalog loads, so preset modules are imported under it; `_state` guards the
+# list of deferred registrations and is never held while anything is imported. A registration that the start-up
+# hook asks for from inside an import never waits on `_lock`: the import it runs in may hold a lock the loading
+# thread needs (a preset module that imports Lightning), and waiting would deadlock both threads.
 _lock = threading.RLock()
+_state = threading.Lock()
 _cache: dict[str, Catalog[Any]] = {}
 _loading: set[str] = set()
 _thread = threading.local()
@@ -228,21 +399,23 @@ _thread = threading.local()
 
 def cached(group: str, loader: Callable[[], Catalog[T]]) -> Catalog[T]:
     """Load a group once per process (thread-safe; a use from inside its own loading is an error, not a hang)."""
-    with _lock:
-        if group not in _cache:
-            if group in _loading:
-                raise RuntimeError(
-                    f"the {group} catalog was used while it was being loaded: a preset module must not "
-                    "look presets up when it is imported"
-                )
-            _loading.add(group)
-            _thread.depth = getattr(_thread, "depth", 0) + 1
-            try:
-                _cache[group] = loader()
-            finally:
-                _loading.discard(group)
-                _thread.depth -= 1
-        result = _cache[group]
+    result = _cache.get(group)
+    if result is None:
+        with _lock:
+            result = _cache.get(group)
+            if result is None:
+                if group in _loading:
+                    raise RuntimeError(
+                        f"the {group} catalog was used while it was being loaded: a preset module must not "
+                        "look presets up when it is imported"
+                    )
+                _loading.add(group)
+                _thread.depth = getattr(_thread, "depth", 0) + 1
+                try:
+                    result = _cache[group] = loader()
+                finally:
+                    _loading.discard(group)
+                    _thread.depth -= 1
     _run_deferred()
     return result
 
@@ -282,9 +455,28 @@ def get(kind: type[T], name: str) -> T:
     if name in loaded.presets:
         return loaded.presets[name]
     entry = loaded.entry(name)
+    if entry is not None and entry.status == "denied":
+        raise PresetConfigError([denied(entry, kind.TYPE.noun)])
     if entry is not None and entry.findings:
         raise PresetConfigError(list(entry.findings))
     raise unknown_name(name, sorted(loaded.presets), kind.TYPE.noun)
+
+
+def denied(entry: Entry[Any], noun: str) -> Finding:
+    """LP015: the preset exists, but the trust variables leave its distribution out."""
+    name = normalize_distribution(entry.distribution)
+    deny = os.environ.get(DENY_VARIABLE, "")
+    if name in distribution_names(DENY_VARIABLE):
+        why, fix = f"denied by {DENY_VARIABLE}={deny}", f"remove {name} from {DENY_VARIABLE}"
+    else:
+        allow = os.environ.get(ALLOW_VARIABLE, "")
+        why, fix = f"left out by {ALLOW_VARIABLE}={allow}", f"add {name} to {ALLOW_VARIABLE}"
+    return _finding(
+        "LP015",
+        f"{noun} preset {entry.name!r} from {entry.distribution} {entry.version} is {why}, so it is not loaded "
+        "in this process",
+        f"{fix} (in every process of the job: workers read it too), or pick another preset",
+    )
 
 
 _deferred: list[Callable[[], None]] = []
@@ -296,26 +488,33 @@ def loading_in_this_thread() -> bool:
 
 
 def after_loading(work: Callable[[], None]) -> None:
-    """Run ``work`` now, or once the catalog this thread is loading is loaded.
+    """Run ``work`` now, or as soon as no catalog is loading.
 
     A preset module that imports Lightning makes the start-up hook register presets while the catalog is
-    being loaded; that registration waits for the catalog instead of waiting on its lock.
+    being loaded, in this thread or in another one; that registration is run by the loading thread once its
+    load is done, instead of waiting on its lock.
     """
-    if not loading_in_this_thread():
-        work()
-        return
-    with _lock:
+    with _state:
         _deferred.append(work)
+    _run_deferred()
 
 
 def _run_deferred() -> None:
-    if loading_in_this_thread():
-        return
-    with _lock:
-        pending = list(_deferred)
-        _deferred.clear()
-    for work in pending:
-        work()
+    """Run the deferred registrations, unless a catalog is loading: whoever holds the lock runs them on release."""
+    while not loading_in_this_thread():
+        with _state:
+            if not _deferred:
+                return
+        if not _lock.acquire(blocking=False):  # another thread is loading; it runs them once it is done
+            return
+        try:
+            with _state:
+                pending = list(_deferred)
+                _deferred.clear()
+            for work in pending:
+                work()
+        finally:
+            _lock.release()
 
 
 def clear_cache() -> None:

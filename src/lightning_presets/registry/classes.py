@@ -10,6 +10,7 @@ import importlib
 import threading
 from typing import Any
 
+from lightning_presets.core.findings import Finding, PresetConfigError
 from lightning_presets.core.namespaces import Namespace, namespace_for_target
 from lightning_presets.core.preset import AnyPreset, PrecisionPreset, Preset
 from lightning_presets.registry import catalog
@@ -18,31 +19,65 @@ _lock = threading.RLock()
 _classes: dict[tuple[str, str, str, type], tuple[AnyPreset, type]] = {}
 
 
-def resolve_class(spec: str, module_name: str, base_name: str, owner: str) -> type:
+def resolve_class(spec: str, module_name: str, base_name: str, owner: str, distribution: str | None = None) -> type:
     """A class named ``spec`` in ``module_name`` (or ``pkg.module:Class``) that subclasses ``module_name.base_name``.
 
-    ``owner`` names who asked, for the error (e.g. "preset 'x' (trainer strategy class)").
+    ``owner`` names who asked, for the error (e.g. "preset 'x' from acme-presets 1.0 (trainer strategy class)").
+    A spec that does not resolve raises :class:`PresetConfigError` (LP011) blaming the preset's distribution;
+    Lightning's own module failing to import is Lightning's error and propagates as it is.
     """
     module = importlib.import_module(module_name)
-    if ":" in spec:
-        other_module, _, attr = spec.partition(":")
-        cls = getattr(importlib.import_module(other_module), attr)
-    else:
-        cls = getattr(module, spec)
     base = getattr(module, base_name)
+    try:
+        if ":" in spec:
+            other_module, _, attr = spec.partition(":")
+            cls = getattr(importlib.import_module(other_module), attr)
+        else:
+            cls = getattr(module, spec)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # the preset's own module may raise anything: the preset is broken, no more
+        raise _unresolved(owner, spec, f"does not resolve: {type(error).__name__}: {error}", distribution) from None
     if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise TypeError(f"{owner} names {spec!r}, which is not a {module_name}.{base_name} subclass")
+        raise _unresolved(owner, spec, f"which is not a {module_name}.{base_name} subclass", distribution)
     return cls
+
+
+def _unresolved(owner: str, spec: str, why: str, distribution: str | None) -> PresetConfigError:
+    skip = f"; skip it meanwhile with LIGHTNING_PRESETS_DENY={distribution}" if distribution else ""
+    message = f"{owner} names {spec!r}, {why}" if why.startswith("which") else f"{owner}: {spec!r} {why}"
+    return PresetConfigError(
+        [
+            Finding(
+                code="LP011",
+                severity="error",
+                message=message,
+                hint=f"name a Lightning class (or 'package.module:Class') in the preset's declaration{skip}",
+            )
+        ]
+    )
 
 
 def lightning_class(preset: AnyPreset, namespace: Namespace) -> type:
     """The Lightning class a preset builds on in a namespace (``FSDPStrategy``, ``MixedPrecision``, ...)."""
     kind = preset.TYPE
     spec = preset.class_spec(namespace.kind)
-    owner = f"{kind.label} {preset.name!r} ({namespace.kind} {kind.noun} class)"
+    source = f" from {preset.distribution} {preset.version}" if preset.distribution else ""
+    owner = f"{kind.label} {preset.name!r}{source} ({namespace.kind} {kind.noun} class)"
     if spec is None:
         raise TypeError(f"{owner}: the preset has no {namespace.caller} form")
-    return resolve_class(spec, f"{namespace.package}.{kind.module}", kind.base, owner)
+    return resolve_class(spec, f"{namespace.package}.{kind.module}", kind.base, owner, preset.distribution)
+
+
+def unresolved(preset: AnyPreset, namespace: Namespace) -> Finding | None:
+    """LP011 when the preset has a form for the namespace's kind whose class does not resolve there."""
+    if preset.class_spec(namespace.kind) is None:
+        return None
+    try:
+        lightning_class(preset, namespace)
+    except PresetConfigError as error:
+        return error.findings[0]
+    return None
 
 
 def compose(preset: AnyPreset, namespace: Namespace, head: type) -> type:

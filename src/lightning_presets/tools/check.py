@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import inspect
 import os
+import re
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -239,7 +240,10 @@ def _requested_devices(arguments: Mapping[str, Any], accelerator: str, gpus: int
     value = arguments.get("devices", "auto")
     if isinstance(value, str):
         value = value.strip()
-        if value.lstrip("-").isdigit():
+        if re.fullmatch(r"-?[0-9]+", value):
+            if len(value) > 18:  # more digits than `int()` takes or any device count has
+                raise UsageError(f"devices={value[:12]}... ({len(value)} digits) is more than a check simulates "
+                                 f"(at most {MAX_DEVICES_PER_NODE})")  # fmt: skip
             value = int(value)
         elif "," in value:
             return len([part for part in value.split(",") if part.strip()])
@@ -261,7 +265,7 @@ def _visible_gpus(gpus: int, visible: str | None) -> int:
     entries = [entry.strip() for entry in visible.split(",") if entry.strip()]
     count = 0
     for entry in entries:  # CUDA stops at the first invalid index
-        if entry.isdigit() and int(entry) >= gpus:
+        if re.fullmatch(r"[0-9]+", entry) and (len(entry) > 18 or int(entry) >= gpus):
             break
         count += 1
     return min(count, gpus)
@@ -524,6 +528,23 @@ def _resolved(outcome: _construct.Outcome, caller: str) -> Resolved | None:
     return resolve(strategy, caller) if strategy is not None and reached else None
 
 
+MAX_DEVICES_PER_NODE = 4096
+"""The most devices (and simulated GPUs) per node a check builds: Lightning makes a list of them."""
+MAX_NODES = 2**17
+
+
+def _within_limits(gpus: int, devices: int | None, nodes: int) -> None:
+    """A usage error for sizes no cluster has, before Lightning builds lists of that many devices or ranks."""
+    for what, value, limit in (("GPUs per node (--gpus)", gpus, MAX_DEVICES_PER_NODE),
+                               ("devices per node", devices or 0, MAX_DEVICES_PER_NODE),
+                               ("num_nodes", nodes, MAX_NODES)):  # fmt: skip
+        if value > limit:
+            raise UsageError(f"{what} {value} is more than a check simulates (at most {limit})")
+    if (devices or 1) * nodes > _simulation.MAX_PROCESSES:
+        raise UsageError(f"devices={devices} × num_nodes={nodes} = {(devices or 1) * nodes} processes is more than a "
+                         f"check simulates (at most {_simulation.MAX_PROCESSES})")  # fmt: skip
+
+
 def _settings_out_of_overrides(request: CheckRequest) -> CheckRequest:
     """``--set accumulate_grad_batches=4`` is the Trainer's argument, not the strategy's: move it over."""
     moved = {key: value for key, value in request.overrides.items() if key in TRAINER_SETTINGS}
@@ -565,6 +586,7 @@ def run_check(request: CheckRequest) -> CheckReport:
     accelerator = _requested_accelerator(effective, request.gpus)
     devices = _requested_devices(effective, accelerator, request.gpus)
     nodes = _requested_nodes(effective)
+    _within_limits(request.gpus, devices, nodes)
     outcome = _construct.Outcome()
     preload = _dependencies(request, effective.get("strategy"))
     with _simulation_of(request, devices or 1, nodes, preload) as (job_env, visible):

@@ -13,6 +13,7 @@ context exists at the end.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -42,6 +43,7 @@ from lightning_presets.core.versions import LIGHTNING_TESTED
 from lightning_presets.core.versions import SUPPORTED_LIGHTNING as _SUPPORTED_RANGE
 from lightning_presets.registry import bridge, catalog, requirements
 from lightning_presets.registry.requirements import DEPENDENCIES, installed_version, is_importable
+from lightning_presets.tools import catalogs
 
 DOCTOR_SCHEMA = "lightning-presets/doctor"
 DOCTOR_SCHEMA_VERSION = 1
@@ -265,8 +267,19 @@ def registration_finding(namespace: Namespace, missing: list[str]) -> Finding | 
     )  # fmt: skip
 
 
+def unimportable_finding(namespace: Namespace, error: BaseException) -> Finding:
+    """LP016: a Lightning package that is installed but fails to import, so no preset can be registered into it."""
+    return Finding(
+        code="LP016", severity="error",
+        message=f"{namespace.strategies_module} is installed but fails to import ({type(error).__name__}: "
+        f"{error}): `{namespace.caller}(...)` cannot run in this environment, with or without a preset",
+        hint=f"reinstall a supported Lightning (pip install --force-reinstall '{namespace.package.split('.')[0]}"
+        f"{SUPPORTED_LIGHTNING}') and check that `python -c 'import {namespace.strategies_module}'` works",
+    )  # fmt: skip
+
+
 def registries_section() -> tuple[dict[str, Any], list[Finding]]:
-    presets = catalog.strategy_catalog().presets
+    presets = catalogs.usable("strategy")
     info: dict[str, Any] = {}
     found = []
     for namespace in NAMESPACES:
@@ -278,6 +291,7 @@ def registries_section() -> tuple[dict[str, Any], list[Finding]]:
         except Exception as exc:  # an installed but broken Lightning is reported, not raised
             info[namespace.target] = {"module": namespace.strategies_module, "importable": False,
                                       "error": f"{type(exc).__name__}: {exc}"}  # fmt: skip
+            found.append(unimportable_finding(namespace, exc))
             continue
         registry = getattr(module, namespace.registry_attr, {})
         missing = unregistered(registry, namespace, presets)
@@ -302,19 +316,16 @@ def catalog_section() -> tuple[dict[str, Any], list[Finding]]:
     """Every entry that is not usable (broken, refused, conflict, denied), with the catalog's own findings."""
     rows = []
     found: list[Finding] = []
-    catalogs: tuple[tuple[str, Any], ...] = (
-        ("strategy", catalog.strategy_catalog()),
-        ("precision", catalog.precision_catalog()),
-    )
-    for kind, loaded in catalogs:
-        for entry in loaded.entries:
-            if entry.status == "ok" and not entry.findings:
-                continue
-            rows.append({"name": entry.name, "kind": kind, "status": entry.status,
-                         "source": f"{entry.distribution} {entry.version}",
-                         "findings": [finding.as_dict() for finding in entry.findings]})  # fmt: skip
-            found.extend(finding for finding in entry.findings if finding not in found)
-    usable = len(catalog.strategy_catalog().presets) + len(catalog.precision_catalog().presets)
+    entries = catalogs.all_entries()
+    for listed in entries:
+        entry = listed.entry
+        if entry.status == "ok" and not entry.findings:
+            continue
+        rows.append({"name": entry.name, "kind": listed.kind, "status": entry.status,
+                     "source": f"{entry.distribution} {entry.version}",
+                     "findings": [finding.as_dict() for finding in entry.findings]})  # fmt: skip
+        found.extend(finding for finding in entry.findings if finding not in found)
+    usable = sum(1 for listed in entries if listed.entry.status == "ok")
     return {"usable": usable, "problems": rows}, found
 
 
@@ -347,7 +358,8 @@ def dependencies_section(*, import_optional: bool = False) -> tuple[dict[str, An
             version = installed_version(DEPENDENCIES[module].distribution) if importable else None
             row.update(status="found" if importable else "missing", version=version)
         else:
-            result = requirements.probe(module)
+            with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed logs to stdout at import: keep --json clean
+                result = requirements.probe(module)
             row.update(status=result.status, version=result.version, detail=result.detail)
             if users and result.status in ("broken", "incompatible"):
                 _, requirement, usage = users[0]
@@ -450,5 +462,13 @@ CODES: tuple[Code, ...] = (
         fixed=f"{DOCTOR}   # after `import lightning_presets` or {REINSTALL}",
         evidence="runtime: tests/test_cli_doctor.py::test_lp724_preset_missing_from_a_registry (Lightning raises for "
         "the unregistered name)",
+    ),
+    Code(
+        stage="doctor",
+        code="LP016", severity="error", title="an installed Lightning package that fails to import",
+        fails=f"{DOCTOR}   # `import lightning.pytorch.strategies` raises ImportError (a broken install)",
+        fixed=f"{DOCTOR}   # after pip install --force-reinstall 'lightning>=2.6.0,<2.7'",
+        evidence="runtime: tests/test_reliability.py::test_doctor_reports_a_lightning_that_cannot_be_imported "
+        "(Trainer and Fabric cannot be imported, with or without a preset)",
     ),
 )  # fmt: skip

@@ -12,7 +12,7 @@ import importlib.util
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,15 +110,24 @@ def _row(report: _check.CheckReport) -> dict[str, Any]:
     }
 
 
-def compute(modes: Iterable[_check.Mode] = ("trainer", "fabric")) -> tuple[list[dict[str, Any]], float]:
-    """Every row of the matrix, and the seconds the checks took (imports excluded)."""
+def compute(
+    modes: Iterable[_check.Mode] = ("trainer", "fabric"), progress: Callable[[str, int, int], None] | None = None
+) -> tuple[list[dict[str, Any]], float]:
+    """Every row of the matrix, and the seconds the checks took (imports excluded).
+
+    ``progress(what, done, total)`` is called every 50 configurations and at the end.
+    """
     import lightning.fabric
     import lightning.pytorch  # noqa: F401
 
     all_requests = list(requests(modes))
     start = time.perf_counter()
+    rows = []
     with session():
-        rows = [_row(_check.run_check(request)) for request in all_requests]
+        for done, request in enumerate(all_requests, 1):
+            rows.append(_row(_check.run_check(request)))
+            if progress is not None and (done % 50 == 0 or done == len(all_requests)):
+                progress(f"checking {request.mode} configurations", done, len(all_requests))
     return rows, time.perf_counter() - start
 
 

@@ -21,7 +21,7 @@ from unittest import mock
 from lightning_presets.core.environment import is_cluster_variable
 from lightning_presets.core.hardware import SimulatedGPU, current, simulating
 
-__all__ = ["CLUSTERS", "SimulatedGPU", "cluster_variables", "current", "import_before_simulating",
+__all__ = ["CLUSTERS", "MAX_PROCESSES", "SimulatedGPU", "cluster_variables", "current", "import_before_simulating",
            "is_cluster_variable", "simulated_cluster", "simulated_cuda", "without_mps"]  # fmt: skip
 
 _CUDA_MODULES = (
@@ -130,8 +130,14 @@ def cluster_variables(cluster: str, devices: int, num_nodes: int, rankfile: str 
     raise ValueError(f"cluster={cluster!r} is not one of {', '.join(map(repr, CLUSTERS))}")
 
 
+MAX_PROCESSES = 2**20
+"""The largest job simulated (devices × nodes): beyond any cluster, and a rank file of a few megabytes."""
+
+
 def _lsf_rankfile(directory: str, devices: int, num_nodes: int) -> str:
     """An LSF rank file: the launch node, then every host once per task; this host is the first node."""
+    if devices * num_nodes > MAX_PROCESSES:
+        raise ValueError(f"an LSF rank file of {devices} × {num_nodes} tasks: at most {MAX_PROCESSES} are simulated")
     hosts = [socket.gethostname(), *(f"node{index}" for index in range(1, num_nodes))]
     path = os.path.join(directory, "rankfile")
     with open(path, "w", encoding="utf-8") as file:

@@ -1,0 +1,326 @@
+"""Hostile input to the command line: exit 2 with a message, never a traceback, a hang or unbounded memory.
+
+A config file cannot run code (``class_path`` is limited to Lightning's classes and registered presets',
+refused before anything is imported), sizes and reads are bounded, and unwritable output is a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _dists import Dist
+from conftest import run_cli
+from lightning_presets.cli import _check as check_cli
+from lightning_presets.cli import _matrix as matrix_cli
+from lightning_presets.tools import simulation as _simulation
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+DDP = "lightning.pytorch.strategies.DDPStrategy"
+
+
+# --- 6. a config file cannot run code -------------------------------------------------------------------------
+
+
+def test_class_path_outside_lightning_is_refused_before_its_module_is_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = tmp_path / "imported"
+    (tmp_path / "evil_strategies.py").write_text(f"open({str(marker)!r}, 'w').close()\nclass Evil: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for class_path in ("evil_strategies.Evil", "subprocess.call"):
+        config = write(tmp_path / "c.yaml", f"trainer:\n  strategy:\n    class_path: {class_path}\n"
+                       f"    init_args: {{args: [touch, {tmp_path / 'ran'}]}}\n")  # fmt: skip
+        code, _, err = run_cli(capsys, "check", "--config", config)
+        assert code == 2
+        assert f"class_path {class_path!r} is refused" in err
+        assert "nothing was imported" in err
+    assert not marker.exists()
+    assert not (tmp_path / "ran").exists()
+    assert "evil_strategies" not in sys.modules
+
+
+def test_a_lightning_class_that_is_not_a_strategy_is_not_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write(tmp_path / "c.yaml", "trainer:\n  strategy:\n    class_path: lightning.pytorch.cli.LightningCLI\n")
+    code, _, err = run_cli(capsys, "check", "--config", config)
+    assert code == 2
+    assert "'lightning.pytorch.cli.LightningCLI' is not a Lightning strategy" in err
+
+
+def test_nested_class_path_may_be_a_cluster_environment_and_nothing_else(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nested = "lightning.fabric.plugins.environments.LightningEnvironment"
+    text = (
+        f"trainer:\n  accelerator: cpu\n  devices: 2\n  strategy:\n    class_path: {DDP}\n    init_args:\n"
+        f"      cluster_environment:\n        class_path: {nested}\n"
+    )
+    config = write(tmp_path / "ok.yaml", text)
+    code, out, _ = run_cli(capsys, "check", "--config", config, "--json")
+    assert code == 0, out
+    assert json.loads(out)["resolved"]["cluster_environment"] == "LightningEnvironment"
+    config = write(tmp_path / "bad.yaml", f"trainer:\n  strategy:\n    class_path: {DDP}\n    init_args:\n"
+                   "      cluster_environment:\n        class_path: os.system\n")  # fmt: skip
+    code, _, err = run_cli(capsys, "check", "--config", config)
+    assert code == 2
+    assert "cluster_environment.class_path 'os.system' is refused" in err
+
+
+ACME_CLASS = Dist(
+    name="acme-class-presets",
+    version="1.0.0",
+    source="""\
+        from lightning.pytorch.strategies import DDPStrategy
+        from lightning_presets import Preset
+
+        class AcmeDDP(DDPStrategy):
+            pass
+
+        PRESET = Preset(name="acme_class_ddp", description="d", family="ddp",
+                        strategy={"trainer": "acme_class_presets:AcmeDDP"})
+        """,
+    strategies={"acme_class_ddp": "acme_class_presets:PRESET"},
+)
+
+
+@pytest.mark.usefixtures("fresh_catalog")
+def test_a_class_a_registered_preset_declares_may_be_built(
+    install: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install(ACME_CLASS)
+    config = write(tmp_path / "c.yaml", "trainer:\n  accelerator: cpu\n  strategy:\n"
+                   "    class_path: acme_class_presets.AcmeDDP\n")  # fmt: skip
+    code, out, _ = run_cli(capsys, "check", "--config", config, "--json")
+    assert code == 0, out
+    assert "strategy=AcmeDDP()" in json.loads(out)["call"]
+
+
+# --- 7. bounded input ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--cluster", "lsf", "--devices", "1000000000"], "devices per node 1000000000 is more than"),
+        (["--accelerator", "cpu", "--devices", "1000000000"], "devices per node 1000000000 is more than"),
+        (["--gpus", "1000000000"], "GPUs per node (--gpus) 1000000000 is more than"),
+        (["--num-nodes", "100000000", "--cluster", "lsf"], "num_nodes 100000000 is more than"),
+        (["--devices", "4096", "--num-nodes", "4096"], "= 16777216 processes is more than"),
+        (["--env", "PL_TRAINER_DEVICES=1000000000"], "devices per node 1000000000 is more than"),
+    ],
+)
+def test_sizes_no_cluster_has_are_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str], words: str) -> None:
+    start = time.perf_counter()
+    code, _, err = run_cli(capsys, "check", *argv)
+    assert (code, time.perf_counter() - start < 5) == (2, True)
+    assert words in err
+
+
+def test_a_large_lsf_job_is_still_simulated(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ("--cluster", "lsf", "--accelerator", "cuda", "--gpus", "8", "--devices", "8", "--num-nodes", "512")
+    code, out, _ = run_cli(capsys, "check", *argv, "--strategy", "ddp", "--json")
+    assert code == 0, out
+
+
+def test_the_lsf_rank_file_is_bounded(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"at most 1048576 are simulated"):
+        _simulation._lsf_rankfile(str(tmp_path), 2**11, 2**10)
+    assert not (tmp_path / "rankfile").exists()
+
+
+def alias_bomb(levels: int) -> str:
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + f"\ntrainer:\n  strategy: ddp\n  accelerator: *l{levels - 1}\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write(tmp_path / "bomb.yaml", alias_bomb(9))  # 9**9 strings once expanded
+    start = time.perf_counter()
+    code, _, err = run_cli(capsys, "check", "--config", config)
+    assert (code, time.perf_counter() - start < 5) == (2, True)
+    assert "'trainer:' expands to more than 10000 values" in err
+
+
+def test_a_few_aliases_are_fine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = "defaults: &cpu {accelerator: cpu, devices: 2}\ntrainer:\n  <<: *cpu\n  strategy: ddp\n"
+    code, out, _ = run_cli(capsys, "check", "--config", write(tmp_path / "c.yaml", text), "--json")
+    assert code == 0, out
+    assert json.loads(out)["resolved"]["world_size"] == 2
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"\0" * (2**20 + 1), "larger than 1 MiB"),
+        ("trainer:\n  strategy: ddp\n".encode("utf-16"), "not UTF-8 text (byte 0: b'\\xff')"),
+        ("trainer:\n  strategy: d\xe9p\n".encode("latin-1"), "not UTF-8 text (byte 22: b'\\xe9')"),
+        (("trainer:\n  x: " + "[" * 70 + "]" * 70 + "\n").encode(), "nests deeper than 64 levels"),
+        (("trainer:\n  x: " + "[" * 20000 + "]" * 20000 + "\n").encode(), "--config"),
+    ],
+    ids=["too-large", "utf-16", "latin-1", "deep", "very-deep"],
+)
+def test_config_files_that_are_not_a_small_utf8_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, words: str
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(content)
+    code, _, err = run_cli(capsys, "check", "--config", str(path))
+    assert code == 2
+    assert words in err
+
+
+def test_config_from_dev_zero_is_read_no_further_than_the_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "check", "--config", "/dev/zero")
+    assert code == 2
+    assert "larger than 1 MiB" in err
+
+
+def test_a_utf8_config_with_a_byte_order_mark_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes("trainer:\n  strategy: ddp\n  accelerator: cpu\n".encode("utf-8-sig"))
+    assert run_cli(capsys, "check", "--config", str(path))[0] == 0
+
+
+# --- 8. exit 2 instead of tracebacks --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("80", "'80' has no unit: write 80GiB or 80GB (80B if you mean bytes)"),
+        ("1" + "0" * 400 + "GiB", "must be at least 1 byte and at most 1 EiB"),
+        ("0GiB", "must be at least 1 byte"),
+        ("1e400", "is not a memory size"),
+        ("eighty", "is not a memory size"),
+    ],
+)
+def test_memory_sizes_refused(text: str, words: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        check_cli.memory(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("80GiB", 80 * 2**30), ("80GB", 80 * 10**9), ("0.5 GiB", 2**29), ("85899345920B", 85899345920), ("1EiB", None)],
+)
+def test_memory_sizes_accepted(text: str, size: int | None) -> None:
+    if size is None:  # no such unit
+        with pytest.raises(argparse.ArgumentTypeError):
+            check_cli.memory(text)
+        return
+    assert check_cli.memory(text) == size
+
+
+@pytest.mark.parametrize("flag", ["--gpu-memory", "--cpu-memory"])
+def test_huge_memory_flags_are_usage_errors(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    huge = "9" * 400 + "GiB"
+    code, _, err = run_cli(capsys, "plan", "--params", "7B", "--gpus", "8", flag, huge)
+    assert code == 2
+    assert "at most 1 EiB" in err
+    if flag == "--gpu-memory":
+        assert run_cli(capsys, "check", flag, huge)[0] == 2
+
+
+@pytest.fixture
+def quick_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The matrix command without its two thousand checks (what is tested here is where it writes)."""
+    monkeypatch.setattr(matrix_cli, "compute", lambda modes, progress=None: ([], 0.0))
+
+
+@pytest.mark.usefixtures("quick_matrix")
+@pytest.mark.parametrize(
+    ("flag", "path", "words"),
+    [
+        ("--output", "/nonexistent/dir/matrix.md", "the directory /nonexistent/dir does not exist"),
+        ("--output", "{tmp}", "is a directory"),
+        ("--output", "/dev/full", "cannot be written: No space left on device"),
+        ("--output", "/proc/version", "cannot be written"),
+        ("--check", "{tmp}", "is a directory"),
+    ],
+)
+def test_matrix_paths_that_cannot_be_used_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, path: str, words: str
+) -> None:
+    code, _, err = run_cli(capsys, "matrix", flag, path.format(tmp=tmp_path))
+    assert code == 2
+    assert words in err
+
+
+@pytest.mark.usefixtures("quick_matrix")
+def test_matrix_check_reads_no_further_than_what_it_compares(capsys: pytest.CaptureFixture[str]) -> None:
+    start = time.perf_counter()
+    code, _, err = run_cli(capsys, "matrix", "--check", "/dev/zero")
+    assert (code, time.perf_counter() - start < 5) == (1, True)
+    assert "/dev/zero is stale" in err
+
+
+@pytest.mark.usefixtures("quick_matrix")
+def test_matrix_writes_and_checks_a_plain_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "matrix.md"
+    assert run_cli(capsys, "matrix", "--output", str(target))[0] == 0
+    assert target.read_text(encoding="utf-8").startswith("# Compatibility matrix")
+    assert run_cli(capsys, "matrix", "--check", str(target))[0] == 0
+    assert run_cli(capsys, "matrix", "--check", str(tmp_path / "missing.md"))[0] == 1  # stale, not a usage error
+
+
+def test_check_json_to_a_full_device_is_exit_2_without_a_traceback() -> None:
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "lightning_presets", "check", "--json"],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=180, check=False,
+        )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "No space left on device" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "Exception ignored" not in result.stderr
+
+
+@pytest.mark.parametrize("value", ["bogus", "BOGUS", "DDP", "Tp2d_Hybrid"])
+@pytest.mark.parametrize("extra", [[], ["--set", "find_unused_parameters=True"]])
+def test_strategy_names_from_the_environment(capsys: pytest.CaptureFixture[str], value: str, extra: list[str]) -> None:
+    code, out, _ = run_cli(capsys, "check", "--env", f"PL_TRAINER_STRATEGY={value}", *extra, "--json")
+    assert code in (0, 1)
+    json.loads(out)
+
+
+def test_an_unexpected_exception_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(args: argparse.Namespace) -> int:
+        raise KeyError("something internal")
+
+    monkeypatch.setattr(check_cli, "run", broken)
+    code, _, err = run_cli(capsys, "check")
+    assert code == 2
+    assert "lightning-presets check: error: internal error: KeyError: 'something internal' at " in err
+
+
+def test_doctor_import_json_stays_json_when_a_dependency_prints(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DeepSpeed's logger writes to stdout when it is first imported; ``doctor --import --json`` must stay JSON."""
+    from lightning_presets.registry import requirements
+
+    def printing(module: str) -> requirements.Probe:
+        print(f"[WARNING] [real_accelerator.py:213:get_accelerator] {module} says hello on stdout")
+        return requirements.Probe(module=module, status="ok")
+
+    monkeypatch.setattr(requirements, "probe", printing)
+    _, out, err = run_cli(capsys, "doctor", "--import", "--json")
+    assert json.loads(out)["schema"] == "lightning-presets/doctor"
+    assert "deepspeed says hello on stdout" in err

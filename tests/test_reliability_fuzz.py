@@ -1,0 +1,265 @@
+"""A fuzz of the whole command line: every command and flag with hostile values.
+
+Whatever the input, a command exits 0, 1 or 2 with a message, never a traceback or an "internal error", each
+run takes bounded time, and memory stays bounded across the run. The budget is fixed (``derandomize``: the
+same examples every run, so CI is reproducible); raise ``LP_FUZZ_EXAMPLES`` to search further locally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import json
+import os
+import resource
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lightning_presets import cli
+from lightning_presets.cli import _matrix as matrix_cli
+from lightning_presets.cli import main
+from lightning_presets.tools import check as _check
+
+EXAMPLES = int(os.environ.get("LP_FUZZ_EXAMPLES", "300"))
+SECONDS_PER_RUN = 15.0  # generous: a shared 2-core CI machine; a hang or a bomb takes far longer
+MEMORY_GROWTH = 512 * 2**20
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,  # timed below, with a bound that tolerates a loaded machine
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+HOSTILE_TEXT = (
+    "", " ", "\t", "-", "--", "=", "==", "-1", "0", "1", "2", "8", "1e400", "-1e400", "nan", "inf", "0x10", "1_000",
+    "1" + "0" * 400, "9" * 5000, "1.5", "80", "80GiB", "0.0001GiB", "1" + "0" * 30 + "TiB", "auto", "AUTO", "None",
+    "True", "[]", "{}", "()", "[" * 500, "(" * 5000, "'", '"', "\\", "\x7f", "é", "💥", "\u202e", "a" * 10000,
+    "${HOME}", "$(touch /tmp/lp-fuzz-ran)", "`id`", "../../etc/passwd", "/dev/zero", "/dev/full", "/", "/proc/self/mem",
+    "__import__('os').system('id')", "lambda: 0", "subprocess.call", "os:abort", "builtins:input", "sys:exit",
+)  # fmt: skip
+NAMES = (
+    "auto", "ddp", "DDP", "fsdp", "fsdp2", "FSDP2", "tp2d_hybrid", "fsdp_offload_ckpt", "deepspeed_zero2_offload",
+    "xla_fsdp_ckpt", "ddp_static_graph", "single_device", "cpu", "cuda", "gpu", "mps", "tpu", "32-true", "bf16-mixed",
+    "16-mixed", "64-true", "transformer-engine", "bf16-fp32-reduce", "nf4-bnb", "fp8-te", "fp8-torchao",
+)  # fmt: skip
+ENV_NAMES = (
+    "PL_TRAINER_STRATEGY", "PL_TRAINER_DEVICES", "PL_TRAINER_ACCELERATOR", "PL_TRAINER_PRECISION",
+    "PL_TRAINER_NUM_NODES", "LT_STRATEGY", "LT_DEVICES", "LT_ACCELERATOR", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE",
+    "SLURM_NNODES", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK", "CUDA_VISIBLE_DEVICES", "LSB_DJOB_RANKFILE",
+    "JSM_NAMESPACE_SIZE", "MASTER_PORT", "",
+)  # fmt: skip
+SET_KEYS = ("cpu_offload", "tensor_parallel_size", "data_parallel_size", "sharding_strategy", "find_unused_parameters",
+            "process_group_backend", "device_mesh", "stage", "", "__class__")  # fmt: skip
+
+text = st.one_of(st.sampled_from(HOSTILE_TEXT), st.sampled_from(NAMES), st.text(max_size=40))
+number = st.one_of(st.integers(-(10**6), 10**12).map(str), st.sampled_from(HOSTILE_TEXT))
+size = st.one_of(
+    st.builds("{}{}".format, st.integers(0, 10**7), st.sampled_from(("GiB", "GB", "B", "TiB", "kb", "", " MiB"))),
+    st.sampled_from(HOSTILE_TEXT),
+)
+
+
+def pairs(keys: tuple[str, ...]) -> st.SearchStrategy[str]:
+    return st.builds(lambda key, value: f"{key}={value}", st.one_of(st.sampled_from(keys), text), text)
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Config files: valid, hostile (alias bomb, UTF-16, deep, huge, code), and paths that are not files."""
+    root = tmp_path_factory.mktemp("fuzz_configs")
+    bomb = ['l0: &l0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    bomb += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    files: dict[str, bytes] = {
+        "valid.yaml": b"trainer:\n  strategy: ddp\n  accelerator: cpu\n  devices: 2\n",
+        "preset.yaml": b"trainer:\n  strategy: tp2d_hybrid\n  accelerator: cpu\n  devices: 2\n",
+        "bomb.yaml": ("\n".join(bomb) + "\ntrainer:\n  devices: *l8\n").encode(),
+        "utf16.yaml": "trainer:\n  strategy: ddp\n".encode("utf-16"),
+        "deep.yaml": b"trainer:\n  x: " + b"[" * 3000 + b"]" * 3000 + b"\n",
+        "huge.yaml": b"# " + b"x" * (2**20) + b"\n",
+        "code.yaml": b"trainer:\n  strategy:\n    class_path: subprocess.call\n    init_args: {args: [id]}\n",
+        "tag.yaml": b"trainer: !!python/object/apply:os.system ['id']\n",
+        "list.yaml": b"- 1\n- 2\n",
+        "bad.yaml": b"trainer: [\n",
+        "strategy_args.yaml": b"trainer:\n  strategy:\n    class_path: lightning.pytorch.strategies.DDPStrategy\n"
+        b"    init_args: {no_such_argument: 1}\n",
+    }
+    for name, content in files.items():
+        (root / name).write_bytes(content)
+    return [str(root / name) for name in files] + [str(root), str(root / "missing.yaml"), "/dev/null", "/dev/zero"]
+
+
+def check_argv(configs: list[str]) -> st.SearchStrategy[list[str]]:
+    flags: dict[str, st.SearchStrategy[str]] = {
+        "--mode": st.sampled_from(("trainer", "fabric", "Trainer", "")),
+        "--accelerator": text,
+        "--devices": number,
+        "--num-nodes": number,
+        "--strategy": text,
+        "--precision": text,
+        "--plugin": text,
+        "--set": pairs(SET_KEYS),
+        "--config": st.one_of(st.sampled_from(configs), text),
+        "--gpus": number,
+        "--gpu-capability": st.one_of(st.sampled_from(("8.0", "9.0", "8.9", "99999999999.0", "-1.0", "9")), text),
+        "--gpu-memory": size,
+        "--cluster": st.sampled_from(("none", "slurm", "torchelastic", "lsf", "pbs")),
+        "--env": pairs(ENV_NAMES),
+    }
+    switches = ("--interactive", "--json", "--strict")
+    return _argv("check", flags, switches)
+
+
+def _argv(command: str, flags: dict[str, st.SearchStrategy[str]], switches: tuple[str, ...]) -> Any:
+    chosen: st.SearchStrategy[list[list[str]]] = st.just([])
+    if flags:
+        flag = st.sampled_from(sorted(flags)).flatmap(lambda name: flags[name].map(lambda value: [name, value]))
+        chosen = st.lists(flag, max_size=6)
+    on = st.lists(st.sampled_from(switches), max_size=2, unique=True) if switches else st.just([])
+    return st.builds(lambda pairs, extra: [command, *(part for pair in pairs for part in pair), *extra], chosen, on)
+
+
+def other_argv(configs: list[str]) -> st.SearchStrategy[list[str]]:
+    path = st.one_of(st.sampled_from(configs), text, st.sampled_from(("/dev/full", "/proc/version", "/nonexistent/x")))
+    plan = _argv(
+        "plan",
+        {
+            "--gpus": number,
+            "--num-nodes": number,
+            "--gpu-memory": size,
+            "--cpu-memory": size,
+            "--precision": text,
+            "--optimizer": text,
+            "--headroom": st.one_of(st.sampled_from(("0.3", "30%", "1", "-0.1", "nan", "inf", "%")), text),
+        },
+        ("--json",),
+    ).map(lambda argv: [argv[0], "--params", "7B", "--gpus", "8", *argv[1:]])  # --params/--model: see the report
+    return st.one_of(
+        _argv("list", {}, ("--json", "--strict")),
+        st.builds(lambda name, rest: ["show", name, *rest], text, st.lists(st.just("--json"), max_size=1)),
+        _argv("doctor", {}, ("--json", "--strict", "--import")),
+        _argv(
+            "matrix",
+            {
+                "--format": text,
+                "--output": path,
+                "--check": path,
+                "--mode": st.sampled_from(("trainer", "fabric", "x")),
+            },
+            (),
+        ),
+        plan,
+    ) | st.lists(text, max_size=4)  # no command, an unknown one, or stray words
+
+
+@contextlib.contextmanager
+def small_matrix() -> Iterator[None]:
+    """``matrix`` over a few real checks instead of two thousand (what is fuzzed is its flags and output)."""
+    from lightning_presets.tools import matrix as _matrix
+
+    rows = [_matrix._row(_check.run_check(request)) for request in itertools.islice(_matrix.requests(), 6)]
+    with mock.patch.object(matrix_cli, "compute", return_value=(rows, 0.01)):
+        yield
+
+
+def invoke(argv: list[str]) -> tuple[int, str, str, float]:
+    out, err = io.StringIO(), io.StringIO()
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
+    return code, out.getvalue(), err.getvalue(), time.perf_counter() - start
+
+
+def assert_contained(argv: list[str]) -> None:
+    code, out, err, seconds = invoke(argv)
+    shown = f"{argv!r:.300}\nstdout: {out[-600:]}\nstderr: {err[-600:]}"
+    assert code in (0, 1, 2), shown
+    assert "Traceback" not in out + err, shown
+    assert "internal error" not in err, shown
+    assert "(MemoryError)" not in err, shown  # main() caught it, but a bomb is a bomb
+    assert "(RecursionError)" not in err, shown
+    assert seconds < SECONDS_PER_RUN, shown
+    if code in (0, 1) and wants_json(argv):
+        json.loads(out)  # --json output is JSON, even when a plugin or Lightning prints
+
+
+def wants_json(argv: list[str]) -> bool:
+    """Whether the command line asks for JSON, as the real parser reads it (``show -- --json`` does not)."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            return bool(getattr(cli._parser().parse_args(argv), "json", False))
+        except SystemExit:
+            return False
+
+
+@contextlib.contextmanager
+def address_space(extra: int = 4 * 2**30) -> Iterator[None]:
+    """Cap this process's address space at its current size plus ``extra`` while fuzzing (Linux).
+
+    A memory bomb the fuzz finds then fails the test with a MemoryError instead of taking a shared CI machine
+    down; the cap is lifted afterwards.
+    """
+    statm = Path("/proc/self/statm")
+    if not statm.exists():
+        yield
+        return
+    size = int(statm.read_text().split()[0]) * resource.getpagesize()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = size + extra if hard == resource.RLIM_INFINITY else min(size + extra, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def max_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+
+
+@pytest.fixture(scope="module")
+def baseline() -> int:
+    """Peak memory once every command has run once (imports done)."""
+    for argv in (["check", "--strategy", "ddp"], ["list"], ["doctor"], ["plan", "--params", "7B", "--gpus", "8"]):
+        invoke(argv)
+    return max_rss()
+
+
+def test_fuzz_check(configs: list[str], baseline: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # relative paths the fuzz makes up land here
+
+    @FUZZ
+    @given(argv=check_argv(configs))
+    def fuzz(argv: list[str]) -> None:
+        assert_contained(argv)
+
+    with address_space():
+        fuzz()
+    assert max_rss() - baseline < MEMORY_GROWTH
+    assert not Path("/tmp/lp-fuzz-ran").exists()
+
+
+def test_fuzz_every_other_command(
+    configs: list[str], baseline: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # `matrix --output NAME` writes here, not into the checkout
+
+    @FUZZ
+    @given(argv=other_argv(configs))
+    def fuzz(argv: list[str]) -> None:
+        assert_contained(argv)
+
+    with small_matrix(), address_space():
+        fuzz()
+    assert max_rss() - baseline < MEMORY_GROWTH
