@@ -203,7 +203,8 @@ def test_show_lists_every_override_a_preset_accepts(capsys: pytest.CaptureFixtur
     assert code == 0
     accepted = json.loads(out)["preset"]["also_accepted"]
     for key in ("config", "process_group_backend", "partition_activations"):
-        assert key in accepted["trainer"] and key in accepted["fabric"]
+        assert key in accepted["trainer"]
+        assert key in accepted["fabric"]
     code, text = run(capsys, "show", "deepspeed_zero3_offload_ckpt")
     assert "partition_activations" in text
     with pytest.raises(lightning_presets.PresetConfigError) as excinfo:
