@@ -192,3 +192,23 @@ def test_show_precision_preset_plain_code(capsys: pytest.CaptureFixture[str]) ->
     assert "plugin = FSDPPrecision(" in source
     assert "trainer = Trainer(plugins=[plugin])" in source
     compile(source, "<plain>", "exec")
+
+
+def test_show_lists_every_override_a_preset_accepts(capsys: pytest.CaptureFixture[str]) -> None:
+    """What `show` says is accepted is exactly what lightning_presets.strategy() accepts (issue: config,
+    process_group_backend and partition_activations were accepted but not shown)."""
+    import lightning_presets
+
+    code, out = run(capsys, "show", "deepspeed_zero3_offload_ckpt", "--json")
+    assert code == 0
+    accepted = json.loads(out)["preset"]["also_accepted"]
+    for key in ("config", "process_group_backend", "partition_activations"):
+        assert key in accepted["trainer"]
+        assert key in accepted["fabric"]
+    code, text = run(capsys, "show", "deepspeed_zero3_offload_ckpt")
+    assert "partition_activations" in text
+    with pytest.raises(lightning_presets.PresetConfigError) as excinfo:
+        lightning_presets.strategy("deepspeed_zero3_offload_ckpt", not_an_argument=1)
+    valid = excinfo.value.findings[0].hint.split("valid keys: ")[1].split(", ")
+    preset = lightning_presets.get_preset("deepspeed_zero3_offload_ckpt")
+    assert sorted(set(valid) - set(preset.init_params)) == accepted["trainer"]

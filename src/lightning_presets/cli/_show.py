@@ -70,8 +70,13 @@ def _render(data: dict[str, Any]) -> Group:
         ),
         indented(Group(*(f"{key} = {value}" for key, value in data["arguments"].items()), *_none(data["arguments"]))),
     ]
-    if data["extra_keys"]:
-        parts.append(fields([("also accepted", ", ".join(data["extra_keys"]))]))
+    accepted = data["also_accepted"]
+    if len({tuple(keys) for keys in accepted.values()}) == 1:
+        accepted = {"": next(iter(accepted.values()))}
+    label = "also accepted"
+    overrides = [(f"{label} ({kind})" if kind else label, ", ".join(keys)) for kind, keys in accepted.items() if keys]
+    if overrides:
+        parts.append(fields(overrides))
     guards = data["guards"]
     rows = [(g["code"], severity(g["severity"]), g["stage"], g["title"]) for g in guards]
     parts += ["", heading("guards"), table(("code", "severity", "stage", "title"), rows, wrap=(3,)) if guards

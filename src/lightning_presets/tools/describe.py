@@ -8,6 +8,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from lightning_presets.core.namespaces import NAMESPACES
+from lightning_presets.registry.build import valid_override_keys
 from lightning_presets.tools.catalogs import Listed
 
 _PACKAGES = {"trainer": ("lightning.pytorch", "Trainer"), "fabric": ("lightning.fabric", "Fabric")}
@@ -91,6 +93,20 @@ def _rules(item: Any) -> list[dict[str, str]]:
     ]
 
 
+def also_accepted(item: Any) -> dict[str, list[str]]:
+    """Per kind, every override the preset takes besides its defaults: the Lightning constructor's named parameters
+    (strategies) and the preset's extra keys, exactly what ``lightning_presets.strategy(name, **overrides)`` accepts."""
+    accepted = {}
+    for kind in getattr(item, "kinds", ()):
+        namespace = next(each for each in NAMESPACES if each.kind == kind)
+        try:
+            keys = valid_override_keys(item, namespace)
+        except Exception:  # the class cannot be imported here (a missing extra): the preset's own keys
+            keys = frozenset(item.extra_keys)
+        accepted[kind] = sorted(keys - set(item.init_params))
+    return accepted
+
+
 def describe(listed: Listed) -> dict[str, Any]:
     item = listed.item
     data = listed.as_dict()
@@ -102,6 +118,7 @@ def describe(listed: Listed) -> dict[str, Any]:
             "classes": dict(_specs(item)[0]),
             "arguments": {key: _literal(value) for key, value in init_params.items()},
             "extra_keys": sorted(getattr(item, "extra_keys", ()) or ()),
+            "also_accepted": also_accepted(item),
             "requires": [
                 {"module": r.module, "extra": r.extra, "installed": r.is_installed()}
                 for r in getattr(item, "requires", ()) or ()
