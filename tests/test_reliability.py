@@ -303,7 +303,8 @@ def test_a_class_that_does_not_resolve_is_broken_in_list_show_and_doctor(
     assert "bad-class-presets 0.9.0" in message
     code, out, _ = run_cli(capsys, "list", "--strict")
     assert code == 1
-    assert "bad_class_ddp (broken): [LP011]" in out
+    assert "bad_class_ddp (broken): 1 error" in out  # the findings block of the listing (grouped by severity)
+    assert "  [LP011]  preset 'bad_class_ddp' from bad-class-presets 0.9.0" in out
     assert run_cli(capsys, "show", "bad_class_ddp")[0] == 1
     code, out, _ = run_cli(capsys, "doctor", "--json")
     data = json.loads(out)
