@@ -68,6 +68,8 @@ def main() -> None:
     }
     sys.stdout.write("RESULT " + json.dumps(report) + "\n")
     sys.stdout.flush()
+    torch.distributed.barrier()  # both ranks tear the process group down together (see fsdp2_fit.py)
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
