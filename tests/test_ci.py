@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
 
 from lightning_presets.core import versions
@@ -21,17 +19,26 @@ def test_ci_installs_every_recorded_torch_and_lightning() -> None:
     assert "torch_xla==2.9.0" in CI
 
 
-def test_readme_test_command_is_the_main_leg() -> None:
+def _readme_command(after: str) -> str:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = readme.split("Tests (the main leg of what CI runs", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
-    main_leg = CI.split('leg "1.', 1)[1].split('leg "2.', 1)[0]
-    for command in block.strip().split(" && "):
-        words = shlex.split(command)
-        if words[:2] == ["pip", "install"]:
-            for requirement in words[2:]:
-                if requirement.startswith("."):  # '.[test,cli]' here, '.[dev,cli]' (test + linters) in CI
-                    extras = set(re.findall(r"\w+", requirement.partition("[")[2]))
-                    assert extras - {"test"} <= set(re.findall(r"\.\[([\w,]+)\]", main_leg)[0].split(","))
-                elif not requirement.startswith("-"):  # pins: torch in the leg, the optional packages in a helper
-                    assert requirement in (main_leg if requirement.startswith("torch==") else CI), requirement
-    assert "python -m pytest -q\n" in main_leg
+    return readme.split(after, 1)[1].split("```bash\n", 1)[1].split("```", 1)[0].strip()
+
+
+def test_the_readme_commands_are_what_ci_runs_verbatim() -> None:
+    """The two README commands are lines of `.ci/run`: quick-start in leg 0, tests in the main leg."""
+    quickstart = _readme_command("Quick-start (installs torch")
+    tests = _readme_command("Tests (the main leg of what CI runs")
+    legs = {leg.split('"', 1)[0]: leg for leg in CI.split('leg "')[1:]}
+    assert quickstart in legs["0. the README's quick-start command, verbatim, in a fresh .venv"].splitlines()
+    main_leg = next(body for name, body in legs.items() if name.startswith("1. main"))
+    assert tests in main_leg.splitlines()
+    assert tests.endswith("&& python -m pytest -q")
+    assert quickstart.endswith("&& python examples/quickstart.py")
+    # each starts from nothing: the virtual environment is removed before the command makes it again
+    for command, leg in (
+        (quickstart, legs["0. the README's quick-start command, verbatim, in a fresh .venv"]),
+        (tests, main_leg),
+    ):
+        before = leg.split(command, 1)[0]
+        assert "rm -rf .venv" in before
+        assert command.startswith("python3 -m venv .venv && . .venv/bin/activate")

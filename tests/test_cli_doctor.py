@@ -285,3 +285,27 @@ def test_cli_import_flag_probes_and_reports_broken(
     assert code == 1
     assert "LP601" in out
     assert "lightning_presets.precision('nf4-bnb')" in out
+
+
+def test_a_lightning_package_that_comes_with_another_distribution_is_not_called_missing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """pytorch-lightning's wheel ships lightning_fabric: doctor says so instead of "not installed" beside a
+    lightning_fabric registry that holds presets."""
+    versions = {"lightning": "2.6.6", "pytorch-lightning": "2.6.6", "lightning-fabric": None}
+    carried, _ = _doctor.lightning_section(versions.get, lambda name: ["pytorch-lightning"])
+    fabric = carried["packages"]["lightning-fabric"]
+    assert fabric["provided_by"] == [{"distribution": "pytorch-lightning", "version": "2.6.6"}]
+    alone, _ = _doctor.lightning_section(versions.get, lambda name: [])
+    assert alone["packages"]["lightning-fabric"]["provided_by"] == []
+    from lightning_presets.cli._doctor import _lightning_package
+
+    assert _lightning_package("lightning-fabric", fabric, ">=2.5,<2.7") == (
+        "no distribution of its own; the lightning_fabric package comes with pytorch-lightning 2.6.6"
+    )
+    assert _lightning_package("lightning-fabric", alone["packages"]["lightning-fabric"], "") == "not installed"
+    # and in this environment the text agrees with the registry lines below it
+    _code, out = run(capsys, "doctor")
+    importable = json.loads(run(capsys, "doctor", "--json")[1])["registries"]["lightning_fabric"]["importable"]
+    fabric_line = next(line for line in out.splitlines() if line.startswith("lightning-fabric"))
+    assert ("not installed" in fabric_line) is (not importable)

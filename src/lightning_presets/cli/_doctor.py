@@ -39,6 +39,17 @@ def _registry(info: dict[str, Any]) -> str:
     return f"{info['module']}: {len(info['registered'])} preset(s) registered{missing}"
 
 
+def _lightning_package(name: str, package: dict[str, Any], supported: str) -> str:
+    if package["version"] is not None:
+        verdict = "supported" if package["supported"] else "NOT supported"
+        return f"{package['version']} ({verdict}: {supported})"
+    carriers = [f"{each['distribution']} {each['version'] or ''}".rstrip() for each in package.get("provided_by", [])]
+    if carriers:
+        module = name.replace("-", "_")
+        return f"no distribution of its own; the {module} package comes with {', '.join(carriers)}"
+    return "not installed"
+
+
 def render(report: _doctor.Report, strict: bool) -> Group:
     s = report.sections
     created = s["torch"].get("cuda_initialized_at_end", False)
@@ -49,10 +60,7 @@ def render(report: _doctor.Report, strict: bool) -> Group:
         ("torch", _torch(s["torch"])),
     ]
     for name, package in s["lightning"]["packages"].items():
-        state = "not installed" if package["version"] is None else (
-            f"{package['version']} ({'supported' if package['supported'] else 'NOT supported'}: "
-            f"{s['lightning']['supported']})")  # fmt: skip
-        versions.append((name, state))
+        versions.append((name, _lightning_package(name, package, s["lightning"]["supported"])))
     auto = s["autoload"]
     trust = "; ".join(f"{key}={value if value is not None else 'unset'}" for key, value in s["trust"].items())
     catalog = s["catalog"]

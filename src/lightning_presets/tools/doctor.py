@@ -161,17 +161,30 @@ def _supported(version: str) -> bool:
         return False
 
 
+def providers(distribution: str) -> list[str]:
+    """The installed distributions that ship the import package of ``distribution`` (``lightning-fabric`` ->
+    ``lightning_fabric``): pytorch-lightning's wheel carries ``lightning_fabric`` without a lightning-fabric
+    distribution."""
+    import importlib.metadata
+
+    return sorted(set(importlib.metadata.packages_distributions().get(distribution.replace("-", "_"), [])))
+
+
 def lightning_section(
     version_of: Callable[[str], str | None] | None = None,
+    provided_by: Callable[[str], list[str]] | None = None,
 ) -> tuple[dict[str, Any], list[Finding]]:
     version_of = version_of or installed_version
+    provided_by = provided_by or providers
     versions = {name: version_of(name) for name in LIGHTNING_DISTRIBUTIONS}
-    info = {
-        "supported": RANGE,
-        "tested": list(LIGHTNING_TESTED),
-        "packages": {name: {"version": version, "supported": version is not None and _supported(version)}
-                     for name, version in versions.items()},
-    }  # fmt: skip
+    packages: dict[str, dict[str, Any]] = {}
+    for name, version in versions.items():
+        packages[name] = {"version": version, "supported": version is not None and _supported(version)}
+        if version is None:  # not installed as its own distribution: its import package may come with another
+            packages[name]["provided_by"] = [
+                {"distribution": other, "version": version_of(other)} for other in provided_by(name) if other != name
+            ]
+    info = {"supported": RANGE, "tested": list(LIGHTNING_TESTED), "packages": packages}
     return info, lightning_findings(versions)
 
 
