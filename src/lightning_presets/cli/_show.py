@@ -82,7 +82,8 @@ def _render(data: dict[str, Any]) -> Group:
     parts += ["", heading("guards"), table(("code", "severity", "stage", "title"), rows, wrap=(3,)) if guards
               else indented("(none)")]  # fmt: skip
     tested = data["tested_with"]
-    parts += ["", heading("tested with"), fields(list(tested.items())) if tested else indented("(not recorded)")]
+    tested_rows = [(key, value or ("-" if key.endswith("_test") else "not run")) for key, value in tested.items()]
+    parts += ["", heading("tested with"), fields(tested_rows) if tested else indented("(not recorded)")]
     for kind, code in data["plain_lightning"].items():
         parts += ["", heading(f"plain Lightning equivalent ({kind}; without the guards and the preset's hooks)")]
         parts.append(_code(code))

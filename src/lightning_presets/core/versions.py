@@ -25,15 +25,50 @@ TORCH_TESTED = ("2.7.0", TORCH, "2.15.0")
 construction tests of every family on each, with the optional packages that import there."""
 
 
-def tested(evidence: str, **packages: str) -> Mapping[str, str]:
-    """A ``tested_with`` record: the Lightning and torch versions, other packages, and the evidence reached.
+def tested(
+    evidence: str,
+    *,
+    construction: str,
+    construction_test: str,
+    runtime_cpu: str = "",
+    runtime_cpu_test: str = "",
+    runtime_gpu: str = "",
+    runtime_gpu_test: str = "",
+    **packages: str,
+) -> Mapping[str, str]:
+    """A ``tested_with`` record: the Lightning and torch versions, other packages, the evidence reached, and one
+    claim per evidence level with the test that makes it (``tests/FILE.py::test_name``; an empty claim means not
+    run). The README's "What has been run" table is generated from these claims (``tools.evidence``), and a test
+    checks that every named test exists and that runtime tests run real processes.
 
     ``packages`` may also set ``torch`` where a preset's tests ran on fewer releases (its package does not import on
     the others, or it needs its own torch).
     """
+    claims = {
+        "construction": construction,
+        "construction_test": construction_test,
+        "runtime_cpu": runtime_cpu,
+        "runtime_cpu_test": runtime_cpu_test,
+        "runtime_gpu": runtime_gpu,
+        "runtime_gpu_test": runtime_gpu_test,
+    }
     return MappingProxyType(
-        {"lightning": ", ".join(LIGHTNING_TESTED), "torch": ", ".join(TORCH_TESTED), **packages, "evidence": evidence}
+        {
+            "lightning": ", ".join(LIGHTNING_TESTED),
+            "torch": ", ".join(TORCH_TESTED),
+            **packages,
+            "evidence": evidence,
+            **claims,
+        }
     )
+
+
+CLAIMS = (
+    ("construction", "construction on simulated hardware"),
+    ("runtime_cpu", "runtime on CPU"),
+    ("runtime_gpu", "runtime on GPU"),
+)
+"""The claim keys of a ``tested_with`` record (each with ``KEY_test``), and how the README names them."""
 
 
 def recorded(tested_with: Mapping[str, str], package: str) -> tuple[str, ...]:

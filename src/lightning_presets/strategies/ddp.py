@@ -23,9 +23,18 @@ TORCH_DDP_KEYS = frozenset(
 _STATIC_GRAPH_KEYS = ("static_graph", "gradient_as_bucket_view")
 _LOW_PRECISION_WEIGHTS = ("bf16-true", "16-true")
 TESTED_WITH_STATIC_GRAPH = tested(
-    "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA"
+    "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA",
+    construction="Trainer, Fabric and the standalone packages on CPU",
+    construction_test="tests/test_ddp.py::test_static_graph_constructs_in_every_namespace",
+    runtime_cpu="Trainer.fit and a Fabric loop on 2 processes (gloo), automatic and manual optimization",
+    runtime_cpu_test="tests/test_ddp.py::test_static_graph_fit_on_two_processes",
 )
-TESTED_WITH_BF16_COMPRESS = tested("construction on simulated CUDA (Trainer and Fabric); never run on a GPU")
+TESTED_WITH_BF16_COMPRESS = tested(
+    "construction on simulated CUDA (Trainer and Fabric); never run on a GPU",
+    construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices; the hook registered after "
+    "wrapping (torch refuses the bf16 hook on a CPU-only build)",
+    construction_test="tests/test_ddp.py::test_bf16_compress_constructs_on_simulated_cuda",
+)
 
 
 @rule(

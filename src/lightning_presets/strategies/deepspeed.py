@@ -499,8 +499,21 @@ def _prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if key not in _PRESET_ONLY_KEYS}
 
 
-TESTED_WITH = tested(
-    "construction (Trainer and Fabric, simulated CUDA, deepspeed 0.19.8 installed; no GPU run)", deepspeed="0.19.8"
+_EVIDENCE = "construction (Trainer and Fabric, simulated CUDA, deepspeed 0.19.8 installed; no GPU run)"
+_CONSTRUCTION = (
+    "Trainer and Fabric on 8 simulated CUDA devices, with DeepSpeed 0.19.8 installed (ZeRO needs CUDA to run)"
+)
+TESTED_WITH_ZERO2 = tested(
+    _EVIDENCE,
+    construction=_CONSTRUCTION,
+    construction_test="tests/test_deepspeed.py::test_zero2_offload_constructs_on_simulated_cuda",
+    deepspeed="0.19.8",
+)
+TESTED_WITH_ZERO3 = tested(
+    _EVIDENCE,
+    construction=_CONSTRUCTION + "; activation checkpointing of each block run on CPU",
+    construction_test="tests/test_deepspeed.py::test_zero3_offload_ckpt_constructs_for_trainer_and_fabric",
+    deepspeed="0.19.8",
 )
 
 DEEPSPEED_ZERO2_OFFLOAD = Preset(
@@ -514,7 +527,7 @@ DEEPSPEED_ZERO2_OFFLOAD = Preset(
     requires=(DEEPSPEED,),
     mixins={"trainer": DeepSpeedTrainerHooks, "fabric": DeepSpeedFabricHooks},
     cpu_offload=True,
-    tested_with=TESTED_WITH,
+    tested_with=TESTED_WITH_ZERO2,
 )
 
 DEEPSPEED_ZERO3_OFFLOAD_CKPT = Preset(
@@ -538,5 +551,5 @@ DEEPSPEED_ZERO3_OFFLOAD_CKPT = Preset(
     prepare=_prepare,
     activation_checkpointing=True,
     cpu_offload=True,
-    tested_with=TESTED_WITH,
+    tested_with=TESTED_WITH_ZERO3,
 )

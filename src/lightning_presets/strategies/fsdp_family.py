@@ -34,7 +34,19 @@ PRESET_SHARDING = {
     "fsdp_hybrid_shard": ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"),
     "fsdp_grad_op": ("SHARD_GRAD_OP",),
 }
-TESTED_WITH = tested("construction on simulated CUDA (Trainer and Fabric); never run on a GPU")
+_EVIDENCE = "construction on simulated CUDA (Trainer and Fabric); never run on a GPU"
+TESTED_WITH_HYBRID = tested(
+    _EVIDENCE,
+    construction="Trainer, Fabric and the standalone packages on simulated CUDA (8 devices, 1 to 4 nodes); the "
+    "wrapping hook with a recording FSDP (FSDP1 needs CUDA to run)",
+    construction_test="tests/test_fsdp_family.py::test_hybrid_fills_the_mesh_from_nodes_and_devices",
+)
+TESTED_WITH_GRAD_OP = tested(
+    _EVIDENCE,
+    construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices; the wrapping hook with a "
+    "recording FSDP (FSDP1 needs CUDA to run)",
+    construction_test="tests/test_fsdp_family.py::test_grad_op_constructs_in_every_namespace",
+)
 
 
 def _sharding_name(value: Any) -> str:
@@ -260,7 +272,7 @@ FSDP_HYBRID_SHARD = Preset(
     extra_keys=TORCH_FSDP_KEYS,
     prepare=prepare_hybrid,
     mesh=HYBRID_SHARD,
-    tested_with=TESTED_WITH,
+    tested_with=TESTED_WITH_HYBRID,
 )
 
 FSDP_GRAD_OP = Preset(
@@ -274,5 +286,5 @@ FSDP_GRAD_OP = Preset(
     rules=GRAD_OP_RULES,
     mixins={"trainer": FSDPTrainerHooks, "fabric": FSDPFabricHooks},
     extra_keys=TORCH_FSDP_KEYS,
-    tested_with=TESTED_WITH,
+    tested_with=TESTED_WITH_GRAD_OP,
 )

@@ -252,6 +252,12 @@ TP2D_HYBRID = Preset(
     prepare=prepare,
     mesh=MODEL_PARALLEL,
     tested_with=tested(
-        "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, 1×2 and 2×1 meshes; construction on simulated CUDA"
+        "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, 1×2 and 2×1 meshes; construction on simulated "
+        "CUDA",
+        construction="Trainer, Fabric and the standalone packages, on CPU and on 8 simulated CUDA devices",
+        construction_test="tests/test_tp2d_hybrid.py::test_lp203_neighbour_on_simulated_cuda",
+        runtime_cpu="Trainer.fit and a Fabric loop on 2 processes (gloo), 1×2 and 2×1 meshes: DTensor shards on "
+        "each rank, the first loss equal to an unsharded copy's",
+        runtime_cpu_test="tests/test_tp2d_hybrid.py::test_trainer_by_name_trains_tensor_parallel_1x2_with_autoload_only",
     ),
 )

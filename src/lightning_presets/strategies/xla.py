@@ -191,6 +191,10 @@ XLA_FSDP_CKPT = Preset(
         "repeated block with checkpointing, one forward and backward on an XLA CPU device outside Lightning's "
         "launcher; no multi-device run (on CPU torch_xla runs one process for every device, Lightning one device "
         "per process); the missing, broken and version-mismatch torch_xla paths for real",
+        construction="Fabric on a real torch_xla 2.9.0 (PJRT on CPU devices): guards, XLA FSDP units with "
+        "checkpointing, one forward and backward on one XLA CPU device outside Lightning's launcher; on torch 2.13 "
+        "against a stand-in torch_xla module",
+        construction_test="tests/test_xla_torch_xla.py::test_xla_fsdp_ckpt_builds_guards_and_wraps_on_real_torch_xla",
         torch="2.9.0, 2.13.0",
         torch_xla="2.9.0",
     ),
