@@ -226,7 +226,7 @@ def test_broken_optional_dependency_reuses_its_code(monkeypatch: pytest.MonkeyPa
     assert info["deepspeed"]["status"] == "broken"
     assert codes(found) == ["LP401"]
     assert "Trainer(strategy='deepspeed_zero2_offload')" in found[0].message
-    assert info["torch_xla"]["install"] == "pip install 'lightning-presets[xla]'"
+    assert info["torch_xla"]["install"] == "pip install 'torch-xla>=2.1'"
 
 
 def test_working_optional_dependency_has_no_finding(monkeypatch: pytest.MonkeyPatch) -> None:

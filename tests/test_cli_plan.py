@@ -306,6 +306,6 @@ def test_install_note_agrees_with_doctor(monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(_estimates, "is_importable", lambda module: module != "deepspeed")
     missing = by_name(plan(PlanRequest(params=10**9, gpus_per_node=8)))["deepspeed_zero2_offload"]
-    assert missing.install == "pip install 'lightning-presets[deepspeed]'"
+    assert missing.install == "pip install --no-build-isolation 'deepspeed>=0.16'"
     assert missing.fits  # the plan is for the target machine: a missing package here is a note, not a misfit
     assert any("not installed here" in why for why in missing.why)

@@ -108,7 +108,7 @@ def test_missing_deepspeed_is_an_install_hint_before_lightnings_error(
     finding = excinfo.value.findings[0]
     assert "'deepspeed'" in finding.message
     assert "Trainer(strategy='deepspeed_zero2_offload')" in finding.message
-    assert finding.hint == "install it with: pip install 'lightning-presets[deepspeed]'"
+    assert finding.hint == "install it with: pip install --no-build-isolation 'deepspeed>=0.16'"
     with pytest.raises(PresetConfigError) as excinfo:
         Fabric(strategy="deepspeed_zero3_offload_ckpt", accelerator="cuda", devices=8)
     assert codes(excinfo) == ("LP007",)

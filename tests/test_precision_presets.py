@@ -282,7 +282,7 @@ def test_missing_torchao_is_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> 
     with simulated_cuda(1), pytest.raises(PresetConfigError) as excinfo:
         lightning_presets.precision("fp8-torchao")
     assert codes(excinfo) == ("LP007",)
-    assert excinfo.value.findings[0].hint == "install it with: pip install 'lightning-presets[torchao]'"
+    assert excinfo.value.findings[0].hint == "install it with: pip install 'torchao>=0.18'"
 
 
 @needs["torchao"]
@@ -304,7 +304,7 @@ def test_missing_transformer_engine_is_an_install_hint() -> None:
     with simulated_cuda(1), pytest.raises(PresetConfigError) as excinfo:
         lightning_presets.precision("fp8-te")
     assert codes(excinfo) == ("LP007",)
-    assert excinfo.value.findings[0].hint == "install it with: pip install 'lightning-presets[fp8]'"
+    assert excinfo.value.findings[0].hint == "install it with: pip install 'transformer-engine[pytorch]>=0.11'"
 
 
 def test_broken_transformer_engine_reports_its_first_error_line(tmp_path: Path) -> None:
@@ -409,7 +409,7 @@ def test_nf4_bnb_needs_bitsandbytes(monkeypatch: pytest.MonkeyPatch) -> None:
     with simulated_cuda(1), pytest.raises(PresetConfigError) as excinfo:
         lightning_presets.precision("nf4-bnb")
     assert codes(excinfo) == ("LP007",)
-    assert "lightning-presets[bnb]" in excinfo.value.findings[0].hint
+    assert "pip install 'bitsandbytes>=0.42'" in excinfo.value.findings[0].hint
 
 
 # --- reading the compute capability without initialising CUDA ------------------------------------------
@@ -439,5 +439,5 @@ def test_a_missing_dependency_does_not_hide_the_hardware_findings(monkeypatch: p
     with simulated_cuda(8, capability=(8, 0)), pytest.raises(PresetConfigError) as excinfo:
         lightning_presets.precision("fp8-te")
     assert codes(excinfo) == ("LP007", "LP604")
-    assert "lightning-presets[fp8]" in excinfo.value.findings[0].hint
+    assert "pip install 'transformer-engine[pytorch]>=0.11'" in excinfo.value.findings[0].hint
     assert "needs 8.9 or newer" in excinfo.value.findings[1].message

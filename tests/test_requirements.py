@@ -51,10 +51,13 @@ def test_unparsable_versions_never_match() -> None:
 
 
 def test_findings_name_the_call_and_the_fix() -> None:
-    requirement = Requirement(module="deepspeed", extra="deepspeed")
+    requirement = Requirement(module="deepspeed", extra="deepspeed", builds_against_torch=True)
     missing = requirements.finding(requirement, requirements.Probe(module="deepspeed", status="missing"), "Trainer()")
     assert missing is not None
-    assert (missing.code, missing.hint) == ("LP007", "install it with: pip install 'lightning-presets[deepspeed]'")
+    assert (missing.code, missing.hint) == (
+        "LP007",
+        "install it with: pip install --no-build-isolation 'deepspeed>=0.16'",
+    )
     broken = requirements.Probe(module="deepspeed", status="broken", version="0.19.8", detail="OSError: no libaio")
     found = requirements.finding(requirement, broken, "Trainer()")
     assert found is not None
@@ -120,3 +123,18 @@ def test_cli_list_never_imports_optional_dependencies() -> None:
     )
     assert "nf4-bnb" in result.stdout, result.stdout + result.stderr
     assert "IMPORTED []" in result.stdout
+
+
+def test_the_install_hint_is_the_extras_own_requirement_which_works_from_a_clone() -> None:
+    """`pip install 'lightning-presets[x]'` fails until the package is on an index; the extra's requirement, read from
+    the installed metadata, installs the dependency however lightning-presets was installed."""
+    from lightning_presets.core.preset import Requirement, extra_requirements
+
+    extras = extra_requirements()
+    assert extras["deepspeed"] == "deepspeed>=0.16"
+    assert "test" not in extras  # several requirements: not an install hint
+    assert Requirement(module="torchao", extra="torchao").install_command == "pip install 'torchao>=0.18'"
+    assert (
+        Requirement(module="x", extra="not-an-extra").install_command == "pip install 'lightning-presets[not-an-extra]'"
+    )
+    assert extra_requirements("no-such-distribution") == {}

@@ -85,7 +85,7 @@ def test_missing_torch_xla_is_an_install_hint() -> None:
     with pytest.raises(PresetConfigError) as excinfo:
         Fabric(strategy="xla_fsdp_ckpt", accelerator="cpu", devices=2)
     assert excinfo.value.codes == ("LP007",)
-    assert excinfo.value.findings[0].hint == "install it with: pip install 'lightning-presets[xla]'"
+    assert excinfo.value.findings[0].hint == "install it with: pip install 'torch-xla>=2.1'"
 
 
 def test_broken_torch_xla_reports_its_first_error_line(tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ CATALOG_CODES: tuple[Code, ...] = (
     Code(
         code="LP007", severity="error", title="an optional dependency the preset needs is missing",
         fails='Trainer(strategy="deepspeed_zero2_offload")   # deepspeed not installed',
-        fixed="Trainer(strategy=\"deepspeed_zero2_offload\")   # after pip install 'lightning-presets[deepspeed]'",
+        fixed="Trainer(strategy=\"deepspeed_zero2_offload\")  # after pip install --no-build-isolation deepspeed",
         stage="options",
         evidence="source: lightning/pytorch/strategies/deepspeed.py, DeepSpeedStrategy.__init__ raises "
         "MisconfigurationException without deepspeed (lightning 2.6.6)",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -65,13 +67,49 @@ class Requirement:
     """The import name, e.g. ``deepspeed``."""
     extra: str
     """The extra of ``lightning-presets`` that installs it, e.g. ``deepspeed``."""
+    builds_against_torch: bool = False
+    """Its source build imports the installed torch (DeepSpeed): pip must not build it in an isolated environment,
+    where a plain ``torch`` requirement would download a CUDA build of several GB."""
 
     @property
     def install_command(self) -> str:
-        return f"pip install 'lightning-presets[{self.extra}]'"
+        """The pip line that installs it: the extra's requirement as lightning-presets' metadata declares it, which
+        works however lightning-presets itself was installed (from a clone, or from an index); the extra itself when
+        the metadata is not there (a source tree on ``sys.path``)."""
+        requirement = extra_requirements().get(self.extra)
+        if requirement is None:
+            return f"pip install 'lightning-presets[{self.extra}]'"
+        options = "--no-build-isolation " if self.builds_against_torch else ""
+        return f"pip install {options}'{requirement}'"
 
     def is_installed(self) -> bool:
         return importlib.util.find_spec(self.module) is not None
+
+
+@functools.cache
+def extra_requirements(distribution: str = "lightning-presets") -> Mapping[str, str]:
+    """Each extra of ``distribution`` with one requirement, marker removed: ``{"deepspeed": "deepspeed>=0.16"}``."""
+    import importlib.metadata
+
+    from packaging.requirements import InvalidRequirement
+    from packaging.requirements import Requirement as Parsed
+
+    try:
+        declared = importlib.metadata.requires(distribution) or []
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    by_extra: dict[str, list[str]] = {}
+    for line in declared:
+        try:
+            parsed = Parsed(line)
+        except InvalidRequirement:
+            continue
+        extra = re.search(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(parsed.marker or ""))
+        if extra is None:
+            continue
+        parsed.marker = None
+        by_extra.setdefault(extra.group(1), []).append(str(parsed))
+    return {extra: lines[0] for extra, lines in by_extra.items() if len(lines) == 1}
 
 
 def _targets(kinds: Mapping[str, Any]) -> tuple[str, ...]:

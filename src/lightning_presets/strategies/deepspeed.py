@@ -25,7 +25,7 @@ from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRA
 from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.registry import compat
 
-DEEPSPEED = Requirement(module="deepspeed", extra="deepspeed")
+DEEPSPEED = Requirement(module="deepspeed", extra="deepspeed", builds_against_torch=True)
 ZERO_STAGES = (0, 1, 2, 3)
 OFFLOAD_DEVICES = ("cpu", "nvme")
 RESOLVED_CONFIG = "_resolved_config"
