@@ -480,7 +480,7 @@ CODES: tuple[Code, ...] = (
         stage="doctor",
         code="LP016", severity="error", title="an installed Lightning package that fails to import",
         fails=f"{DOCTOR}   # `import lightning.pytorch.strategies` raises ImportError (a broken install)",
-        fixed=f"{DOCTOR}   # after pip install --force-reinstall 'lightning>=2.6.0,<2.7'",
+        fixed=f"{DOCTOR}   # after pip install --force-reinstall 'lightning{RANGE}'",
         evidence="runtime: tests/test_reliability.py::test_doctor_reports_a_lightning_that_cannot_be_imported "
         "(Trainer and Fabric cannot be imported, with or without a preset)",
     ),
