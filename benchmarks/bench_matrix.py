@@ -52,7 +52,7 @@ def _single_latencies(count: int) -> list[float]:
 def _profile() -> str:
     from lightning_presets.tools import matrix as _matrix
     from lightning_presets.tools.check import run_check
-    from lightning_presets.tools.construct import session
+    from lightning_presets.tools.check.construct import session
 
     requests = list(_matrix.requests(("trainer",)))[::7]
     profiler = cProfile.Profile()

@@ -22,7 +22,7 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
-MODEL = "lightning_presets.tools.reference_models:decoder_1b3"
+MODEL = "lightning_presets.tools.plan.reference_models:decoder_1b3"
 PLAN = ("plan", "--model", MODEL, "--gpus", "8", "--gpu-memory", "80GiB")
 CHECK = ("check", "--strategy", "ddp_static_graph", "--accelerator", "cuda", "--gpus", "8", "--devices", "8",
          "--precision", "bf16-mixed", "--model", MODEL)  # fmt: skip

@@ -19,7 +19,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = "lightning_presets.tools.reference_models:decoder_tiny"
+TINY = "lightning_presets.tools.plan.reference_models:decoder_tiny"
 PRESETS = ("fsdp2", "fsdp2_offload_ckpt", "ddp_static_graph", "tp2d_hybrid")
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "peak")
 
@@ -37,8 +37,10 @@ def real_run() -> dict[str, dict[str, int]]:
 def planned() -> dict[str, dict[str, int]]:
     """Each preset's planned figure per category, chosen as the test compares them."""
     from lightning_presets.registry.catalog import strategy_catalog
-    from lightning_presets.tools import memory, plan_worker, trace, user_model
-    from lightning_presets.tools.estimates import PlanRequest
+    from lightning_presets.tools.plan import layouts as memory
+    from lightning_presets.tools.plan import trace, user_model
+    from lightning_presets.tools.plan import worker as plan_worker
+    from lightning_presets.tools.plan.estimates import PlanRequest
 
     request = PlanRequest(model=TINY, gpus_per_node=2, precision="32-true", presets=PRESETS)
     estimates, _ = plan_worker.plan_in_process(request)

@@ -52,3 +52,30 @@ def test_the_core_needs_neither_torch_nor_lightning(graph: grimp.ImportGraph) ->
     assert not {name for name in imported if name.split(".")[0] in ("torch", "lightning", "pytorch_lightning")}
     guards = graph.find_modules_directly_imported_by("lightning_presets.guards.blocks")
     assert "torch" in guards  # and it would see them
+
+
+def test_tools_is_a_few_subpackages_named_for_what_they_do() -> None:
+    """A newcomer finds ``check``, ``plan`` and the simulation from the folder names; few modules stay loose."""
+    tools = PACKAGE / "tools"
+    folders = {path.name for path in tools.iterdir() if (path / "__init__.py").exists()}
+    assert folders == {"check", "plan", "simulation"}
+    loose = [path.name for path in tools.glob("*.py") if path.name != "__init__.py"]
+    assert len(loose) <= 8, loose
+
+
+def test_only_the_simulation_imports_unittest(graph: grimp.ImportGraph) -> None:
+    """Patching torch or Lightning is the simulation's job alone (``lint-imports`` holds the same contract)."""
+    importers = {
+        module
+        for module in graph.find_modules_that_directly_import("unittest")
+        if module.startswith("lightning_presets")
+    }
+    assert importers
+    assert all(module.startswith("lightning_presets.tools.simulation") for module in importers), importers
+
+
+def test_repository_generators_are_not_in_the_wheel() -> None:
+    """What only writes repository files (docs/errors.md, the README's tables) lives in scripts/, not the package."""
+    names = {path.stem for path in PACKAGE.rglob("*.py")}
+    assert not names & {"docs", "evidence", "errors_doc", "evidence_table"}
+    assert (PACKAGE.parents[1] / "scripts" / "errors_doc.py").exists()

@@ -263,7 +263,7 @@ def test_cli_nothing_fits_exits_1_with_hint(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_a_plain_module_is_traced_with_the_default_optimizer() -> None:
-    from lightning_presets.tools import plan_worker
+    from lightning_presets.tools.plan import worker as plan_worker
 
     request = PlanRequest(model=f"{__name__}:tiny_model", gpus_per_node=1, presets=("ddp_static_graph",))
     (ddp,), parameters = plan_worker.plan_in_process(request)
@@ -302,7 +302,7 @@ def test_install_note_agrees_with_doctor(monkeypatch: pytest.MonkeyPatch) -> Non
     installed = doctor.dependencies_section()[0]["deepspeed"]["status"] == "found"
     estimates = by_name(plan(PlanRequest(params=10**9, gpus_per_node=8)))
     assert (estimates["deepspeed_zero2_offload"].install is None) is installed
-    from lightning_presets.tools import estimates as _estimates
+    from lightning_presets.tools.plan import estimates as _estimates
 
     monkeypatch.setattr(_estimates, "is_importable", lambda module: module != "deepspeed")
     missing = by_name(plan(PlanRequest(params=10**9, gpus_per_node=8)))["deepspeed_zero2_offload"]

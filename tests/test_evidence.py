@@ -6,10 +6,9 @@ import ast
 import functools
 from pathlib import Path
 
+import evidence_table as evidence
 import pytest
-
-from lightning_presets.tools import evidence
-from lightning_presets.tools.docs import builtin_presets
+from errors_doc import builtin_presets
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMS = [claim for claim in evidence.claims(builtin_presets()) if claim.what or claim.test]
@@ -29,7 +28,7 @@ def _marks(function: ast.FunctionDef) -> set[str]:
 def test_the_readme_table_is_the_generated_one() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert evidence.replace(readme, evidence.generate()) == readme, (
-        "run `python -m lightning_presets.tools.evidence --write README.md`"
+        "run `python scripts/evidence_table.py --write README.md`"
     )
 
 

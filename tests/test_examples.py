@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import errors_doc as _docs
 import pytest
 
 import lightning_presets
@@ -17,7 +18,6 @@ from lightning_presets.core.findings import UsageError
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import EVIDENCE_KINDS, Problem, Setting, rule
 from lightning_presets.registry.catalog import precision_catalog
-from lightning_presets.tools import docs as _docs
 from lightning_presets.tools import examples as _examples
 from lightning_presets.tools.examples import check_examples, rules_of
 

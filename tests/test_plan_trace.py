@@ -25,10 +25,12 @@ from torch import nn
 from helpers import SCRIPTS, run
 from lightning_presets.cli import _output, main
 from lightning_presets.registry.catalog import strategy_catalog
-from lightning_presets.tools import memory, plan_worker, trace, user_model
-from lightning_presets.tools.estimates import Estimate, PlanRequest, traced_estimate
+from lightning_presets.tools.plan import layouts as memory
+from lightning_presets.tools.plan import trace, user_model
+from lightning_presets.tools.plan import worker as plan_worker
+from lightning_presets.tools.plan.estimates import Estimate, PlanRequest, traced_estimate
 
-TINY = "lightning_presets.tools.reference_models:decoder_tiny"
+TINY = "lightning_presets.tools.plan.reference_models:decoder_tiny"
 VALIDATED = ("fsdp2", "fsdp2_offload_ckpt", "ddp_static_graph", "tp2d_hybrid")
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "peak")
 TOLERANCE = 0.10
@@ -373,7 +375,7 @@ def test_check_model_without_gpu_memory_or_for_a_lightning_strategy_is_a_note(
 def no_configure_model() -> Any:
     from lightning.pytorch import LightningModule
 
-    from lightning_presets.tools.reference_models import Decoder
+    from lightning_presets.tools.plan.reference_models import Decoder
 
     class Plain(LightningModule):  # type: ignore[misc]  # Lightning is not followed by mypy
         def __init__(self) -> None:

@@ -46,7 +46,7 @@ from lightning_presets.core.namespaces import namespace_for_target
 from lightning_presets.guards.strategy import HEADS
 from lightning_presets.registry import bridge as _bridge
 from lightning_presets.registry import catalog as _catalog
-from lightning_presets.tools.catalogs import all_entries
+from lightning_presets.tools.catalog import all_entries
 
 pytestmark = pytest.mark.usefixtures("fresh_catalog")
 

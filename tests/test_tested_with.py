@@ -7,9 +7,9 @@ from typing import Any
 import lightning
 import pytest
 import torch
+from errors_doc import builtin_presets
 
 from lightning_presets.core.versions import recorded
-from lightning_presets.tools.docs import builtin_presets
 
 
 @pytest.mark.parametrize("preset", builtin_presets(), ids=lambda preset: preset.name)

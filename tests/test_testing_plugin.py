@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import torch
+from errors_doc import builtin_presets
 
 from conftest import run_python
 from helpers import QUIET
 from lightning_presets.core.hardware import SimulatedGPU
 from lightning_presets.testing import check_examples
-from lightning_presets.tools.docs import builtin_presets
 from lightning_presets.tools.examples import rules_of
 
 pytest_plugins = ("pytester",)

@@ -30,7 +30,7 @@ def model_spec(cpu: bool) -> str:
 def _sum_loss_decoder(sizes: dict[str, int]) -> Any:
     import torch
 
-    from lightning_presets.tools.reference_models import DecoderModule
+    from lightning_presets.tools.plan.reference_models import DecoderModule
 
     class SumLossDecoder(DecoderModule):
         def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:

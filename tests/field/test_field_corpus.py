@@ -53,7 +53,7 @@ class Case:
 
 
 def _is_error(code: str) -> bool:
-    from lightning_presets.tools.docs import _documented_codes, _rule_entries
+    from errors_doc import _documented_codes, _rule_entries
 
     severities = {entry.code: entry.severity for entry in [*_documented_codes(), *_rule_entries()]}
     return severities.get(code) == "error"

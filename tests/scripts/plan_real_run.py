@@ -169,7 +169,7 @@ def _free_port() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default="lightning_presets.tools.reference_models:decoder_tiny")
+    parser.add_argument("--model", default="lightning_presets.tools.plan.reference_models:decoder_tiny")
     parser.add_argument("--precision", choices=tuple(_DTYPES), default="32-true")
     args = parser.parse_args()
     torch.multiprocessing.spawn(run, args=(_free_port(), args.model, args.precision), nprocs=2, join=True)

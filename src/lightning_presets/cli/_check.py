@@ -117,7 +117,7 @@ def request_from(args: argparse.Namespace) -> _check.CheckRequest:
     arguments: dict[str, Any] = {}
     notes: list[str] = []
     if args.config:
-        from lightning_presets.tools.config import trainer_section
+        from lightning_presets.tools.check.config import trainer_section
 
         arguments, notes = trainer_section(args.config)
     for key in _ARGUMENT_FLAGS:
@@ -215,9 +215,7 @@ def render(report: _check.CheckReport, strict: bool) -> Group:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lightning_presets.tools.check_memory import run_check  # check, with --model's memory plan
-
-    report = run_check(request_from(args))
+    report = _check.run_check(request_from(args))
     if args.json:
         emit_json(report.as_dict(args.strict))
     else:

@@ -8,7 +8,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from lightning_presets.cli._output import emit, emit_json, findings, table
-from lightning_presets.tools.catalogs import all_entries
+from lightning_presets.tools.catalog import all_entries
 
 LIST_SCHEMA = "lightning-presets/list"
 LIST_SCHEMA_VERSION = 1

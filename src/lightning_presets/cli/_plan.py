@@ -114,7 +114,7 @@ def request_from(args: argparse.Namespace) -> _plan.PlanRequest:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lightning_presets.tools.plan_worker import PlanFailed
+    from lightning_presets.tools.plan.worker import PlanFailed
 
     request = request_from(args)
     try:

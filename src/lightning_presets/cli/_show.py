@@ -12,8 +12,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from lightning_presets.cli._output import emit, emit_json, fields, findings, heading, indented, severity, table
-from lightning_presets.tools.catalogs import all_entries
-from lightning_presets.tools.describe import describe
+from lightning_presets.tools.catalog import all_entries, describe
 
 SHOW_SCHEMA = "lightning-presets/show"
 SHOW_SCHEMA_VERSION = 1

@@ -43,7 +43,7 @@ from lightning_presets.core.versions import LIGHTNING_TESTED
 from lightning_presets.core.versions import SUPPORTED_LIGHTNING as _SUPPORTED_RANGE
 from lightning_presets.registry import bridge, catalog, requirements
 from lightning_presets.registry.requirements import DEPENDENCIES, installed_version, is_importable
-from lightning_presets.tools import catalogs
+from lightning_presets.tools import catalog as catalogs
 
 DOCTOR_SCHEMA = "lightning-presets/doctor"
 DOCTOR_SCHEMA_VERSION = 1

@@ -20,7 +20,6 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from unittest import mock
 
 from lightning_presets.core.findings import PresetConfigError, PresetWarning, UsageError
 from lightning_presets.core.preset import AnyPreset, PrecisionPreset
@@ -28,7 +27,10 @@ from lightning_presets.core.rules import Rule, Setting
 from lightning_presets.guards.precision_rules import with_hardware_rules
 from lightning_presets.registry import catalog
 from lightning_presets.registry.requirements import DEPENDENCIES
-from lightning_presets.tools import construct, simulation, stand_ins
+from lightning_presets.tools import simulation
+from lightning_presets.tools.check import construct
+from lightning_presets.tools.simulation import stand_ins
+from lightning_presets.tools.simulation.lightning import dry_runs
 
 PRELUDE = (
     "import torch\nfrom torch import nn\nimport lightning_presets\nfrom lightning.pytorch import Trainer\n"
@@ -99,7 +101,7 @@ def run_example(source: str, setting: Setting) -> Outcome:
     """Execute one example under its setting (cached: a rule shared by presets runs once per process)."""
     codes: set[str] = set()
     error = None
-    with _setting(setting), _dry_runs(), warnings.catch_warnings(record=True) as caught:
+    with _setting(setting), dry_runs(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             exec(compile(source, "<documented example>", "exec"), _namespace())  # the rule's own example text
@@ -154,34 +156,3 @@ def _scratch_directory() -> Iterator[None]:
             yield
         finally:
             os.chdir(previous)
-
-
-def _dry_fit(trainer: Any, model: Any, *args: Any, **kwargs: Any) -> None:
-    """``Trainer.fit`` without training: the guards' trainer, model and setup stages, in Lightning's order."""
-    strategy = trainer.strategy
-    if hasattr(strategy, "_lp_check_trainer"):
-        strategy._lp_check_trainer(trainer)
-        strategy._lp_check_model(model)
-        strategy._lp_check_setup(model)
-
-
-def _dry_setup(fabric: Any, module: Any, *optimizers: Any, **kwargs: Any) -> Any:
-    """``Fabric.setup``/``setup_module`` without wrapping: the guards' model and setup stages."""
-    strategy = fabric.strategy
-    if hasattr(strategy, "_lp_check_model"):
-        strategy._lp_check_model(module)
-        strategy._lp_check_setup(module)
-    return (module, *optimizers) if optimizers else module
-
-
-@contextlib.contextmanager
-def _dry_runs() -> Iterator[None]:
-    from lightning.fabric import Fabric
-    from lightning.pytorch import Trainer
-
-    with (
-        mock.patch.object(Trainer, "fit", _dry_fit),
-        mock.patch.object(Fabric, "setup", _dry_setup),
-        mock.patch.object(Fabric, "setup_module", _dry_setup),
-    ):
-        yield

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightning_presets.tools import check as _check
-from lightning_presets.tools.construct import session
-from lightning_presets.tools.names import registered_strategies
+from lightning_presets.tools.check.construct import session
+from lightning_presets.tools.check.names import registered_strategies
 
 MATRIX_SCHEMA = "lightning-presets/matrix"
 MATRIX_SCHEMA_VERSION = 1

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_presets.tools.estimates import (
+from lightning_presets.tools.plan.estimates import (
     GIB,
     MAX_BATCH,
     PLAN_SCHEMA,
@@ -41,7 +41,7 @@ from lightning_presets.tools.estimates import (
     planned_presets,
     unplanned,
 )
-from lightning_presets.tools.memory import OPTIMIZERS, PRECISIONS, bytes_per_param
+from lightning_presets.tools.plan.layouts import OPTIMIZERS, PRECISIONS, bytes_per_param
 
 __all__ = [
     "GIB", "MAX_BATCH", "OPTIMIZERS", "PRECISIONS", "RULE", "Estimate", "Plan", "PlanRequest", "Progress",
@@ -160,16 +160,16 @@ def order(estimates: list[Estimate] | tuple[Estimate, ...]) -> tuple[Estimate, .
 def plan(request: PlanRequest, progress: Progress | None = None, notes: tuple[str, ...] = ()) -> Plan:
     """Plan every preset the planner knows (or ``request.presets``): fitting ones first, by preference.
 
-    With a model, the tracing runs in a child process (:func:`lightning_presets.tools.plan_worker.run`):
+    With a model, the tracing runs in a child process (:func:`lightning_presets.tools.plan.worker.run`):
     a factory that aborts the interpreter cannot take the caller down. Raises ``ValueError`` for a bad
-    request and :class:`lightning_presets.tools.plan_worker.PlanFailed` when the model cannot be planned.
+    request and :class:`lightning_presets.tools.plan.worker.PlanFailed` when the model cannot be planned.
     """
     notes = (*notes, *unplanned(request))
     if request.params is not None:
         estimates = [arithmetic_estimate(preset, layout, request, request.params)
                      for preset, layout in plannable(request)]  # fmt: skip
         return Plan(request, order(estimates), notes)
-    from lightning_presets.tools import plan_worker  # here: it imports torch only when a model is traced
+    from lightning_presets.tools.plan import worker as plan_worker  # here: it imports torch only when a model is traced
 
     estimates, parameters = plan_worker.run(request, progress)
     return Plan(request, order(estimates), notes, parameters)

@@ -1,6 +1,6 @@
 """Reference models for ``lightning-presets plan --model`` and ``check --model``: GPT-style decoders.
 
-    lightning-presets plan --model lightning_presets.tools.reference_models:decoder_1b3 --gpus 8 --gpu-memory 80GiB
+    lightning-presets plan --model lightning_presets.tools.plan.reference_models:decoder_1b3 --gpus 8 --gpu-memory 80GiB
 
 Each factory returns a LightningModule with an ``example_input_array`` (a batch of token ids), AdamW in
 ``configure_optimizers``, and a ``configure_model`` that applies a tensor-parallel plan and FSDP2 when the

@@ -8,7 +8,6 @@ checks (LP701+). It never initializes CUDA, never starts a process and never cre
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import inspect
@@ -17,10 +16,8 @@ import re
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
-from unittest import mock
+from typing import Any
 
 from lightning_presets import _api
 from lightning_presets.core.context import Context, Options
@@ -30,171 +27,28 @@ from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import run_rules
 from lightning_presets.registry import catalog
 from lightning_presets.registry.classes import lightning_class
-from lightning_presets.tools import cluster as _cluster
-from lightning_presets.tools import construct as _construct
-from lightning_presets.tools import names as _names
 from lightning_presets.tools import simulation as _simulation
-from lightning_presets.tools.check_codes import CHECK_CODES
-from lightning_presets.tools.resolved import Resolved, resolve
+from lightning_presets.tools.check import cluster as _cluster
+from lightning_presets.tools.check import construct as _construct
+from lightning_presets.tools.check import names as _names
+from lightning_presets.tools.check.codes import CHECK_CODES
+from lightning_presets.tools.check.request import (
+    CheckReport,
+    CheckRequest,
+    Evidence,
+    Reported,
+    Source,
+    parse_value,
+)
+from lightning_presets.tools.check.resolved import Resolved, resolve
+from lightning_presets.tools.simulation.lightning import interactive_session
 
 CODES = CHECK_CODES
 """The documented codes of the check (LP700-LP716); ``docs/errors.md`` lists them."""
-SCHEMA = "lightning-presets/check"
-SCHEMA_VERSION = 1
-Mode = Literal["trainer", "fabric"]
-Evidence = Literal["import", "syntax", "construction"]
-Source = Literal["guard", "lightning", "check", "catalog"]
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
 FABRIC_KEYS = ("accelerator", "strategy", "devices", "num_nodes", "precision", "plugins")
 """The arguments of ``Fabric(...)`` a check passes on (the Trainer takes many more)."""
 TRAINER_SETTINGS = ("accumulate_grad_batches",)
 """Trainer arguments that ``--set`` may carry too: guards read them, but they are not strategy arguments."""
-_INTERACTIVE_FLAGS = ("lightning.pytorch.trainer.connectors.accelerator_connector", "lightning.fabric.connector")
-
-
-class _Source(str):
-    """Text shown as code: its repr is itself."""
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CheckRequest:
-    """A job to validate: Trainer/Fabric arguments, preset overrides and the simulated target."""
-
-    mode: Mode = "trainer"
-    arguments: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-    """Trainer/Fabric arguments given explicitly (flags over the config file); nothing else is passed."""
-    plugins: tuple[str, ...] = ()
-    """Precision-preset names."""
-    overrides: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-    """Preset (or Lightning strategy) constructor overrides, from ``--set``."""
-    gpus: int = 0
-    """Simulated GPUs per node (0: a CPU-only node)."""
-    gpu_capability: tuple[int, int] = (9, 0)
-    gpu_memory: int | None = None
-    """Bytes of memory per simulated GPU, for guards that read it."""
-    cluster: str = "none"
-    env: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-    """Extra environment variables of the job (applied last)."""
-    interactive: bool = False
-    """Simulate a notebook / interactive session."""
-    notes: tuple[str, ...] = ()
-    """What the request leaves out (e.g. config keys the check does not build); reported as given."""
-    model: str | None = None
-    """``MODULE:FACTORY``: the model whose memory ``tools.check_memory.run_check`` plans under the job's preset
-    against ``gpu_memory`` (LP730-LP731); :func:`run_check` itself does not read it."""
-
-    @property
-    def caller(self) -> str:
-        return "Trainer" if self.mode == "trainer" else "Fabric"
-
-    @property
-    def package(self) -> str:
-        return "lightning.pytorch" if self.mode == "trainer" else "lightning.fabric"
-
-    def call(self) -> str:
-        arguments = dict(self.arguments)
-        if self.overrides and isinstance(arguments.get("strategy"), str):
-            name = arguments["strategy"]
-            overrides = "".join(f", {key}={value!r}" for key, value in self.overrides.items())
-            arguments["strategy"] = _Source(
-                f"lightning_presets.strategy({name!r}{overrides})" if _preset(name) is not None
-                else f"<{name!r} built with {overrides.removeprefix(', ')}>"
-            )  # fmt: skip
-        parts = [f"{key}={value!r}" for key, value in arguments.items() if key != "plugins"]
-        if self.plugins:
-            plugins = ", ".join(f"lightning_presets.precision({name!r})" for name in self.plugins)
-            parts.append(f"plugins=[{plugins}]")
-        return f"{self.caller}({', '.join(parts)})"
-
-    def as_dict(self) -> dict[str, Any]:
-        data = {
-            "mode": self.mode,
-            "arguments": {key: _jsonable(value) for key, value in self.arguments.items()},
-            "plugins": list(self.plugins),
-            "overrides": {key: _jsonable(value) for key, value in self.overrides.items()},
-        }
-        return data if self.model is None else {**data, "model": self.model}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Reported:
-    """A finding and where it came from."""
-
-    finding: Finding
-    source: Source
-    """``guard`` (a preset rule), ``lightning`` (Lightning's own error), ``check`` or ``catalog``."""
-    level: Evidence
-    """The evidence level it was found at."""
-
-    def as_dict(self) -> dict[str, str]:
-        return {**self.finding.as_dict(), "source": self.source, "level": self.level}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CheckReport:
-    """The outcome of a check: findings, how far it got, and what Lightning resolved."""
-
-    request: CheckRequest
-    reported: tuple[Reported, ...]
-    evidence: Evidence
-    constructed: bool
-    """Whether the Trainer/Fabric object was built."""
-    resolved: Resolved | None
-    lightning_warnings: tuple[str, ...]
-    simulated: Mapping[str, Any]
-    elapsed_ms: float
-
-    @property
-    def findings(self) -> tuple[Finding, ...]:
-        return tuple(each.finding for each in self.reported)
-
-    @property
-    def codes(self) -> tuple[str, ...]:
-        return tuple(finding.code for finding in self.findings)
-
-    def rejected(self, strict: bool = False) -> bool:
-        return any(finding.severity == "error" or strict for finding in self.findings)
-
-    def exit_code(self, strict: bool = False) -> int:
-        return 1 if self.rejected(strict) else 0
-
-    def as_dict(self, strict: bool = False) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA,
-            "schema_version": SCHEMA_VERSION,
-            "valid": not self.rejected(strict),
-            "strict": strict,
-            "exit_code": self.exit_code(strict),
-            "call": self.request.call(),
-            "request": self.request.as_dict(),
-            "evidence": {"level": self.evidence, "constructed": self.constructed, "simulated": dict(self.simulated)},
-            "resolved": self.resolved.as_dict() if self.resolved else None,
-            "findings": [each.as_dict() for each in self.reported],
-            "lightning_warnings": list(self.lightning_warnings),
-            "elapsed_ms": round(self.elapsed_ms, 3),
-            "notes": list(self.request.notes),
-        }
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(item) for item in value]
-    if isinstance(value, Mapping):
-        return {str(key): _jsonable(item) for key, item in value.items()}
-    return repr(value)
-
-
-def parse_value(text: str) -> Any:
-    """A ``--set``/``--env`` style value: a Python literal when it is one, else the string."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return text
 
 
 class _Collector:
@@ -305,8 +159,7 @@ def _simulation_of(
         )
         stack.enter_context(_simulation.without_mps())
         if request.interactive:
-            for module in _INTERACTIVE_FLAGS:
-                stack.enter_context(mock.patch(f"{module}._IS_INTERACTIVE", True))
+            stack.enter_context(interactive_session())
         job_env = {name: value for name, value in os.environ.items() if _simulation.is_cluster_variable(name)}
         if "CUDA_VISIBLE_DEVICES" in os.environ:
             job_env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
@@ -568,8 +421,10 @@ def _trainer_findings(outcome: _construct.Outcome) -> list[Finding]:
     return [record.message.finding for record in caught if isinstance(record.message, PresetWarning)]
 
 
-def run_check(request: CheckRequest) -> CheckReport:
-    """Validate ``request``; never raises for a bad configuration (only :class:`UsageError` for a bad request)."""
+def check_job(request: CheckRequest) -> CheckReport:
+    """Validate ``request``: names, construction, cluster (``--model``'s memory plan is added by
+    :func:`lightning_presets.tools.check.run_check`). Never raises for a bad configuration, only
+    :class:`UsageError` for a bad request."""
     request = _settings_out_of_overrides(request)
     if request.mode not in ("trainer", "fabric"):
         raise UsageError(f"mode {request.mode!r} is not 'trainer' or 'fabric'")

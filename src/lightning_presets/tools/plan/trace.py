@@ -21,7 +21,6 @@ import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
-from unittest import mock
 
 import torch
 from torch import nn
@@ -30,8 +29,9 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.strategies import fsdp2
 from lightning_presets.strategies.model_parallel import _defines_configure_model as defines_configure_model
-from lightning_presets.tools import user_model
-from lightning_presets.tools.memory import Layout
+from lightning_presets.tools.plan import user_model
+from lightning_presets.tools.plan.layouts import Layout
+from lightning_presets.tools.simulation.tracing import as_on_a_real_run
 
 PARAMETERS = ("Sharded Param", "Unsharded Param", "Buffer", "Parameter")
 GRADIENTS = ("Sharded Grad", "Unsharded Grad", "Gradient")
@@ -137,34 +137,6 @@ def device_mesh(sizes: Mapping[str, int]) -> Any:
     for size in shape:
         world *= size
     return DeviceMesh("cpu", torch.arange(world).view(shape), mesh_dim_names=tuple(sizes))
-
-
-@contextlib.contextmanager
-def _as_on_a_real_run() -> Iterator[None]:
-    """Two things torch does differently under an outer fake mode than on a real run, made as on a real run.
-
-    Device meshes made while tracing (FSDP2 over a tensor-parallel mesh concatenates two) compute rank
-    coordinates from a real tensor, as torch's own ``DeviceMesh.__getitem__`` does under fake mode. DTensor's
-    sharding propagation computes output shapes in a fake mode of its own, as it does on a real run, instead
-    of in ours: its scratch tensors are no memory of the step.
-    """
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    from torch.distributed.device_mesh import DeviceMesh
-
-    original = DeviceMesh.__init__
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        with unset_fake_temporarily():
-            original(self, *args, **kwargs)
-
-    import torch.distributed.tensor._sharding_prop as sharding_prop
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(DeviceMesh, "__init__", init))
-        # torch 2.7 always propagates in a fake mode of its own (no detect_fake_mode there): nothing to undo
-        if hasattr(sharding_prop, "detect_fake_mode"):
-            stack.enter_context(mock.patch.object(sharding_prop, "detect_fake_mode", return_value=None))
-        yield
 
 
 # --------------------------------------------------------------------------------------------- measuring
@@ -369,7 +341,7 @@ def trace(
 
     mesh = device_mesh(mesh_sizes) if mesh_sizes else None
     convert, autocast = precision_dtypes(precision, layout.compute_for(precision))
-    with _as_on_a_real_run(), FakeTensorMode(allow_non_fake_inputs=True):
+    with as_on_a_real_run(), FakeTensorMode(allow_non_fake_inputs=True):
         with _default_dtype(convert):  # as Lightning's init_module() does for true precisions
             model = user_model.build(factory, spec)
         facts = facts_of(model)

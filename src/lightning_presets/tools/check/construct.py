@@ -12,6 +12,7 @@ from typing import Any
 
 from lightning_presets.core.context import Context
 from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning
+from lightning_presets.tools.simulation.lightning import entry_points_scanned_once
 
 # What a check never needs, and what costs time or prints: loggers, checkpoints, progress bars, summaries.
 TRAINER_QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
@@ -38,28 +39,7 @@ class Outcome:
     """Whether the Trainer/Fabric constructor was called at all."""
 
 
-_CALLBACK_LOADERS = ("lightning.pytorch.trainer.connectors.callback_connector", "lightning.fabric.fabric")
 _depth = 0
-
-
-def _callbacks_loader(original: Any) -> Any:
-    """Lightning's external-callback loader with the entry-point scan done once per session.
-
-    Lightning scans every installed distribution's metadata in each ``Trainer()``/``Fabric()`` (about 6 ms);
-    the factories themselves are still loaded and called every time, as Lightning does.
-    """
-    from importlib.metadata import entry_points
-
-    groups: dict[str, Any] = {}
-
-    def load(group: str) -> list[Any]:
-        if group not in groups:
-            groups[group] = tuple(entry_points(group=group))
-        if not groups[group]:
-            return []
-        return list(original(group))
-
-    return load
 
 
 @contextlib.contextmanager
@@ -76,19 +56,13 @@ def session() -> Iterator[None]:
         finally:
             _depth -= 1
         return
-    import importlib
-    from unittest import mock
-
     disabled = logging.root.manager.disable
     with contextlib.ExitStack() as stack:
         # Global on purpose: Lightning's packages re-point a shared rank-zero logger as they are imported,
         # and optional backends (deepspeed) log a warning when Lightning first imports them.
         # Lightning's own warnings go through `warnings` and are still collected.
         logging.disable(logging.WARNING)
-        for module_name in _CALLBACK_LOADERS:
-            module = importlib.import_module(module_name)
-            original = module._load_external_callbacks
-            stack.enter_context(mock.patch.object(module, "_load_external_callbacks", new=_callbacks_loader(original)))
+        stack.enter_context(entry_points_scanned_once())
         _depth = 1
         try:
             yield

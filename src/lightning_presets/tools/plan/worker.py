@@ -1,4 +1,4 @@
-"""Tracing a user's model for ``plan --model``, in a child process: ``python -m lightning_presets.tools.plan_worker``.
+"""Tracing a user's model for ``plan --model``, in a child process: ``python -m lightning_presets.tools.plan.worker``.
 
 The parent (:func:`run`) starts the child with an empty stdin and reads one JSON event per line from it:
 ``progress``, ``estimate``, ``parameters``, ``error``. The child writes its events on the stdout it was started
@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from lightning_presets.tools.estimates import (
+from lightning_presets.tools.plan.estimates import (
     MAX_BATCH,
     Estimate,
     PlanRequest,
@@ -35,7 +35,7 @@ from lightning_presets.tools.estimates import (
     with_max_batch,
 )
 
-_MODULE = "lightning_presets.tools.plan_worker"
+_MODULE = "lightning_presets.tools.plan.worker"
 _STDERR_TAIL = 1500
 
 
@@ -151,7 +151,7 @@ def plan_in_process(request: PlanRequest, progress: Progress | None = None) -> t
 
     Raises :class:`PlanFailed` when the model itself cannot be built, given an input or an optimizer.
     """
-    from lightning_presets.tools import trace, user_model
+    from lightning_presets.tools.plan import trace, user_model
 
     report = progress or (lambda what, done, total: None)
     spec = str(request.model)
@@ -194,7 +194,7 @@ class _Tracer:
         return (layout.family, layout.kind, compute, layout.checkpoint, layout.offload, mesh, batch)
 
     def trace(self, preset: Any, layout: Any, batch: int | None) -> Any:
-        from lightning_presets.tools import trace
+        from lightning_presets.tools.plan import trace
 
         key = self.key(preset, layout, batch)
         mesh = mesh_sizes(preset, layout, self.request)
@@ -212,7 +212,7 @@ class _Tracer:
         return self.cache[key]
 
     def estimate(self, preset: Any, layout: Any, reasons: list[str], install: str | None) -> Estimate:
-        from lightning_presets.tools import trace
+        from lightning_presets.tools.plan import trace
 
         if reasons:
             return arithmetic_estimate(preset, layout, self.request, self.numel(), self.facts)
@@ -226,7 +226,7 @@ class _Tracer:
 
     def numel(self) -> int:
         if self.facts is None:
-            from lightning_presets.tools import trace
+            from lightning_presets.tools.plan import trace
 
             self.facts = trace.model_facts(self.factory, self.spec)
         return int(self.facts.numel)

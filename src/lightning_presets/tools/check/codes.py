@@ -5,7 +5,7 @@ from __future__ import annotations
 from lightning_presets.core.codes import Code
 
 CHECK = "lightning-presets check"
-_MODEL = "lightning_presets.tools.reference_models:decoder_tiny"
+_MODEL = "lightning_presets.tools.plan.reference_models:decoder_tiny"
 
 CHECK_CODES: tuple[Code, ...] = (
     Code(

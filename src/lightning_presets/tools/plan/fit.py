@@ -11,25 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lightning_presets.core.findings import Finding, UsageError
-from lightning_presets.tools import check as _check
 from lightning_presets.tools import plan as _plan
-from lightning_presets.tools.check import CheckReport, CheckRequest, Reported
-from lightning_presets.tools.resolved import Resolved
-
-
-def run_check(request: CheckRequest) -> CheckReport:
-    """``check``, and with ``request.model`` the memory plan of the job's preset (when the job itself passed)."""
-    report = _check.run_check(request)
-    if request.model is None or report.resolved is None or not report.constructed or report.rejected():
-        return report
-    findings, notes = memory_findings(request.model, request.gpu_memory, report.resolved, request.call())
-    memory = tuple(Reported(finding=each, source="check", level=report.evidence) for each in findings)
-    return replace(report, reported=_ordered((*report.reported, *memory)),
-                   request=replace(request, notes=(*request.notes, *notes)))  # fmt: skip
-
-
-def _ordered(reported: tuple[Reported, ...]) -> tuple[Reported, ...]:
-    return tuple(sorted(reported, key=lambda each: each.finding.severity != "error"))
+from lightning_presets.tools.check.resolved import Resolved
 
 
 def _gib(value: float) -> str:
@@ -57,7 +40,7 @@ def memory_findings(
 ) -> tuple[list[Finding], list[str]]:
     """Findings (LP730/LP731) and notes for ``--model`` on the resolved job; ``UsageError`` if the model cannot
     be planned."""
-    from lightning_presets.tools.plan_worker import PlanFailed
+    from lightning_presets.tools.plan.worker import PlanFailed
 
     preset = resolved.preset
     if gpu_memory is None:

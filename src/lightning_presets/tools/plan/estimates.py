@@ -16,8 +16,8 @@ from typing import Any
 from lightning_presets.core.preset import Preset
 from lightning_presets.registry import catalog
 from lightning_presets.registry.requirements import is_importable
-from lightning_presets.tools import memory
-from lightning_presets.tools.memory import Layout, bytes_per_param
+from lightning_presets.tools.plan import layouts
+from lightning_presets.tools.plan.layouts import Layout, bytes_per_param
 
 PLAN_SCHEMA = "lightning-presets/plan"
 PLAN_SCHEMA_VERSION = 2
@@ -242,7 +242,7 @@ def _layouts() -> list[tuple[Preset, Layout]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         presets = catalog.strategy_catalog().presets
-    found = [(preset, layout) for preset in presets.values() if (layout := memory.layout_of(preset)) is not None]
+    found = [(preset, layout) for preset in presets.values() if (layout := layouts.layout_of(preset)) is not None]
     return sorted(found, key=lambda pair: (pair[1].rank, pair[0].name))
 
 
@@ -268,7 +268,7 @@ def unplanned(request: PlanRequest) -> tuple[str, ...]:
         presets = catalog.strategy_catalog().presets
     names = sorted(
         name for name, preset in presets.items()
-        if memory.layout_of(preset) is None and (not request.presets or name in request.presets)
+        if layouts.layout_of(preset) is None and (not request.presets or name in request.presets)
     )  # fmt: skip
     return (f"not planned (no GPU memory layout): {', '.join(names)}",) if names else ()
 
@@ -300,12 +300,13 @@ def applicability(preset: Preset, layout: Layout, request: PlanRequest) -> tuple
     The job is checked as ``lightning-presets check`` checks it, on simulated GPUs: the presets' own guards.
     A missing optional dependency is not a reason: the plan is for the target machine.
     """
-    from lightning_presets.tools.check import CheckRequest, run_check
+    from lightning_presets.tools.check.engine import check_job
+    from lightning_presets.tools.check.request import CheckRequest
 
     install = next((each.install_command for each in preset.requires if not is_importable(each.module)), None)
     arguments = {"strategy": preset.name, "accelerator": "cuda", "devices": request.gpus_per_node,
                  "num_nodes": request.num_nodes, "precision": request.precision}  # fmt: skip
-    report = run_check(CheckRequest(arguments=arguments, gpus=request.gpus_per_node, gpu_memory=request.gpu_memory))
+    report = check_job(CheckRequest(arguments=arguments, gpus=request.gpus_per_node, gpu_memory=request.gpu_memory))
     reasons = [f"{each.code}: {each.message}" for each in report.findings
                if each.severity == "error" and each.code != "LP007"]  # fmt: skip
     degenerate = _degenerate(preset, layout, request)
@@ -317,8 +318,8 @@ def applicability(preset: Preset, layout: Layout, request: PlanRequest) -> tuple
 # --------------------------------------------------------------------------------------------- estimates
 
 
-def _sizes(request: PlanRequest, params: int, facts: Any = None) -> memory.Sizes:
-    return memory.Sizes(
+def _sizes(request: PlanRequest, params: int, facts: Any = None) -> layouts.Sizes:
+    return layouts.Sizes(
         params=params, gpus_per_node=request.gpus_per_node, num_nodes=request.num_nodes,
         precision=request.precision, optimizer=request.optimizer,
         largest_layer=getattr(facts, "largest_layer", 0), root_params=getattr(facts, "root_params", 0),
@@ -377,7 +378,7 @@ def arithmetic_estimate(
     ``more``: reasons the preset does not apply that the trace found)."""
     reasons, install = applicability(preset, layout, request)
     reasons = [*reasons, *more]
-    states = memory.model_states(layout, _sizes(request, params, facts))
+    states = layouts.model_states(layout, _sizes(request, params, facts))
     return finish(layout, request, reasons=reasons, install=install, evidence="arithmetic",
                   parameters=states.parameters, gradients=states.gradients, optimizer=states.optimizer,
                   activations=None, total_peak=states.gpu + states.working_set,
@@ -388,7 +389,7 @@ def arithmetic_estimate(
 def traced_estimate(
     layout: Layout, request: PlanRequest, traced: Any, reasons: list[str], install: str | None
 ) -> Estimate:
-    """An estimate from a trace (:class:`lightning_presets.tools.trace.Traced`).
+    """An estimate from a trace (:class:`lightning_presets.tools.plan.trace.Traced`).
 
     Traced layouts take every figure from the trace; the others take the model states from their formula
     and add the trace's activations and transient peak (activations and temporaries of the unwrapped model).
@@ -404,7 +405,7 @@ def traced_estimate(
                       offloaded_per_gpu=host, cpu_per_node=host * request.gpus_per_node,
                       formula=how + (" (weights, gradients and optimizer state in CPU memory)" if host else ""),
                       notes=traced.notes, batch=traced.batch)  # fmt: skip
-    states = memory.model_states(layout, _sizes(request, traced.facts.numel, traced.facts))
+    states = layouts.model_states(layout, _sizes(request, traced.facts.numel, traced.facts))
     return finish(layout, request, reasons=reasons, install=install,
                   evidence="arithmetic + traced activations", parameters=states.parameters,
                   gradients=states.gradients, optimizer=states.optimizer, activations=traced.activations,
