@@ -17,9 +17,9 @@ import pytest
 # The repository's generators (docs/errors.md, the README's evidence table) live outside the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-import lightning_presets  # noqa: E402, F401  (registers explicitly when autoload is off)
-from lightning_presets.registry import catalog as _catalog  # noqa: E402
-from lightning_presets.tools.simulation import SimulatedGPU, simulated_cuda  # noqa: E402
+import lightning_presets  # noqa: F401  (registers explicitly when autoload is off)
+from lightning_presets.registry import catalog as _catalog
+from lightning_presets.tools.simulation import SimulatedGPU, simulated_cuda
 
 
 @pytest.fixture

@@ -9,6 +9,9 @@ from collections.abc import Mapping
 AUTOLOAD_VARIABLE = "LIGHTNING_PRESETS_AUTOLOAD"
 ALLOW_VARIABLE = "LIGHTNING_PRESETS_ALLOW"
 DENY_VARIABLE = "LIGHTNING_PRESETS_DENY"
+SKIP_VARIABLE = "LIGHTNING_PRESETS_SKIP"
+"""Comma-separated rule codes (``LP305,LP614``) whose guards do not run, or ``all``: the escape hatch for a rule that
+is wrong for a job (please report it), and how the test suite runs a configuration with a guard switched off."""
 _SEPARATORS = re.compile(r"[,;\s]+")
 
 # What SLURM, torchrun, LSF/jsrun, Open MPI, MPICH and Kubeflow set for each rank.
@@ -23,6 +26,12 @@ def autoload_enabled(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the start-up hook registers presets (``LIGHTNING_PRESETS_AUTOLOAD`` unset or not a false value)."""
     value = (os.environ if environ is None else environ).get(AUTOLOAD_VARIABLE, "1")
     return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def skipped_rules(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The rule codes ``LIGHTNING_PRESETS_SKIP`` switches off, upper-cased; ``{"ALL"}`` switches off every rule."""
+    raw = (os.environ if environ is None else environ).get(SKIP_VARIABLE, "")
+    return frozenset(code.upper() for code in _SEPARATORS.split(raw) if code)
 
 
 def normalize_distribution(name: str) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from lightning_presets.core.environment import skipped_rules
 from lightning_presets.core.findings import Finding, Severity
 
 Stage = Literal["options", "construction", "trainer", "model", "setup"]
@@ -118,11 +119,13 @@ def run_rules(rules: Iterable[Rule], stage: Stage, *args: Any) -> list[Finding]:
     """Every finding of the rules of one stage, in declaration order.
 
     A rule that raises or returns something other than a :class:`Problem` becomes an LP012 finding that blames
-    its preset and the distribution that published the rule, never the user's configuration.
+    its preset and the distribution that published the rule, never the user's configuration. Rules whose code
+    ``LIGHTNING_PRESETS_SKIP`` names (or every rule, with ``all``) do not run.
     """
+    skipped = skipped_rules()
     findings = []
     for each in rules:
-        if each.stage == stage:
+        if each.stage == stage and "ALL" not in skipped and str(each.code).upper() not in skipped:
             try:
                 finding = each(*args)
             except Exception as error:  # a bug in the rule: reported as the preset's fault, not raised raw
