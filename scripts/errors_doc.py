@@ -1,20 +1,20 @@
-"""Generates ``docs/errors.md`` from the rules and documented codes: ``python scripts/errors_doc.py``."""
+"""Generates ``docs/errors.md`` from the codes the package declares: ``python scripts/errors_doc.py --write``."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_presets.core.codes import CATALOG_CODES, Code
+import lightning_presets
+from lightning_presets.core.codes import Code
 from lightning_presets.core.environment import normalize_distribution
 from lightning_presets.registry import catalog
 from lightning_presets.registry.catalog import OWN_DISTRIBUTION
-from lightning_presets.registry.requirements import CODES as REQUIREMENT_CODES
-from lightning_presets.tools.check.codes import CHECK_CODES
-from lightning_presets.tools.doctor import CODES as DOCTOR_CODES
 from lightning_presets.tools.examples import PRELUDE, rules_of
 
 POLICY = """\
@@ -36,8 +36,24 @@ codes) on the hardware it names in its comment, simulated. The examples assume:
 ```
 """
 
-# Every documented code that is not a preset rule: catalog and arguments, dependencies, check, doctor.
-CODES: tuple[Code, ...] = (*CATALOG_CODES, *REQUIREMENT_CODES, *CHECK_CODES, *DOCTOR_CODES)
+
+
+def declared() -> dict[str, Code]:
+    """Every code the package declares (a :class:`Code` or a rule, at the top level of any of its modules), by code.
+
+    Two different declarations of one code are an error: a code is declared once and emitted by reference.
+    """
+    found: dict[str, Code] = {}
+    for info in pkgutil.walk_packages(lightning_presets.__path__, "lightning_presets."):
+        if info.name.endswith("__main__"):
+            continue
+        for value in vars(importlib.import_module(info.name)).values():
+            if not isinstance(value, Code):
+                continue
+            known = found.setdefault(value.code, value)
+            if known is not value:
+                raise ValueError(f"{value.code} is declared twice: {known.title!r} and {value.title!r} ({info.name})")
+    return dict(sorted(found.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +69,12 @@ class DocEntry:
 
 
 def _documented_codes() -> list[DocEntry]:
+    """The codes no built-in preset uses as a rule: catalog and arguments, dependencies, check, doctor."""
+    used = {entry.code for entry in _rule_entries()}
     return [
         DocEntry(code.code, code.severity, code.stage, code.title, code.fails, code.fixed, (), code.evidence)
-        for code in CODES
+        for code in declared().values()
+        if code.code not in used
     ]
 
 

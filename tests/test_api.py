@@ -12,6 +12,7 @@ import lightning_presets
 from lightning_presets import Preset, PresetConfigError
 from lightning_presets.core.namespaces import NAMESPACES, Namespace
 from lightning_presets.registry import catalog as _catalog
+from lightning_presets.registry import codes
 from lightning_presets.registry.catalog import Catalog, Entry
 
 
@@ -140,7 +141,7 @@ def test_preset_without_a_form_for_the_target(fabric_only: Preset) -> None:
 
 
 def test_a_refused_entry_reports_its_own_findings(monkeypatch: pytest.MonkeyPatch) -> None:
-    problem = _catalog._finding("LP004", "acme_fsdp failed to load", "fix acme-presets")
+    problem = codes.ENTRY_POINT_FAILED.finding("acme_fsdp failed to load", "fix acme-presets")
     broken: Entry[Preset] = Entry(
         name="acme_fsdp", distribution="acme-presets", version="1", value="a:b", status="broken", findings=(problem,)
     )

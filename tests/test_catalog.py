@@ -29,6 +29,7 @@ from _dists import (
 )
 from lightning_presets import Preset, PresetWarning
 from lightning_presets.registry import catalog as _catalog
+from lightning_presets.registry import codes
 from lightning_presets.registry.catalog import OWN_DISTRIBUTION, STRATEGY_GROUP, Catalog, Entry
 
 if sys.version_info >= (3, 11):
@@ -338,8 +339,8 @@ def test_clear_cache_reads_trust_variables_again(monkeypatch: pytest.MonkeyPatch
 
 
 def test_catalog_findings_are_deduplicated_in_order() -> None:
-    finding = _catalog._finding("LP003", "m", "h")
-    other = _catalog._finding("LP004", "n", "h")
+    finding = codes.NAME_DECLARED_TWICE.finding("m", "h")
+    other = codes.ENTRY_POINT_FAILED.finding("n", "h")
     entries: list[Entry[Any]] = [
         Entry(name="a", distribution="x", version="1", value="m:a", status="conflict", findings=(finding,)),
         Entry(name="a", distribution="y", version="1", value="m:a", status="conflict", findings=(finding,)),

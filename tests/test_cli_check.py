@@ -20,12 +20,15 @@ from hypothesis import strategies as st
 
 from lightning_presets.cli import main
 from lightning_presets.registry.requirements import is_importable
-from lightning_presets.tools.check import CODES, CheckRequest, run_check
+from lightning_presets.tools.check import CODES as CHECK_CODES
+from lightning_presets.tools.check import CheckRequest, run_check
+from lightning_presets.tools.plan.fit import CODES as MEMORY_CODES
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "docs" / "check-schema.json").read_text(encoding="utf-8"))
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("LP_UPDATE_GOLDEN") == "1"
+CODES = (*CHECK_CODES, *MEMORY_CODES)
 ISSUE_COMMANDS = (
     "--mode trainer --accelerator cpu --devices 1 --strategy auto --precision 32-true",
     "--mode fabric --accelerator auto --devices 1 --strategy auto --precision bf16-mixed",

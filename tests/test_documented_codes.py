@@ -26,11 +26,11 @@ from lightning.fabric.strategies.registry import _StrategyRegistry
 from _dists import NAMELESS, Dist, with_rule, write_installed
 from helpers import run
 from lightning_presets import Preset
-from lightning_presets.core.codes import CATALOG_CODES, Code
-from lightning_presets.core.rules import Setting
+from lightning_presets.core.codes import Code, Setting
+from lightning_presets.core.rules import RULE_CRASHED
 from lightning_presets.registry import catalog as _catalog
 from lightning_presets.registry import requirements
-from lightning_presets.registry.requirements import CODES as DEPENDENCY_CODES
+from lightning_presets.registry.codes import CODES as REGISTRY_CODES
 from lightning_presets.tools import doctor as _doctor
 from lightning_presets.tools import examples as _examples
 
@@ -80,6 +80,7 @@ def _judge(code: Code, which: str, found: set[str]) -> None:
 
 # --- catalog codes whose examples are entry points: installed as a distribution, then the catalog loaded -------
 
+CATALOG_CODES = (*REGISTRY_CODES, RULE_CRASHED)
 ENTRY_POINT_CODES = [code for code in CATALOG_CODES if ENTRY.search(code.fails)]
 
 
@@ -239,7 +240,7 @@ PYTHON_CODES: dict[str, tuple[Setting, Situation, Setting]] = {
         Setting(simulated=("transformer_engine",)),
     ),
 }
-PYTHON = [code for code in (*CATALOG_CODES, *DEPENDENCY_CODES) if not ENTRY.search(code.fails)]
+PYTHON = [code for code in CATALOG_CODES if not ENTRY.search(code.fails)]
 
 
 def test_every_python_example_has_its_situation() -> None:

@@ -14,9 +14,10 @@ import errors_doc as _docs
 import pytest
 
 import lightning_presets
+from lightning_presets.core.codes import EVIDENCE_KINDS, Setting
 from lightning_presets.core.findings import UsageError
 from lightning_presets.core.preset import Preset
-from lightning_presets.core.rules import EVIDENCE_KINDS, Problem, Setting, rule
+from lightning_presets.core.rules import Problem, rule
 from lightning_presets.registry.catalog import precision_catalog
 from lightning_presets.tools import examples as _examples
 from lightning_presets.tools.examples import check_examples, rules_of

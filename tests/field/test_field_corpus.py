@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lightning_presets.core.rules import Setting
+from lightning_presets.core.codes import Setting
 from lightning_presets.tools.check import CheckRequest, run_check
 from lightning_presets.tools.examples import run_example
 

@@ -12,6 +12,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from lightning_presets.cli._output import emit, emit_json, fields, findings, heading, indented, severity, table
+from lightning_presets.registry.codes import UNKNOWN_PRESET
 from lightning_presets.tools.catalog import all_entries, describe
 
 SHOW_SCHEMA = "lightning-presets/show"
@@ -96,10 +97,10 @@ def run(args: argparse.Namespace) -> int:
         names = sorted(each.entry.name for each in entries)
         close = difflib.get_close_matches(args.name, names, n=3)
         maybe = f"did you mean {', '.join(map(repr, close))}? " if close else ""
-        finding = {
-            "code": "LP010", "severity": "error", "message": f"no preset is called {args.name!r}",
-            "hint": f"{maybe}available: {', '.join(names) or 'none'} (`lightning-presets list` shows all)",
-        }  # fmt: skip
+        finding = UNKNOWN_PRESET.finding(
+            f"no preset is called {args.name!r}",
+            f"{maybe}available: {', '.join(names) or 'none'} (`lightning-presets list` shows all)",
+        ).as_dict()
         if args.json:
             emit_json(
                 {"schema": SHOW_SCHEMA, "schema_version": SHOW_SCHEMA_VERSION, "preset": None, "findings": [finding]}

@@ -7,10 +7,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from lightning_presets.core.codes import DEFAULT_SETTING, Code, Setting
 from lightning_presets.core.environment import skipped_rules
 from lightning_presets.core.findings import Finding, Severity
 
-Stage = Literal["options", "construction", "trainer", "model", "setup"]
+Stage = Literal["options", "construction", "trainer", "model", "setup", "resume", "check"]
 """When a rule runs.
 
 ``options``: on the preset's arguments, when the strategy object is built.
@@ -20,39 +21,11 @@ Trainer exists: when ``fit`` connects the model, and in ``lightning-presets chec
 ``model``: on the context and the model, before the first collective and before any heavy work.
 ``setup``: on the context and the model once it is complete (after ``configure_model``), just before the
 strategy wraps it; run by the family's own hook.
+``resume``: on the context and the facts of the checkpoint a job resumes from, before any of it is loaded.
+``check``: ``lightning-presets check``'s own rules on the job it simulates (cluster consistency); not a preset stage.
 """
-
-
-EVIDENCE_KINDS = ("runtime", "source")
-"""How an ``error`` rule knows the configuration fails: ``runtime: tests/<file>.py::<test> (...)`` names a
-reproduction the test suite runs; ``source: <file>, <function> (<project> <version>)`` names the code that fails."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Setting:
-    """Where a rule's documented examples run: the simulated node and cluster, and which optional modules exist.
-
-    ``lightning_presets.tools.examples`` applies it while it executes the examples; it never touches real hardware.
-    """
-
-    gpus: int = 8
-    """CUDA GPUs per node (0: a node without GPUs)."""
-    capability: tuple[int, int] | None = (9, 0)
-    """Their compute capability; ``None``: the GPUs are visible but their capability cannot be read."""
-    memory_bytes: int | None = None
-    """Memory per GPU, for rules that read it."""
-    nodes: int = 1
-    """Nodes of the simulated cluster (its variables describe ``nodes`` × ``gpus`` processes)."""
-    cluster: str = "none"
-    """``none``, ``slurm``, ``torchelastic`` or ``lsf``: the launcher whose variables the examples see."""
-    missing: tuple[str, ...] = ()
-    """Optional modules that cannot be imported while the examples run."""
-    simulated: tuple[str, ...] = ()
-    """Optional modules replaced by the engine's stand-in (``torch_xla``)."""
-
-
-DEFAULT_SETTING = Setting()
-"""Eight GPUs of compute capability 9.0 (H100) on one node, no cluster, every installed module importable."""
+PRESET_STAGES: tuple[Stage, ...] = ("options", "construction", "trainer", "model", "setup", "resume")
+"""The stages a preset's rules may declare."""
 
 
 class Problem(NamedTuple):
@@ -63,25 +36,11 @@ class Problem(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Rule:
-    """A guard: one concern, one stable code, a failing and a fixed example for the docs."""
+class Rule(Code):
+    """A guard: a :class:`~lightning_presets.core.codes.Code` and the pure function that checks it."""
 
-    code: str
-    severity: Severity
-    stage: Stage
-    title: str
-    """One line for ``show`` and ``docs/errors.md``."""
     check: Callable[..., Problem | None]
-    fails: str
-    """Code that triggers the rule."""
-    fixed: str
-    """The nearest code that passes it."""
-    evidence: str = ""
-    """For an ``error``: how we know the configuration fails (see :data:`EVIDENCE_KINDS`)."""
-    setting: Setting = DEFAULT_SETTING
-    """Where the ``fails`` example runs (and ``fixed`` too, unless ``fixed_setting`` says otherwise)."""
-    fixed_setting: Setting | None = None
-    """Where the ``fixed`` example runs, when the fix is the hardware itself."""
+    """Returns a :class:`Problem` when the rule fires, ``None`` when it does not."""
 
     def __call__(self, *args: Any) -> Finding | None:
         problem = self.check(*args)
@@ -89,7 +48,7 @@ class Rule:
             return None
         if not isinstance(problem, Problem):
             raise TypeError(f"it returned a {type(problem).__name__}, not a Problem or None")
-        return Finding(code=self.code, severity=self.severity, message=problem.message, hint=problem.hint)
+        return self.finding(problem.message, problem.hint)
 
 
 def rule(
@@ -145,6 +104,16 @@ def record_origin(each: Rule, distribution: str, version: str) -> None:
         _origins.setdefault(each.check, (distribution, version))
 
 
+RULE_CRASHED = Code(
+    code="LP012", severity="error", stage="construction", title="a preset's rule that crashed instead of checking",
+    fails="# acme-presets' rule: def eight_per_node(ctx): return 8 // (ctx.devices_per_node - 8)\n"
+    'Trainer(strategy="acme_ddp", accelerator="cpu", devices=8)',
+    fixed='Trainer(strategy="ddp", accelerator="cpu", devices=8)   # LIGHTNING_PRESETS_DENY=acme-presets meanwhile',
+    evidence="runtime: tests/test_reliability.py::test_a_crashing_rule_is_the_presets_fault_with_its_distribution "
+    "(the rule's own exception escaped from Trainer(...), and check blamed Lightning)",
+)  # fmt: skip
+
+
 def crashed(each: Rule, context: Any, error: Exception) -> Finding:
     """LP012: the rule ``each`` raised ``error`` (or returned the wrong type) while checking ``context``."""
     function = f"{getattr(each.check, '__module__', '?')}.{getattr(each.check, '__qualname__', repr(each.check))}"
@@ -157,10 +126,8 @@ def crashed(each: Rule, context: Any, error: Exception) -> Finding:
     source = f"{origin[0]} {origin[1]}" if origin else f"the module {function.rpartition('.')[0]}"
     first_line = (str(error).strip().splitlines() or [""])[0]
     skip = f"; meanwhile skip it with LIGHTNING_PRESETS_DENY={origin[0]} or use another preset" if origin else ""
-    return Finding(
-        code="LP012",
-        severity="error",
-        message=f"rule {each.code}{of_preset} ({function}, from {source}) failed instead of checking the "
+    return RULE_CRASHED.finding(
+        f"rule {each.code}{of_preset} ({function}, from {source}) failed instead of checking the "
         f"configuration: {type(error).__name__}: {first_line}; the configuration was not checked",
-        hint=f"this is a bug in {source}, not in your configuration: report it there{skip}",
+        f"this is a bug in {source}, not in your configuration: report it there{skip}",
     )

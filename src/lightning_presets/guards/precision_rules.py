@@ -3,9 +3,10 @@ and rules across a strategy preset and a precision preset."""
 
 from __future__ import annotations
 
+from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, PrecisionContext
 from lightning_presets.core.preset import PrecisionPreset
-from lightning_presets.core.rules import Problem, Rule, Setting, rule
+from lightning_presets.core.rules import Problem, Rule, rule
 
 NATIVE_BF16 = (8, 0)
 """bf16 arithmetic arrived with Ampere GPUs; below it torch emulates bf16 (``is_bf16_supported`` with emulation)."""

@@ -11,7 +11,7 @@ from typing import Any
 from lightning_presets.core.findings import Finding
 from lightning_presets.core.namespaces import NAMESPACES, Namespace, namespace_for_module
 from lightning_presets.core.preset import Preset
-from lightning_presets.registry import catalog
+from lightning_presets.registry import catalog, codes
 from lightning_presets.registry.build import Heads, build
 from lightning_presets.registry.classes import unresolved
 
@@ -48,12 +48,10 @@ def register_into(registry: Any, namespace: Namespace, heads: Heads) -> list[Fin
                 continue
             if name in registry:
                 findings.append(
-                    Finding(
-                        code="LP002",
-                        severity="error",
-                        message=f"strategy preset {name!r} from {preset.distribution} is not registered into "
+                    codes.NAME_OF_LIGHTNING.finding(
+                        f"strategy preset {name!r} from {preset.distribution} is not registered into "
                         f"{namespace.strategies_module}: the name is taken there already",
-                        hint=f"rename the preset in {preset.distribution}",
+                        f"rename the preset in {preset.distribution}",
                     )
                 )
                 continue

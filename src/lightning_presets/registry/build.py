@@ -8,8 +8,6 @@ implements :class:`Head`.
 from __future__ import annotations
 
 import copy
-import difflib
-import inspect
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -17,7 +15,9 @@ from lightning_presets.core.findings import Finding, PresetConfigError, report
 from lightning_presets.core.namespaces import Kind, Namespace
 from lightning_presets.core.preset import AnyPreset
 from lightning_presets.core.rules import Rule, run_rules
+from lightning_presets.registry import codes
 from lightning_presets.registry.classes import compose, lightning_class
+from lightning_presets.registry.overrides import Accepted, accepted
 
 
 class Head(Protocol):
@@ -46,45 +46,38 @@ Heads = Mapping[Kind, type[Head]]
 """The head class for each kind (``trainer``/``fabric``)."""
 
 
-def valid_override_keys(preset: AnyPreset, namespace: Namespace) -> frozenset[str]:
-    """The preset's defaults and extra keys, and for strategies the Lightning constructor's named parameters."""
-    keys = set(preset.init_params) | set(preset.extra_keys)
-    if preset.TYPE.constructor_keys:
-        parameters = inspect.signature(lightning_class(preset, namespace)).parameters.values()
-        keys |= {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "self"}
-    return frozenset(keys)
+def accepted_overrides(preset: AnyPreset, namespace: Namespace) -> Accepted:
+    """What ``preset`` takes as overrides: its defaults and extra keys and, for a strategy, every keyword its Lightning
+    class takes (``registry.overrides``); a precision preset takes exactly the keys of its defaults."""
+    own = frozenset(preset.init_params) | preset.extra_keys
+    if not preset.TYPE.constructor_keys:
+        return Accepted(own)
+    found = accepted(lightning_class(preset, namespace), declared=preset.extra_keys)
+    return Accepted(found.keys | own, open=found.open)
 
 
 def unknown_keys(preset: AnyPreset, namespace: Namespace, overrides: Mapping[str, Any]) -> list[Finding]:
     """LP006 for each override the preset does not take, with the closest valid key."""
-    valid = sorted(valid_override_keys(preset, namespace))
+    taken = accepted_overrides(preset, namespace)
     kind = preset.TYPE
-    findings = []
-    for key in sorted(set(overrides) - set(valid)):
-        close = difflib.get_close_matches(key, valid, n=1)
-        maybe = f"did you mean {close[0]!r}? " if close else ""
-        findings.append(
-            Finding(
-                code="LP006",
-                severity="error",
-                message=f"`lightning_presets.{kind.noun}({preset.name!r}, {key}=...)`: {key!r} is not an argument "
-                f"of the {preset.name!r} {kind.label} for target={namespace.target!r}",
-                hint=f"{maybe}valid keys: {', '.join(valid) or 'none'}",
-            )
+    valid = ", ".join(sorted(taken.keys)) or "none"
+    return [
+        codes.UNKNOWN_OVERRIDE.finding(
+            f"`lightning_presets.{kind.noun}({preset.name!r}, {key}=...)`: {key!r} is not an argument of the "
+            f"{preset.name!r} {kind.label} for target={namespace.target!r}",
+            (f"did you mean {close!r}? " if close else "") + f"valid keys: {valid}",
         )
-    return findings
+        for key, close in taken.unknown(overrides)
+    ]
 
 
 def no_form(preset: AnyPreset, namespace: Namespace) -> PresetConfigError:
     """LP008: the preset has no class for this namespace's kind (e.g. a Fabric-only preset in a Trainer)."""
     return PresetConfigError(
         [
-            Finding(
-                code="LP008",
-                severity="error",
-                message=f"{preset.TYPE.label} {preset.name!r} has no {namespace.caller} form "
-                f"(target={namespace.target!r})",
-                hint=f"use it with one of its targets: {', '.join(preset.targets)}",
+            codes.NO_FORM_FOR_TARGET.finding(
+                f"{preset.TYPE.label} {preset.name!r} has no {namespace.caller} form (target={namespace.target!r})",
+                f"use it with one of its targets: {', '.join(preset.targets)}",
             )
         ]
     )

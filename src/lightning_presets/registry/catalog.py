@@ -28,13 +28,13 @@ from lightning_presets.core.environment import (
     distribution_names,
     normalize_distribution,
 )
-from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning, Severity
-from lightning_presets.core.preset import PRECISION, STRATEGY, PrecisionPreset, Preset
+from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning
+from lightning_presets.core.preset import STRATEGY, PrecisionPreset, Preset
 from lightning_presets.core.rules import record_origin
+from lightning_presets.registry import codes
 from lightning_presets.registry.validation import malformed
 
 STRATEGY_GROUP = STRATEGY.group
-PRECISION_GROUP = PRECISION.group
 OWN_DISTRIBUTION = "lightning-presets"
 
 # Names Lightning 2.6 registers itself, in either registry (plus "auto"). A preset may not take them.
@@ -145,10 +145,6 @@ def _suggest_name(name: str) -> str:
     return re.sub(r"[^a-z0-9_-]", "_", name.lower())
 
 
-def _finding(code: str, message: str, hint: str, severity: Severity = "error") -> Finding:
-    return Finding(code=code, severity=severity, message=message, hint=hint)
-
-
 def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [""])[0]
 
@@ -161,8 +157,7 @@ def _unnamed(entry_point: metadata.EntryPoint | Unreadable, group: str) -> Entry
         dist = entry_point.dist
         where = _location(dist) if dist is not None else "?"
         what, name, value = "has no Name", entry_point.name, entry_point.value
-    finding = _finding(
-        "LP013",
+    finding = codes.NAMELESS_DISTRIBUTION.finding(
         f"the installed distribution at {where} {what}: its {group} entry points are skipped, the other "
         "distributions' presets load as usual",
         f"reinstall that distribution (pip install --force-reinstall NAME) or delete {where}",
@@ -260,8 +255,7 @@ def _load_one(entry_point: metadata.EntryPoint | Unreadable, kind: type[T], watc
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit from an argparse call at its top included: only this entry is lost
-        finding = _finding(
-            "LP004",
+        finding = codes.ENTRY_POINT_FAILED.finding(
             f"{where} failed to load: {type(exc).__name__}: {_first_line(exc)}",
             f"fix or upgrade {distribution}, or skip it with LIGHTNING_PRESETS_DENY={distribution}",
         )
@@ -271,14 +265,15 @@ def _load_one(entry_point: metadata.EntryPoint | Unreadable, kind: type[T], watc
             watch.current = None
     seconds = time.monotonic() - started
     slow = (
-        (_finding("LP014", f"{where} took {seconds:.1f} s to load (every process that imports Lightning waits "
-                  "for it)", f"ask {distribution} to import less at the top of its preset module, or skip it with "
-                  f"LIGHTNING_PRESETS_DENY={distribution}", "warning"),)
+        (codes.SLOW_ENTRY_POINT.finding(
+            f"{where} took {seconds:.1f} s to load (every process that imports Lightning waits for it)",
+            f"ask {distribution} to import less at the top of its preset module, or skip it with "
+            f"LIGHTNING_PRESETS_DENY={distribution}",
+        ),)
         if seconds >= SLOW_SECONDS else ()
     )  # fmt: skip
     if not isinstance(item, kind):
-        finding = _finding(
-            "LP005",
+        finding = codes.NOT_A_PRESET.finding(
             f"{where} gave a {type(item).__name__}, not a {kind.__name__}",
             f"point the entry point at a lightning_presets.{kind.__name__} (or a function returning one); "
             f"skip it meanwhile with LIGHTNING_PRESETS_DENY={distribution}",
@@ -286,23 +281,20 @@ def _load_one(entry_point: metadata.EntryPoint | Unreadable, kind: type[T], watc
         return Entry(**base, status="broken", findings=(finding, *slow))
     item_name = getattr(item, "name", entry_point.name)
     if item_name != entry_point.name:
-        finding = _finding(
-            "LP009",
+        finding = codes.ENTRY_POINT_MISNAMED.finding(
             f"{where} names its {noun} {item_name!r}, but the entry point is called {entry_point.name!r}",
             f"use one name in both places: call the entry point {item_name!r} in {distribution}'s entry points",
         )
         return Entry(**base, status="refused", findings=(finding, *slow))
     if not isinstance(item_name, str) or not _NAME.fullmatch(item_name):
-        finding = _finding(
-            "LP001",
+        finding = codes.NAME_NOT_LOWER_CASE.finding(
             f"{noun} name {item_name!r} from {distribution} {version} is not lower-case letters, digits, '_' or '-'; "
             f"Lightning lower-cases strategy names before lookup, so {item_name!r} could never be selected",
             f"rename it to {_suggest_name(str(item_name))!r} in {distribution}'s entry points",
         )
         return Entry(**base, status="refused", findings=(finding, *slow))
     if kind.TYPE is STRATEGY and item_name in LIGHTNING_BUILTIN_NAMES:
-        finding = _finding(
-            "LP002",
+        finding = codes.NAME_OF_LIGHTNING.finding(
             f"strategy preset {item_name!r} from {distribution} {version} takes the name of a Lightning built-in "
             "strategy; it is not registered and Lightning's own keeps the name",
             f"rename it in {distribution}, e.g. {(distribution.replace('-', '_') + '_' + item_name)!r}",
@@ -310,8 +302,7 @@ def _load_one(entry_point: metadata.EntryPoint | Unreadable, kind: type[T], watc
         return Entry(**base, status="refused", findings=(finding, *slow))
     problems = malformed(item)
     if problems:
-        finding = _finding(
-            "LP011",
+        finding = codes.MALFORMED_PRESET.finding(
             f"{noun} preset {item_name!r} from {distribution} {version} is malformed: {'; '.join(problems)}",
             f"fix the preset in {distribution}; skip it meanwhile with LIGHTNING_PRESETS_DENY={distribution}",
         )
@@ -325,8 +316,7 @@ def _conflict(name: str, claimants: list[Entry[T]], noun: str) -> Finding:
     owners = sorted({f"{e.distribution} {e.version}" for e in claimants})
     ours = any(normalize_distribution(e.distribution) == OWN_DISTRIBUTION for e in claimants)
     others = sorted({e.distribution for e in claimants if normalize_distribution(e.distribution) != OWN_DISTRIBUTION})
-    return _finding(
-        "LP003",
+    return codes.NAME_DECLARED_TWICE.finding(
         f"{noun} preset {name!r} is declared by {' and by '.join(owners)}; "
         + (f"{OWN_DISTRIBUTION}'s built-in keeps the name" if ours else "neither is registered"),
         "uninstall one of them, rename one, or choose with "
@@ -439,11 +429,9 @@ def unknown_name(name: str, available: list[str], noun: str) -> PresetConfigErro
     maybe = f"did you mean {', '.join(map(repr, close))}? " if close else ""
     return PresetConfigError(
         [
-            Finding(
-                code="LP010",
-                severity="error",
-                message=f"`lightning_presets.{noun}({name!r})`: no {noun} preset is called {name!r}",
-                hint=f"{maybe}available: {', '.join(available) or 'none'} (`lightning-presets list` shows all)",
+            codes.UNKNOWN_PRESET.finding(
+                f"`lightning_presets.{noun}({name!r})`: no {noun} preset is called {name!r}",
+                f"{maybe}available: {', '.join(available) or 'none'} (`lightning-presets list` shows all)",
             )
         ]
     )
@@ -471,8 +459,7 @@ def denied(entry: Entry[Any], noun: str) -> Finding:
     else:
         allow = os.environ.get(ALLOW_VARIABLE, "")
         why, fix = f"left out by {ALLOW_VARIABLE}={allow}", f"add {name} to {ALLOW_VARIABLE}"
-    return _finding(
-        "LP015",
+    return codes.DENIED_PRESET.finding(
         f"{noun} preset {entry.name!r} from {entry.distribution} {entry.version} is {why}, so it is not loaded "
         "in this process",
         f"{fix} (in every process of the job: workers read it too), or pick another preset",

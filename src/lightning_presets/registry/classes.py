@@ -13,7 +13,7 @@ from typing import Any
 from lightning_presets.core.findings import Finding, PresetConfigError
 from lightning_presets.core.namespaces import Namespace, namespace_for_target
 from lightning_presets.core.preset import AnyPreset, PrecisionPreset, Preset
-from lightning_presets.registry import catalog
+from lightning_presets.registry import catalog, codes
 
 _lock = threading.RLock()
 _classes: dict[tuple[str, str, str, type], tuple[AnyPreset, type]] = {}
@@ -48,11 +48,8 @@ def _unresolved(owner: str, spec: str, why: str, distribution: str | None) -> Pr
     message = f"{owner} names {spec!r}, {why}" if why.startswith("which") else f"{owner}: {spec!r} {why}"
     return PresetConfigError(
         [
-            Finding(
-                code="LP011",
-                severity="error",
-                message=message,
-                hint=f"name a Lightning class (or 'package.module:Class') in the preset's declaration{skip}",
+            codes.MALFORMED_PRESET.finding(
+                message, f"name a Lightning class (or 'package.module:Class') in the preset's declaration{skip}"
             )
         ]
     )

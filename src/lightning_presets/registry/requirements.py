@@ -20,6 +20,7 @@ from lightning_presets.core import hardware
 from lightning_presets.core.codes import Code
 from lightning_presets.core.findings import Finding
 from lightning_presets.core.preset import Requirement
+from lightning_presets.registry import codes
 
 Status = Literal["ok", "missing", "broken", "incompatible"]
 
@@ -42,10 +43,10 @@ class Dependency:
     """Import name."""
     distribution: str
     """Name on the package index, for ``importlib.metadata``."""
-    broken_code: str
-    """Finding code when it is installed but fails to import."""
-    pair_code: str
-    """Finding code when its version does not work with the installed torch."""
+    broken: Code
+    """Reported when it is installed but fails to import."""
+    pair: Code
+    """Reported when its version does not work with the installed torch."""
     pairs: tuple[KnownBadPair, ...] = ()
 
 
@@ -57,8 +58,8 @@ DEPENDENCIES: dict[str, Dependency] = {
     "deepspeed": Dependency(
         module="deepspeed",
         distribution="deepspeed",
-        broken_code="LP401",
-        pair_code="LP402",
+        broken=codes.DEEPSPEED_BROKEN,
+        pair=codes.DEEPSPEED_TORCH_PAIR,
         pairs=(
             # Lightning 2.6 raises ImportError for this pair in DeepSpeedStrategy.__init__: torch 2.6 made
             # torch.load default to weights_only=True, which DeepSpeed checkpoints support from 0.16.0 on.
@@ -73,8 +74,8 @@ DEPENDENCIES: dict[str, Dependency] = {
     "torch_xla": Dependency(
         module="torch_xla",
         distribution="torch_xla",
-        broken_code="LP501",
-        pair_code="LP502",
+        broken=codes.TORCH_XLA_BROKEN,
+        pair=codes.TORCH_XLA_TORCH_PAIR,
         pairs=(
             # torch_xla wheels are built against one torch release and pin it (torch_xla 2.5 needs torch 2.5).
             KnownBadPair(
@@ -88,8 +89,8 @@ DEPENDENCIES: dict[str, Dependency] = {
     "transformer_engine": Dependency(
         module="transformer_engine",
         distribution="transformer_engine",
-        broken_code="LP601",
-        pair_code="LP602",
+        broken=codes.PRECISION_DEPENDENCY_BROKEN,
+        pair=codes.PRECISION_DEPENDENCY_VERSION,
         pairs=(
             # Lightning's TransformerEnginePrecision requires transformer_engine>=0.11.0.
             KnownBadPair(
@@ -99,9 +100,17 @@ DEPENDENCIES: dict[str, Dependency] = {
             ),
         ),
     ),
-    "torchao": Dependency(module="torchao", distribution="torchao", broken_code="LP601", pair_code="LP602"),
+    "torchao": Dependency(
+        module="torchao",
+        distribution="torchao",
+        broken=codes.PRECISION_DEPENDENCY_BROKEN,
+        pair=codes.PRECISION_DEPENDENCY_VERSION,
+    ),
     "bitsandbytes": Dependency(
-        module="bitsandbytes", distribution="bitsandbytes", broken_code="LP601", pair_code="LP602"
+        module="bitsandbytes",
+        distribution="bitsandbytes",
+        broken=codes.PRECISION_DEPENDENCY_BROKEN,
+        pair=codes.PRECISION_DEPENDENCY_VERSION,
     ),
 }
 
@@ -181,11 +190,9 @@ def finding(requirement: Requirement, result: Probe, usage: str) -> Finding | No
     if result.status == "ok":
         return None
     if result.status == "missing":
-        return Finding(
-            code="LP007",
-            severity="error",
-            message=f"`{usage}` needs the optional dependency {requirement.module!r}, which is not installed",
-            hint=f"install it with: {requirement.install_command}",
+        return codes.MISSING_DEPENDENCY.finding(
+            f"`{usage}` needs the optional dependency {requirement.module!r}, which is not installed",
+            f"install it with: {requirement.install_command}",
         )
     dependency = DEPENDENCIES[requirement.module]
     version = f" {result.version}" if result.version else ""
@@ -199,19 +206,13 @@ def finding(requirement: Requirement, result: Probe, usage: str) -> Finding | No
             what, cause = "which is installed but fails to import", ""
             fix = (f"reinstall it (pip install --force-reinstall {dependency.distribution}) or fix the error above; "
                    f"`python -c 'import {requirement.module}'` shows the whole traceback")  # fmt: skip
-        return Finding(
-            code=dependency.broken_code,
-            severity="error",
-            message=f"`{usage}` needs {requirement.module}{version}, {what}: {result.detail}{cause}",
-            hint=fix,
+        return dependency.broken.finding(
+            f"`{usage}` needs {requirement.module}{version}, {what}: {result.detail}{cause}", fix
         )
     torch_version = installed_version("torch") or "unknown"
-    return Finding(
-        code=dependency.pair_code,
-        severity="error",
-        message=f"`{usage}`: torch {torch_version} with {requirement.module}{version} is known not to work: "
-        f"{result.detail}",
-        hint=result.fix,
+    return dependency.pair.finding(
+        f"`{usage}`: torch {torch_version} with {requirement.module}{version} is known not to work: {result.detail}",
+        result.fix,
     )
 
 
@@ -223,58 +224,3 @@ def findings(requirements: Iterable[Requirement], usage: str) -> list[Finding]:
         if each is not None:
             found.append(each)
     return found
-
-
-CODES: tuple[Code, ...] = (
-    Code(
-        stage="options",
-        code="LP401", severity="error", title="DeepSpeed is installed but fails to import",
-        fails='Trainer(strategy="deepspeed_zero2_offload")   # import deepspeed raises',
-        fixed='Trainer(strategy="deepspeed_zero2_offload")   # after pip install --force-reinstall deepspeed',
-        evidence="runtime: tests/test_deepspeed.py::test_broken_deepspeed_reports_its_first_error_line (Lightning "
-        "imports deepspeed in DeepSpeedStrategy.__init__)",
-    ),
-    Code(
-        stage="options",
-        code="LP402", severity="error", title="a torch / DeepSpeed version pair known not to work",
-        fails='Trainer(strategy="deepspeed_zero2_offload")   # torch 2.6 with deepspeed 0.15.4',
-        fixed="Trainer(strategy=\"deepspeed_zero2_offload\")   # after pip install -U 'deepspeed>=0.16'",
-        evidence="source: lightning/fabric/strategies/deepspeed.py, DeepSpeedStrategy.__init__ raises ImportError for "
-        "torch>=2.6 with deepspeed<0.16 (lightning 2.6.6)",
-    ),
-    Code(
-        stage="options",
-        code="LP501", severity="error", title="torch_xla is installed but fails to import",
-        fails='Fabric(strategy="xla_fsdp_ckpt")   # import torch_xla raises',
-        fixed="Fabric(strategy=\"xla_fsdp_ckpt\")   # after pip install --force-reinstall 'torch_xla[tpu]'",
-        evidence="runtime: tests/test_xla.py::test_broken_torch_xla_reports_its_first_error_line (Lightning imports "
-        "torch_xla when it builds the strategy)",
-    ),
-    Code(
-        stage="options",
-        code="LP502", severity="error", title="torch_xla built for another torch release",
-        fails='Fabric(strategy="xla_fsdp_ckpt")   # torch 2.13 with torch_xla 2.12',
-        fixed="Fabric(strategy=\"xla_fsdp_ckpt\")   # after pip install 'torch~=2.12.0' 'torch_xla[tpu]~=2.12.0'",
-        evidence="source: pytorch/xla README, installation: each torch_xla wheel is built against the torch release "
-        "of the same version and its C extension fails to load against another",
-    ),
-    Code(
-        stage="options",
-        code="LP601", severity="error", title="a precision preset's dependency is installed but fails to import",
-        fails='lightning_presets.precision("fp8-te")   # import transformer_engine raises',
-        fixed="lightning_presets.precision(\"fp8-te\")   # after pip install --force-reinstall "
-        "'transformer_engine[pytorch]'",
-        evidence="runtime: "
-        "tests/test_precision_presets.py::test_broken_transformer_engine_reports_its_first_error_line (the plugin "
-        "imports it when built)",
-    ),
-    Code(
-        stage="options",
-        code="LP602", severity="error", title="a precision preset's dependency in a version known not to work",
-        fails='lightning_presets.precision("fp8-te")   # transformer_engine 0.10',
-        fixed="lightning_presets.precision(\"fp8-te\")   # after pip install -U 'transformer_engine[pytorch]>=0.11'",
-        evidence="source: lightning/fabric/plugins/precision/transformer_engine.py, "
-        "TransformerEnginePrecision.__init__ raises ModuleNotFoundError below transformer_engine 0.11.0 (lightning "
-        "2.6.6)",
-    ),
-)  # fmt: skip

@@ -16,10 +16,6 @@ from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES
 from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.registry import compat
 
-# Keyword arguments DDPStrategy forwards to torch's DistributedDataParallel that the presets accept.
-TORCH_DDP_KEYS = frozenset(
-    {"find_unused_parameters", "broadcast_buffers", "bucket_cap_mb", "static_graph", "gradient_as_bucket_view"}
-)
 _STATIC_GRAPH_KEYS = ("static_graph", "gradient_as_bucket_view")
 _LOW_PRECISION_WEIGHTS = ("bf16-true", "16-true")
 TESTED_WITH_STATIC_GRAPH = tested(
@@ -180,7 +176,6 @@ DDP_STATIC_GRAPH = Preset(
     init_params={"static_graph": True, "gradient_as_bucket_view": True},
     rules=STATIC_GRAPH_RULES,
     mixins={"trainer": StaticGraphTrainerHooks},
-    extra_keys=TORCH_DDP_KEYS,
     tested_with=TESTED_WITH_STATIC_GRAPH,
 )
 
@@ -193,7 +188,7 @@ DDP_BF16_COMPRESS = Preset(
     init_params={"ddp_comm_hook": bf16_compress_hook},
     rules=BF16_COMPRESS_RULES,
     mixins={"fabric": CommHookFabricHooks},
-    extra_keys=TORCH_DDP_KEYS | {"ddp_comm_state"},
+    extra_keys=frozenset({"ddp_comm_state"}),  # Fabric's DDPStrategy has no such argument: the mixin uses it
     prepare=prepare_comm_hook,
     tested_with=TESTED_WITH_BF16_COMPRESS,
 )

@@ -20,13 +20,6 @@ from lightning_presets.guards.strategy import PresetHooks
 FSDP_PRECISIONS = ("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
 STATE_DICT_TYPES = ("full", "sharded")
-# Keyword arguments FSDPStrategy forwards to torch's FullyShardedDataParallel.
-TORCH_FSDP_KEYS = frozenset(
-    {
-        "backward_prefetch", "forward_prefetch", "limit_all_gathers", "sync_module_states", "use_orig_params",
-        "ignored_modules", "ignored_states", "param_init_fn", "device_id", "process_group",
-    }
-)  # fmt: skip
 
 
 fsdp_needs_cuda = needs_cuda(
@@ -271,7 +264,6 @@ FSDP_OFFLOAD_CKPT = Preset(
     },
     rules=RULES,
     mixins={"trainer": FSDPTrainerHooks, "fabric": FSDPFabricHooks},
-    extra_keys=TORCH_FSDP_KEYS,
     activation_checkpointing=True,
     cpu_offload=True,
     tested_with=tested(

@@ -18,7 +18,6 @@ from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, repeated_block
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.strategies.fsdp import (
-    TORCH_FSDP_KEYS,
     FSDPFabricHooks,
     FSDPTrainerHooks,
     fsdp_has_peers,
@@ -269,7 +268,6 @@ FSDP_HYBRID_SHARD = Preset(
     },
     rules=HYBRID_RULES,
     mixins={"trainer": HybridTrainerHooks, "fabric": HybridFabricHooks},
-    extra_keys=TORCH_FSDP_KEYS,
     prepare=prepare_hybrid,
     mesh=HYBRID_SHARD,
     tested_with=TESTED_WITH_HYBRID,
@@ -285,6 +283,5 @@ FSDP_GRAD_OP = Preset(
     init_params={"sharding_strategy": "SHARD_GRAD_OP", "state_dict_type": "sharded", "auto_wrap_policy": None},
     rules=GRAD_OP_RULES,
     mixins={"trainer": FSDPTrainerHooks, "fabric": FSDPFabricHooks},
-    extra_keys=TORCH_FSDP_KEYS,
     tested_with=TESTED_WITH_GRAD_OP,
 )

@@ -6,11 +6,12 @@ from typing import Any
 
 from torch import nn
 
+from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import MODEL_PARALLEL, MeshSpec
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset
-from lightning_presets.core.rules import Problem, Rule, Setting, rule
+from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import needs_accelerator
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler

@@ -12,9 +12,10 @@ from typing import Any, cast
 
 from torch import nn
 
+from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.preset import Preset, Requirement
-from lightning_presets.core.rules import Problem, Rule, Setting, rule
+from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, needs_accelerator, one_device, repeated_block

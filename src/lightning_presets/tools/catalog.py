@@ -18,7 +18,7 @@ from typing import Any
 from lightning_presets.core.environment import normalize_distribution
 from lightning_presets.core.namespaces import NAMESPACES
 from lightning_presets.registry import catalog
-from lightning_presets.registry.build import valid_override_keys
+from lightning_presets.registry.build import accepted_overrides
 from lightning_presets.registry.catalog import Entry
 from lightning_presets.registry.classes import unresolved
 
@@ -192,7 +192,7 @@ def also_accepted(item: Any) -> dict[str, list[str]]:
     for kind in getattr(item, "kinds", ()):
         namespace = next(each for each in NAMESPACES if each.kind == kind)
         try:
-            keys = valid_override_keys(item, namespace)
+            keys = accepted_overrides(item, namespace).keys
         except Exception:  # the class cannot be imported here (a missing extra): the preset's own keys
             keys = frozenset(item.extra_keys)
         accepted[kind] = sorted(keys - set(item.init_params))

@@ -111,6 +111,68 @@ def torch_section() -> dict[str, Any]:
     return info
 
 
+DOCTOR = "lightning-presets doctor"
+
+UNSUPPORTED_LIGHTNING = Code(
+    stage="doctor",
+    code="LP720", severity="error", title="a Lightning package outside the supported range",
+    fails=f"{DOCTOR}   # with lightning 2.4.0 installed",
+    fixed=f"{DOCTOR}   # after pip install 'lightning{RANGE}'",
+    evidence="source: lightning_presets/guards/strategy.py hooks Lightning's private _configure_launcher, whose "
+    f"contract is verified on Lightning {' and '.join(LIGHTNING_TESTED)} (tests/test_compat.py; pyproject requires "
+    f"lightning{RANGE})",
+)  # fmt: skip
+
+NO_LIGHTNING = Code(
+    stage="doctor",
+    code="LP721", severity="error", title="no Lightning package installed",
+    fails=f"{DOCTOR}   # neither lightning nor pytorch-lightning installed",
+    fixed=f"{DOCTOR}   # after pip install 'lightning{RANGE}'",
+    evidence="runtime: tests/test_cli_doctor.py::test_lp721_no_lightning_installed (nothing to register into)",
+)  # fmt: skip
+
+AUTOLOAD_OFF = Code(
+    stage="doctor",
+    code="LP722", severity="warning", title="autoload turned off by LIGHTNING_PRESETS_AUTOLOAD",
+    fails=f"LIGHTNING_PRESETS_AUTOLOAD=0 {DOCTOR}",
+    fixed=f"{DOCTOR}   # LIGHTNING_PRESETS_AUTOLOAD unset, or `import lightning_presets` in the script",
+)  # fmt: skip
+
+NO_STARTUP_HOOK = Code(
+    stage="doctor",
+    code="LP723", severity="warning", title="the autoload start-up hook is not installed",
+    fails=f"{DOCTOR}   # run from a source tree on PYTHONPATH: no lightning_presets_autoload.pth",
+    fixed=f"{DOCTOR}   # after {REINSTALL}",
+)  # fmt: skip
+
+NOT_REGISTERED = Code(
+    stage="doctor",
+    code="LP724", severity="error", title="a preset missing from an importable Lightning registry",
+    fails=f"{DOCTOR}   # fsdp2 absent from lightning.pytorch.strategies.StrategyRegistry",
+    fixed=f"{DOCTOR}   # after `import lightning_presets` or {REINSTALL}",
+    evidence="runtime: tests/test_cli_doctor.py::test_lp724_preset_missing_from_a_registry (Lightning raises for "
+    "the unregistered name)",
+)  # fmt: skip
+
+LIGHTNING_BROKEN = Code(
+    stage="doctor",
+    code="LP016", severity="error", title="an installed Lightning package that fails to import",
+    fails=f"{DOCTOR}   # `import lightning.pytorch.strategies` raises ImportError (a broken install)",
+    fixed=f"{DOCTOR}   # after pip install --force-reinstall 'lightning{RANGE}'",
+    evidence="runtime: tests/test_reliability.py::test_doctor_reports_a_lightning_that_cannot_be_imported "
+    "(Trainer and Fabric cannot be imported, with or without a preset)",
+)  # fmt: skip
+
+CODES: tuple[Code, ...] = (
+    UNSUPPORTED_LIGHTNING,
+    NO_LIGHTNING,
+    AUTOLOAD_OFF,
+    NO_STARTUP_HOOK,
+    NOT_REGISTERED,
+    LIGHTNING_BROKEN,
+)
+
+
 # --- Lightning versions (LP720, LP721) ------------------------------------------------------------------------
 
 
@@ -119,10 +181,9 @@ def lightning_findings(versions: Mapping[str, str | None]) -> list[Finding]:
     found = []
     if versions.get("lightning") is None and versions.get("pytorch-lightning") is None:
         found.append(
-            Finding(
-                code="LP721", severity="error",
-                message="neither `lightning` nor `pytorch-lightning` is installed, so no preset can be registered",
-                hint=f"pip install 'lightning{RANGE}'",
+            NO_LIGHTNING.finding(
+                "neither `lightning` nor `pytorch-lightning` is installed, so no preset can be registered",
+                f"pip install 'lightning{RANGE}'",
             )
         )  # fmt: skip
     for distribution, version in versions.items():
@@ -144,13 +205,12 @@ def unsupported_lightning(distribution: str, version: str) -> Finding:
             f"pip install '{distribution}=={LIGHTNING_TESTED[-1]}', or upgrade lightning-presets "
             f"(pip install -U lightning-presets) once a release supports {distribution} {version}"
         )
-    return Finding(
-        code="LP720", severity="error",
-        message=f"{distribution} {version} {side} what lightning-presets supports ({distribution}{RANGE}, tested on "
+    return UNSUPPORTED_LIGHTNING.finding(
+        f"{distribution} {version} {side} what lightning-presets supports ({distribution}{RANGE}, tested on "
         f"{' and '.join(LIGHTNING_TESTED)}): the guards run inside a private Lightning hook "
         "(`Strategy._configure_launcher`, called by the connector) that may change in any minor release; the presets "
         f"still register, but whether their guards fire on {version} is untested",
-        hint=fix,
+        fix,
     )  # fmt: skip
 
 
@@ -212,11 +272,10 @@ def autoload_findings(*, enabled: bool, pth: str | None, hook_importable: bool, 
     if not enabled:
         value = os.environ.get(AUTOLOAD_VARIABLE, "")
         return [
-            Finding(
-                code="LP722", severity="warning",
-                message=f"{AUTOLOAD_VARIABLE}={value} turns autoload off: `Trainer(strategy='<preset>')` fails "
+            AUTOLOAD_OFF.finding(
+                f"{AUTOLOAD_VARIABLE}={value} turns autoload off: `Trainer(strategy='<preset>')` fails "
                 "with an unknown-strategy error unless `import lightning_presets` runs first",
-                hint=f"unset {AUTOLOAD_VARIABLE} (or set it to 1), or add `import lightning_presets` at the top of "
+                f"unset {AUTOLOAD_VARIABLE} (or set it to 1), or add `import lightning_presets` at the top of "
                 "the training script",
             )
         ]  # fmt: skip
@@ -230,11 +289,10 @@ def autoload_findings(*, enabled: bool, pth: str | None, hook_importable: bool, 
     if not missing:
         return []
     return [
-        Finding(
-            code="LP723", severity="warning",
-            message=f"the autoload start-up hook cannot run: {'; '.join(missing)}, so preset names resolve "
+        NO_STARTUP_HOOK.finding(
+            f"the autoload start-up hook cannot run: {'; '.join(missing)}, so preset names resolve "
             "only after `import lightning_presets`",
-            hint=f"reinstall the package so its .pth file lands in site-packages ({REINSTALL}); a source tree on "
+            f"reinstall the package so its .pth file lands in site-packages ({REINSTALL}); a source tree on "
             "PYTHONPATH has no hook, use `pip install -e .` instead",
         )
     ]  # fmt: skip
@@ -270,23 +328,21 @@ def unregistered(registry: Any, namespace: Namespace, presets: Mapping[str, Any]
 def registration_finding(namespace: Namespace, missing: list[str]) -> Finding | None:
     if not missing:
         return None
-    return Finding(
-        code="LP724", severity="error",
-        message=f"{len(missing)} preset(s) are not registered in {namespace.strategies_module}."
+    return NOT_REGISTERED.finding(
+        f"{len(missing)} preset(s) are not registered in {namespace.strategies_module}."
         f"{namespace.registry_attr}: {', '.join(missing)}; `{namespace.caller}(strategy='{missing[0]}')` "
         "would fail as an unknown strategy",
-        hint="run `lightning-presets list` for the preset's status and any warning printed at import; "
+        "run `lightning-presets list` for the preset's status and any warning printed at import; "
         f"`import lightning_presets` registers explicitly; if that does not help, {REINSTALL}",
     )  # fmt: skip
 
 
 def unimportable_finding(namespace: Namespace, error: BaseException) -> Finding:
     """LP016: a Lightning package that is installed but fails to import, so no preset can be registered into it."""
-    return Finding(
-        code="LP016", severity="error",
-        message=f"{namespace.strategies_module} is installed but fails to import ({type(error).__name__}: "
+    return LIGHTNING_BROKEN.finding(
+        f"{namespace.strategies_module} is installed but fails to import ({type(error).__name__}: "
         f"{error}): `{namespace.caller}(...)` cannot run in this environment, with or without a preset",
-        hint=f"reinstall a supported Lightning (pip install --force-reinstall '{namespace.package.split('.')[0]}"
+        f"reinstall a supported Lightning (pip install --force-reinstall '{namespace.package.split('.')[0]}"
         f"{SUPPORTED_LIGHTNING}') and check that `python -c 'import {namespace.strategies_module}'` works",
     )  # fmt: skip
 
@@ -435,53 +491,3 @@ def _diagnose(*, import_optional: bool) -> Report:
     if report.sections["torch"]["installed"]:
         report.sections["torch"]["cuda_initialized_at_end"] = cuda_initialized()
     return report
-
-
-DOCTOR = "lightning-presets doctor"
-
-CODES: tuple[Code, ...] = (
-    Code(
-        stage="doctor",
-        code="LP720", severity="error", title="a Lightning package outside the supported range",
-        fails=f"{DOCTOR}   # with lightning 2.4.0 installed",
-        fixed=f"{DOCTOR}   # after pip install 'lightning{RANGE}'",
-        evidence="source: lightning_presets/guards/strategy.py hooks Lightning's private _configure_launcher, whose "
-        f"contract is verified on Lightning {' and '.join(LIGHTNING_TESTED)} (tests/test_compat.py; pyproject requires "
-        f"lightning{RANGE})",
-    ),
-    Code(
-        stage="doctor",
-        code="LP721", severity="error", title="no Lightning package installed",
-        fails=f"{DOCTOR}   # neither lightning nor pytorch-lightning installed",
-        fixed=f"{DOCTOR}   # after pip install 'lightning{RANGE}'",
-        evidence="runtime: tests/test_cli_doctor.py::test_lp721_no_lightning_installed (nothing to register into)",
-    ),
-    Code(
-        stage="doctor",
-        code="LP722", severity="warning", title="autoload turned off by LIGHTNING_PRESETS_AUTOLOAD",
-        fails=f"LIGHTNING_PRESETS_AUTOLOAD=0 {DOCTOR}",
-        fixed=f"{DOCTOR}   # LIGHTNING_PRESETS_AUTOLOAD unset, or `import lightning_presets` in the script",
-    ),
-    Code(
-        stage="doctor",
-        code="LP723", severity="warning", title="the autoload start-up hook is not installed",
-        fails=f"{DOCTOR}   # run from a source tree on PYTHONPATH: no lightning_presets_autoload.pth",
-        fixed=f"{DOCTOR}   # after {REINSTALL}",
-    ),
-    Code(
-        stage="doctor",
-        code="LP724", severity="error", title="a preset missing from an importable Lightning registry",
-        fails=f"{DOCTOR}   # fsdp2 absent from lightning.pytorch.strategies.StrategyRegistry",
-        fixed=f"{DOCTOR}   # after `import lightning_presets` or {REINSTALL}",
-        evidence="runtime: tests/test_cli_doctor.py::test_lp724_preset_missing_from_a_registry (Lightning raises for "
-        "the unregistered name)",
-    ),
-    Code(
-        stage="doctor",
-        code="LP016", severity="error", title="an installed Lightning package that fails to import",
-        fails=f"{DOCTOR}   # `import lightning.pytorch.strategies` raises ImportError (a broken install)",
-        fixed=f"{DOCTOR}   # after pip install --force-reinstall 'lightning{RANGE}'",
-        evidence="runtime: tests/test_reliability.py::test_doctor_reports_a_lightning_that_cannot_be_imported "
-        "(Trainer and Fabric cannot be imported, with or without a preset)",
-    ),
-)  # fmt: skip

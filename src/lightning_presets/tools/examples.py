@@ -1,7 +1,7 @@
 """Execute every rule's documented examples: ``fails`` must raise or warn the rule's code, ``fixed`` must not.
 
 ``check_examples("fsdp_offload_ckpt")`` runs each rule of the preset (built-in or a third party's) under the
-hardware, cluster and modules its :class:`~lightning_presets.core.rules.Setting` declares: simulated GPUs and
+hardware, cluster and modules its :class:`~lightning_presets.core.codes.Setting` declares: simulated GPUs and
 cluster variables, stand-ins for what cannot be installed, modules made unimportable. Nothing trains:
 ``Trainer.fit`` and ``Fabric.setup``/``setup_module`` run only the guards' ``trainer``, ``model`` and ``setup``
 stages, so the model and setup rules are exercised without a process group or a GPU.
@@ -21,9 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_presets.core.codes import Setting
 from lightning_presets.core.findings import PresetConfigError, PresetWarning, UsageError
 from lightning_presets.core.preset import AnyPreset, PrecisionPreset
-from lightning_presets.core.rules import Rule, Setting
+from lightning_presets.core.rules import Rule
 from lightning_presets.guards.precision_rules import with_hardware_rules
 from lightning_presets.registry import catalog
 from lightning_presets.registry.requirements import DEPENDENCIES

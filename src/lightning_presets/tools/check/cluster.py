@@ -1,15 +1,17 @@
-"""Cluster-consistency checks: the settings that make a multi-node job hang instead of fail.
+"""Cluster-consistency rules of ``check``: the settings that make a multi-node job hang instead of fail.
 
-Pure functions over a :class:`Target` (what the job asks for and the environment it will see).
+Rules over a :class:`Target` (what the job asks for and the environment it will see), stage ``check``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from lightning_presets.core.findings import Finding
+from lightning_presets.core.rules import Problem, Rule, rule, run_rules
+from lightning_presets.tools.check.request import COMMAND as CHECK
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _INTERACTIVE_JOB_NAMES = ("bash", "interactive")
@@ -71,41 +73,55 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _finding(code: str, message: str, hint: str, severity: str = "error") -> Finding:
-    return Finding(code=code, severity="warning" if severity == "warning" else "error", message=message, hint=hint)
-
-
-def slurm_tasks_per_node(t: Target) -> Finding | None:
+@rule(
+    code="LP705", severity="error", stage="check", title="SLURM tasks per node differ from devices",
+    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --cluster slurm --env SLURM_NTASKS_PER_NODE=4",
+    fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --cluster slurm --env SLURM_NTASKS_PER_NODE=4",
+    evidence="source: lightning/fabric/plugins/environments/slurm.py, SLURMEnvironment.validate_settings raises "
+    "ValueError when Lightning builds the strategy (lightning 2.6.6)",
+)  # fmt: skip
+def slurm_tasks_per_node(t: Target) -> Problem | None:
     tasks = _int(t.env.get("SLURM_NTASKS_PER_NODE"))
     if not t.slurm or tasks is None or t.devices is None or tasks == t.devices:
         return None
-    return _finding(
-        "LP705",
+    return Problem(
         f"{t.call(f'devices={t.devices}')}: SLURM starts --ntasks-per-node={tasks} task(s) per node but each "
         f"process expects {t.devices} per node; the job would hang or fail when the processes meet",
         f"set devices={tasks}, or #SBATCH --ntasks-per-node={t.devices}",
     )
 
 
-def slurm_nodes(t: Target) -> Finding | None:
+@rule(
+    code="LP706", severity="error", stage="check", title="SLURM node count differs from num_nodes",
+    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NNODES=2",
+    fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster slurm --env SLURM_NNODES=2",
+    evidence="source: lightning/fabric/plugins/environments/slurm.py, SLURMEnvironment.validate_settings raises "
+    "ValueError when Lightning builds the strategy (lightning 2.6.6)",
+)  # fmt: skip
+def slurm_nodes(t: Target) -> Problem | None:
     nodes = _int(t.env.get("SLURM_NNODES"))
     if not t.slurm or nodes is None or nodes == t.num_nodes:
         return None
-    return _finding(
-        "LP706",
+    return Problem(
         f"{t.call(f'num_nodes={t.num_nodes}')}: SLURM allocated --nodes={nodes}; the processes would wait for "
         f"{t.num_nodes} node(s) that never join" + (" (a hang)" if t.num_nodes > nodes else ""),
         f"set num_nodes={nodes}, or #SBATCH --nodes={t.num_nodes}",
     )
 
 
-def slurm_tasks(t: Target) -> Finding | None:
+@rule(
+    code="LP707", severity="error", stage="check", title="SLURM_NTASKS differs from devices × num_nodes",
+    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=8",
+    fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=32",
+    evidence="source: lightning/fabric/plugins/environments/slurm.py, SLURMEnvironment.world_size reads "
+    "SLURM_NTASKS, so the launched processes wait for ranks that are never started (lightning 2.6.6)",
+)  # fmt: skip
+def slurm_tasks(t: Target) -> Problem | None:
     tasks = _int(t.env.get("SLURM_NTASKS"))
     world = t.world_size
     if not t.slurm or tasks is None or world is None or tasks == world:
         return None
-    return _finding(
-        "LP707",
+    return Problem(
         f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: SLURM_NTASKS={tasks}, but devices="
         f"{t.devices} × num_nodes={t.num_nodes} = {world} processes are expected",
         f"request #SBATCH --nodes={t.num_nodes} --ntasks-per-node={t.devices} (= {world} tasks), or set "
@@ -113,13 +129,20 @@ def slurm_tasks(t: Target) -> Finding | None:
     )
 
 
-def elastic_world_size(t: Target) -> Finding | None:
+@rule(
+    code="LP708", severity="error", stage="check", title="torchelastic WORLD_SIZE differs from devices × num_nodes",
+    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic "
+    "--env WORLD_SIZE=8",
+    fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic",
+    evidence="source: lightning/fabric/plugins/environments/torchelastic.py, "
+    "TorchElasticEnvironment.validate_settings raises ValueError (lightning 2.6.6)",
+)  # fmt: skip
+def elastic_world_size(t: Target) -> Problem | None:
     size = _int(t.env.get("WORLD_SIZE"))
     world = t.world_size
     if not t.torchelastic or size is None or world is None or size == world:
         return None
-    return _finding(
-        "LP708",
+    return Problem(
         f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: torchrun's WORLD_SIZE={size}, but "
         f"devices={t.devices} × num_nodes={t.num_nodes} = {world}; ranks and data shards would not line up",
         f"launch with torchrun --nnodes={t.num_nodes} --nproc-per-node={t.devices}, or set devices and "
@@ -127,32 +150,51 @@ def elastic_world_size(t: Target) -> Finding | None:
     )
 
 
-def elastic_local_world_size(t: Target) -> Finding | None:
+@rule(
+    code="LP709", severity="error", stage="check", title="torchelastic LOCAL_WORLD_SIZE differs from devices",
+    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --cluster torchelastic --env LOCAL_WORLD_SIZE=4",
+    fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --cluster torchelastic --env LOCAL_WORLD_SIZE=4",
+    evidence="source: lightning/fabric/plugins/environments/torchelastic.py, TorchElasticEnvironment.local_rank "
+    "comes from torchrun's LOCAL_RANK, so devices beyond LOCAL_WORLD_SIZE never get a process (lightning 2.6.6)",
+)  # fmt: skip
+def elastic_local_world_size(t: Target) -> Problem | None:
     size = _int(t.env.get("LOCAL_WORLD_SIZE"))
     if not t.torchelastic or size is None or t.devices is None or size == t.devices:
         return None
-    return _finding(
-        "LP709",
+    return Problem(
         f"{t.call(f'devices={t.devices}')}: torchrun starts LOCAL_WORLD_SIZE={size} process(es) per node, "
         f"not {t.devices}",
         f"set devices={size}, or launch with torchrun --nproc-per-node={t.devices}",
     )
 
 
-def lsf_world_size(t: Target) -> Finding | None:
+@rule(
+    code="LP714", severity="error", stage="check", title="LSF JSM_NAMESPACE_SIZE differs from devices × num_nodes",
+    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster lsf --env JSM_NAMESPACE_SIZE=8",
+    fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster lsf",
+    evidence="source: lightning/fabric/plugins/environments/lsf.py, LSFEnvironment.world_size reads "
+    "JSM_NAMESPACE_SIZE, so the processes wait for ranks that are never started (lightning 2.6.6)",
+)  # fmt: skip
+def lsf_world_size(t: Target) -> Problem | None:
     size = _int(t.env.get("JSM_NAMESPACE_SIZE"))
     world = t.world_size
     if not t.lsf or size is None or world is None or size == world:
         return None
-    return _finding(
-        "LP714",
+    return Problem(
         f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: jsrun starts JSM_NAMESPACE_SIZE={size} "
         f"task(s), but devices={t.devices} × num_nodes={t.num_nodes} = {world}",
         f"run jsrun with {world} tasks ({t.devices} per node), or set devices and num_nodes to match {size}",
     )
 
 
-def devices_visible(t: Target) -> Finding | None:
+@rule(
+    code="LP710", severity="error", stage="check", title="more devices than GPUs visible",
+    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --env CUDA_VISIBLE_DEVICES=0,1,2,3",
+    fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --env CUDA_VISIBLE_DEVICES=0,1,2,3",
+    evidence="source: lightning/fabric/utilities/device_parser.py, _sanitize_gpu_ids raises "
+    "MisconfigurationException: 'You requested gpu ... But your machine only has' (lightning 2.6.6)",
+)  # fmt: skip
+def devices_visible(t: Target) -> Problem | None:
     if t.accelerator not in ("cuda", "gpu"):
         return None
     visible = t.env.get("CUDA_VISIBLE_DEVICES")
@@ -162,73 +204,90 @@ def devices_visible(t: Target) -> Finding | None:
         else (f"the node has {t.gpus_visible}")
     )
     if t.gpus_visible == 0:
-        return _finding(
-            "LP710",
+        return Problem(
             f"{t.call(f'accelerator={t.accelerator!r}')}: no GPU is visible ({where} GPU(s))",
             "describe the target node with --gpus N (e.g. --gpus 8)"
             + (", and widen CUDA_VISIBLE_DEVICES" if visible is not None else ""),
         )
     if t.devices is None or t.devices <= t.gpus_visible:
         return None
-    return _finding(
-        "LP710",
+    return Problem(
         f"{t.call(f'devices={t.devices}')}: {t.devices} GPU(s) per node requested, but {where} visible GPU(s)",
         f"set devices={t.gpus_visible} (or devices='auto')"
         + (f", or list {t.devices} GPUs in CUDA_VISIBLE_DEVICES" if visible is not None else ""),
     )
 
 
-def interactive_session(t: Target) -> Finding | None:
+@rule(
+    code="LP711", severity="error", stage="check", title="a strategy that cannot run in an interactive session",
+    fails=f"{CHECK} --accelerator cpu --devices 2 --strategy ddp --interactive",
+    fixed=f"{CHECK} --accelerator cpu --devices 2 --strategy ddp_notebook --interactive",
+    evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, _lazy_init_strategy raises "
+    "MisconfigurationException: not compatible with an interactive environment (lightning 2.6.6)",
+)  # fmt: skip
+def interactive_session(t: Target) -> Problem | None:
     if not t.interactive or t.interactive_compatible is not False:
         return None
-    return _finding(
-        "LP711",
+    return Problem(
         f"{t.call(f'strategy={t.strategy!r}')}: this strategy starts its processes by re-running a script, "
         "which cannot happen from an interactive session (notebook, IPython)",
         "run the code as a script, or use strategy='ddp_notebook' (one node, fork) in the notebook",
     )
 
 
-def slurm_interactive_nodes(t: Target) -> Finding | None:
+@rule(
+    code="LP712", severity="error", stage="check", title="an interactive SLURM job across several nodes",
+    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm "
+    "--env SLURM_JOB_NAME=interactive",
+    fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm",
+    evidence="source: lightning/fabric/plugins/environments/slurm.py, _is_slurm_interactive_mode: SLURM is "
+    "ignored for job names bash/interactive, so each node starts alone and waits (lightning 2.6.6)",
+)  # fmt: skip
+def slurm_interactive_nodes(t: Target) -> Problem | None:
     if not (t.slurm_interactive and "SLURM_NTASKS" in t.env and t.num_nodes > 1):
         return None
-    return _finding(
-        "LP712",
+    return Problem(
         f"{t.call(f'num_nodes={t.num_nodes}')}: SLURM_JOB_NAME={t.env['SLURM_JOB_NAME']!r} makes Lightning ignore "
         f"SLURM, so it launches on this node alone and waits for {t.num_nodes - 1} other node(s) forever",
         "submit the job with sbatch/srun under another job name, or use num_nodes=1 in an interactive session",
     )
 
 
-def nodes_without_cluster(t: Target) -> Finding | None:
+@rule(
+    code="LP713", severity="warning", stage="check", title="several nodes without a cluster environment",
+    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4",
+    fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm",
+)  # fmt: skip
+def nodes_without_cluster(t: Target) -> Problem | None:
     if t.num_nodes <= 1 or t.slurm or t.torchelastic or t.lsf or t.slurm_interactive:
         return None
     if "MASTER_ADDR" in t.env and "NODE_RANK" in t.env:
         return None
-    return _finding(
-        "LP713",
+    return Problem(
         f"{t.call(f'num_nodes={t.num_nodes}')}: no cluster environment (SLURM, torchrun, LSF) and no "
         "MASTER_ADDR/NODE_RANK: each node would start as node 0 and wait for the others forever",
         "simulate the launcher with --cluster slurm|torchelastic|lsf, or set MASTER_ADDR, MASTER_PORT and "
         "NODE_RANK on every node",
-        severity="warning",
     )
 
 
-def single_device_strategy(t: Target) -> Finding | None:
+@rule(
+    code="LP716", severity="warning", stage="check", title="a single-device strategy asked for several devices",
+    fails=f"{CHECK} --accelerator cpu --devices 2 --strategy single_device",
+    fixed=f"{CHECK} --accelerator cpu --devices 1 --strategy single_device",
+)  # fmt: skip
+def single_device_strategy(t: Target) -> Problem | None:
     requested = t.requested_devices
     if t.strategy not in _SINGLE_DEVICE_STRATEGIES or requested is None or requested <= 1:
         return None
-    return _finding(
-        "LP716",
+    return Problem(
         f"{t.call(f'strategy={t.strategy!r}', f'devices={requested}')}: a single-device strategy uses one "
         f"device; the other {requested - 1} stay idle without an error",
         "use devices=1, or strategy='ddp' (or 'auto') for several devices",
-        severity="warning",
     )
 
 
-CLUSTER_RULES: tuple[Callable[[Target], Finding | None], ...] = (
+CLUSTER_RULES: tuple[Rule, ...] = (
     slurm_tasks_per_node,
     slurm_nodes,
     slurm_tasks,
@@ -244,4 +303,4 @@ CLUSTER_RULES: tuple[Callable[[Target], Finding | None], ...] = (
 
 
 def cluster_findings(target: Target) -> list[Finding]:
-    return [finding for rule in CLUSTER_RULES if (finding := rule(target)) is not None]
+    return run_rules(CLUSTER_RULES, "check", target)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import os
 import re
 import time
@@ -20,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from lightning_presets import _api
+from lightning_presets.core.codes import Code
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning, UsageError
 from lightning_presets.core.namespaces import namespace_for_target
@@ -27,11 +27,12 @@ from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import run_rules
 from lightning_presets.registry import catalog
 from lightning_presets.registry.classes import lightning_class
+from lightning_presets.registry.overrides import accepted
 from lightning_presets.tools import simulation as _simulation
 from lightning_presets.tools.check import cluster as _cluster
 from lightning_presets.tools.check import construct as _construct
 from lightning_presets.tools.check import names as _names
-from lightning_presets.tools.check.codes import CHECK_CODES
+from lightning_presets.tools.check.request import COMMAND as CHECK
 from lightning_presets.tools.check.request import (
     CheckReport,
     CheckRequest,
@@ -43,8 +44,24 @@ from lightning_presets.tools.check.request import (
 from lightning_presets.tools.check.resolved import Resolved, resolve
 from lightning_presets.tools.simulation.lightning import interactive_session
 
-CODES = CHECK_CODES
-"""The documented codes of the check (LP700-LP716); ``docs/errors.md`` lists them."""
+LIGHTNING_REJECTED = Code(
+    code="LP700", severity="error", stage="check", title="Lightning rejected the configuration",
+    fails=f"{CHECK} --accelerator cpu --devices 0 --strategy ddp",
+    fixed=f"{CHECK} --accelerator cpu --devices 2 --strategy ddp",
+    evidence="runtime: tests/test_cli_check.py::test_documented_failing_example_fires (Lightning's own exception, "
+    "reported as raised)",
+)  # fmt: skip
+
+UNKNOWN_STRATEGY_ARGUMENT = Code(
+    code="LP715", severity="error", stage="check", title="an override key a Lightning strategy does not take",
+    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --strategy fsdp --set sharding_stratgy=FULL_SHARD",
+    fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --strategy fsdp --set sharding_strategy=FULL_SHARD",
+    evidence="source: the strategy's constructor raises TypeError for an unexpected keyword (FSDP and DDP forward "
+    "unknown keywords to torch's wrapper, which raises when the model is wrapped) (lightning 2.6.6, torch 2.13)",
+)  # fmt: skip
+
+CODES: tuple[Code, ...] = (LIGHTNING_REJECTED, *_names.CODES, *_cluster.CLUSTER_RULES, UNKNOWN_STRATEGY_ARGUMENT)
+"""The documented codes of the check itself (``--model``'s are ``tools.plan.fit.CODES``)."""
 FABRIC_KEYS = ("accelerator", "strategy", "devices", "num_nodes", "precision", "plugins")
 """The arguments of ``Fabric(...)`` a check passes on (the Trainer takes many more)."""
 TRAINER_SETTINGS = ("accumulate_grad_batches",)
@@ -169,43 +186,19 @@ def _simulation_of(
         yield job_env, visible
 
 
-def _forwarded_to(strategy_cls: Any) -> Any:
-    """The torch wrapper a strategy forwards its ``**kwargs`` to (FSDP, DDP), if known."""
-    names = {klass.__name__ for klass in getattr(strategy_cls, "__mro__", ())}
-    if "FSDPStrategy" in names:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        return FullyShardedDataParallel
-    if "DDPStrategy" in names:
-        from torch.nn.parallel import DistributedDataParallel
-
-        return DistributedDataParallel
-    return None
-
-
 def _override_findings(name: str, strategy_cls: Any, overrides: Mapping[str, Any], caller: str) -> list[Finding]:
-    import difflib
-
-    parameters = list(inspect.signature(strategy_cls).parameters.values())
-    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
-        wrapped = _forwarded_to(strategy_cls)
-        if wrapped is None:
-            return []
-        parameters += [p for p in inspect.signature(wrapped).parameters.values() if p.name not in ("self", "module")]
-    valid = sorted({p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)})
-    findings = []
-    for key in sorted(set(overrides) - set(valid)):
-        close = difflib.get_close_matches(key, valid, n=1)
-        findings.append(
-            Finding(
-                code="LP715",
-                severity="error",
-                message=f"`{caller}(strategy={name!r})` with {key}=...: {key!r} is not an argument of "
-                f"{getattr(strategy_cls, '__name__', name)}",
-                hint=(f"did you mean {close[0]!r}? " if close else "") + f"valid keys: {', '.join(valid)}",
-            )
+    """LP715 for each ``--set`` key a Lightning strategy does not take (the reading ``lightning_presets.strategy``
+    uses for presets, ``registry.overrides``)."""
+    taken = accepted(strategy_cls)
+    valid = ", ".join(sorted(taken.keys))
+    return [
+        UNKNOWN_STRATEGY_ARGUMENT.finding(
+            f"`{caller}(strategy={name!r})` with {key}=...: {key!r} is not an argument of "
+            f"{getattr(strategy_cls, '__name__', name)}",
+            (f"did you mean {close!r}? " if close else "") + f"valid keys: {valid}",
         )
-    return findings
+        for key, close in taken.unknown(overrides)
+    ]
 
 
 def _strategy_argument(request: CheckRequest, name: Any, out: _Collector) -> Any:
@@ -261,11 +254,9 @@ def _lightning_finding(error: BaseException, request: CheckRequest) -> Finding:
     text = str(error).strip() or type(error).__name__
     if isinstance(error, KeyError) and error.args:
         text = f"KeyError: {error.args[0]!r}"
-    return Finding(
-        code="LP700",
-        severity="error",
-        message=text,
-        hint=f"Lightning raised {type(error).__name__} while building `{request.call()}`; "
+    return LIGHTNING_REJECTED.finding(
+        text,
+        f"Lightning raised {type(error).__name__} while building `{request.call()}`; "
         "change the argument it names and check again",
     )
 

@@ -7,11 +7,47 @@ import importlib
 from collections.abc import Iterable
 from typing import Any, get_args
 
+from lightning_presets.core.codes import Code
 from lightning_presets.core.findings import Finding
 from lightning_presets.registry import catalog
+from lightning_presets.tools.check.request import COMMAND as CHECK
 
 AUTO = "auto"
 _PRECISION_MODULE = "lightning.fabric.plugins.precision.precision"
+
+UNKNOWN_STRATEGY = Code(
+    code="LP701", severity="error", stage="check", title="an unknown strategy name",
+    fails=f"{CHECK} --strategy fsdp_ofload_ckpt",
+    fixed=f"{CHECK} --strategy fsdp_offload_ckpt",
+    evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, "
+    "_check_config_and_set_final_flags raises ValueError for an unknown strategy name (lightning 2.6.6)",
+)  # fmt: skip
+
+UNKNOWN_PRECISION = Code(
+    code="LP702", severity="error", stage="check", title="an unknown precision value",
+    fails=f"{CHECK} --precision bf16-mix",
+    fixed=f"{CHECK} --precision bf16-mixed",
+    evidence="source: lightning/fabric/connector.py, _convert_precision_to_unified_args raises ValueError for an "
+    "unknown precision (lightning 2.6.6)",
+)  # fmt: skip
+
+UNKNOWN_ACCELERATOR = Code(
+    code="LP703", severity="error", stage="check", title="an unknown accelerator name",
+    fails=f"{CHECK} --accelerator cdua",
+    fixed=f"{CHECK} --accelerator cuda --gpus 8",
+    evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, "
+    "_check_config_and_set_final_flags raises ValueError for an unknown accelerator name (lightning 2.6.6)",
+)  # fmt: skip
+
+UNKNOWN_PRECISION_PRESET = Code(
+    code="LP704", severity="error", stage="check", title="an unknown precision preset",
+    fails=f"{CHECK} --plugin fp8_everything",
+    fixed=f"{CHECK} --precision bf16-mixed",
+    evidence="runtime: tests/test_cli_check.py::test_documented_failing_example_fires "
+    "(lightning_presets.precision raises for the unknown name)",
+)  # fmt: skip
+
+CODES: tuple[Code, ...] = (UNKNOWN_STRATEGY, UNKNOWN_PRECISION, UNKNOWN_ACCELERATOR, UNKNOWN_PRECISION_PRESET)
 
 
 def _maybe(name: str, choices: Iterable[str], n: int = 3) -> str:
@@ -72,11 +108,11 @@ def check_strategy(name: str, package: str, caller: str) -> list[Finding]:
         )
         return [
             *entry.findings,
-            _unknown("LP701", caller, "strategy", name, f"{reason}, so it is not registered", hint),
+            _unknown(UNKNOWN_STRATEGY, caller, "strategy", name, f"{reason}, so it is not registered", hint),
         ]
     return [
         _unknown(
-            "LP701", caller, "strategy", name,
+            UNKNOWN_STRATEGY, caller, "strategy", name,
             "it is neither a Lightning strategy nor a registered preset",
             (_maybe(name, registered) or "Lightning's own include 'ddp', 'fsdp' and 'deepspeed'; ")
             + "`lightning-presets list` shows the presets",
@@ -90,7 +126,7 @@ def check_precision(value: str, caller: str) -> list[Finding]:
         return []
     return [
         _unknown(
-            "LP702", caller, "precision", value, "Lightning does not accept it",
+            UNKNOWN_PRECISION, caller, "precision", value, "Lightning does not accept it",
             f"{_maybe(value, allowed)}valid values: {', '.join(allowed)}",
         )
     ]  # fmt: skip
@@ -102,15 +138,15 @@ def check_accelerator(value: str, package: str, caller: str) -> list[Finding]:
         return []
     return [
         _unknown(
-            "LP703", caller, "accelerator", value, "Lightning has no accelerator of that name",
+            UNKNOWN_ACCELERATOR, caller, "accelerator", value, "Lightning has no accelerator of that name",
             f"{_maybe(value.lower(), names)}valid names: {', '.join(names)}",
         )
     ]  # fmt: skip
 
 
-def _unknown(code: str, caller: str, argument: str, value: str, why: str, hint: str) -> Finding:
+def _unknown(code: Code, caller: str, argument: str, value: str, why: str, hint: str) -> Finding:
     shown = f"[lightning_presets.precision({value!r})]" if argument == "plugins" else repr(value)
-    return Finding(code=code, severity="error", message=f"`{caller}({argument}={shown})`: {why}", hint=hint)
+    return code.finding(f"`{caller}({argument}={shown})`: {why}", hint)
 
 
 def precision_preset_names() -> list[str]:
@@ -123,7 +159,7 @@ def check_plugin(name: str, caller: str) -> list[Finding]:
         return []
     return [
         _unknown(
-            "LP704", caller, "plugins", name, "no precision preset has that name",
+            UNKNOWN_PRECISION_PRESET, caller, "plugins", name, "no precision preset has that name",
             f"{_maybe(name, names)}available precision presets: {', '.join(names) or 'none installed'}; "
             "or pass a Lightning precision with --precision",
         )

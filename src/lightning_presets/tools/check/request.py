@@ -12,6 +12,7 @@ from lightning_presets.core.findings import Finding
 from lightning_presets.registry import catalog
 from lightning_presets.tools.check.resolved import Resolved
 
+COMMAND = "lightning-presets check"
 SCHEMA = "lightning-presets/check"
 SCHEMA_VERSION = 1
 Mode = Literal["trainer", "fabric"]

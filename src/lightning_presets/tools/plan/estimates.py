@@ -15,6 +15,7 @@ from typing import Any
 
 from lightning_presets.core.preset import Preset
 from lightning_presets.registry import catalog
+from lightning_presets.registry.codes import MISSING_DEPENDENCY
 from lightning_presets.registry.requirements import is_importable
 from lightning_presets.tools.plan import layouts
 from lightning_presets.tools.plan.layouts import Layout, bytes_per_param
@@ -308,7 +309,7 @@ def applicability(preset: Preset, layout: Layout, request: PlanRequest) -> tuple
                  "num_nodes": request.num_nodes, "precision": request.precision}  # fmt: skip
     report = check_job(CheckRequest(arguments=arguments, gpus=request.gpus_per_node, gpu_memory=request.gpu_memory))
     reasons = [f"{each.code}: {each.message}" for each in report.findings
-               if each.severity == "error" and each.code != "LP007"]  # fmt: skip
+               if each.severity == "error" and each.code != MISSING_DEPENDENCY.code]  # fmt: skip
     degenerate = _degenerate(preset, layout, request)
     if degenerate:
         reasons.append(degenerate)

@@ -10,9 +10,33 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from lightning_presets.core.codes import Code
 from lightning_presets.core.findings import Finding, UsageError
 from lightning_presets.tools import plan as _plan
+from lightning_presets.tools.check.request import COMMAND as CHECK
 from lightning_presets.tools.check.resolved import Resolved
+
+_MODEL = "lightning_presets.tools.plan.reference_models:decoder_tiny"
+
+PEAK_EXCEEDS_MEMORY = Code(
+    code="LP730", severity="error", stage="check", title="the traced peak memory per GPU exceeds --gpu-memory",
+    evidence="runtime: tests/test_plan_trace.py::test_traced_plan_matches_a_real_two_process_run (the traced "
+    "step's peak equals a real step's on 2 gloo processes; a CUDA step past the device's memory raises "
+    "torch.OutOfMemoryError)",
+    fails=f"{CHECK} --strategy ddp_static_graph --accelerator cuda --gpus 2 --devices 2 --gpu-memory 512KiB "
+    f"--model {_MODEL}",
+    fixed=f"{CHECK} --strategy ddp_static_graph --accelerator cuda --gpus 2 --devices 2 --gpu-memory 80GiB "
+    f"--model {_MODEL}",
+)  # fmt: skip
+
+PEAK_WITHIN_HEADROOM = Code(
+    code="LP731", severity="warning", stage="check",
+    title="a predicted peak within the headroom of --gpu-memory, or above it by arithmetic",
+    fails=f"{CHECK} --strategy fsdp2 --accelerator cuda --gpus 2 --devices 2 --gpu-memory 620KiB --model {_MODEL}",
+    fixed=f"{CHECK} --strategy fsdp2 --accelerator cuda --gpus 2 --devices 2 --gpu-memory 80GiB --model {_MODEL}",
+)  # fmt: skip
+
+CODES: tuple[Code, ...] = (PEAK_EXCEEDS_MEMORY, PEAK_WITHIN_HEADROOM)
 
 
 def _gib(value: float) -> str:
@@ -61,11 +85,10 @@ def memory_findings(
         summary = f"--model {model}: {preset} needs {_gib(peak)} per GPU ({estimate.evidence}), {_breakdown(estimate)}"
         if estimate.evidence == "traced" and peak > gpu_memory:
             alternatives = _alternatives(request)
-            return [Finding(
-                code="LP730", severity="error",
-                message=f"{call}: the traced training step of {model} needs {_gib(peak)} per GPU under {preset!r} "
+            return [PEAK_EXCEEDS_MEMORY.finding(
+                f"{call}: the traced training step of {model} needs {_gib(peak)} per GPU under {preset!r} "
                 f"({_breakdown(estimate)}), more than the {_gib(gpu_memory)} of each GPU: it would run out of memory",
-                hint=(f"{alternatives}; " if alternatives else "") + f"see `{plan_command}`",
+                (f"{alternatives}; " if alternatives else "") + f"see `{plan_command}`",
             )], []  # fmt: skip
     except (PlanFailed, ValueError) as error:
         raise UsageError(f"--model {model}: {error}") from None
@@ -74,10 +97,9 @@ def memory_findings(
     why = ("an arithmetic estimate (the strategy is not traced) above the GPU memory" if peak > gpu_memory else
            f"within the {request.effective_headroom:.0%} of each GPU kept for the CUDA context, NCCL buffers and "
            "fragmentation, which no trace sees")  # fmt: skip
-    return [Finding(
-        code="LP731", severity="warning",
-        message=f"{call}: {model} needs {_gib(peak)} per GPU under {preset!r} ({estimate.evidence}) of "
+    return [PEAK_WITHIN_HEADROOM.finding(
+        f"{call}: {model} needs {_gib(peak)} per GPU under {preset!r} ({estimate.evidence}) of "
         f"{_gib(gpu_memory)}: {why}",
-        hint=f"confirm on one GPU with torch.cuda.max_memory_allocated(), or find the batch that fits: "
+        "confirm on one GPU with torch.cuda.max_memory_allocated(), or find the batch that fits: "
         f"`{plan_command} --max-batch`",
     )], [summary]  # fmt: skip

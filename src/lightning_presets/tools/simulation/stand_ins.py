@@ -2,7 +2,7 @@
 
 Each is just enough for Lightning to construct a ``Trainer``/``Fabric`` with it, the way Lightning's own tests
 simulate them; nothing runs on them. The examples engine (``tools.examples``) applies them when a rule's
-:class:`~lightning_presets.core.rules.Setting` names them.
+:class:`~lightning_presets.core.codes.Setting` names them.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ STAND_INS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "transformer_engine": _transformer_engine,
     "mps": _mps,
 }
-"""What can be simulated, by the name a :class:`~lightning_presets.core.rules.Setting` uses."""
+"""What can be simulated, by the name a :class:`~lightning_presets.core.codes.Setting` uses."""
 
 
 @contextlib.contextmanager
