@@ -194,16 +194,20 @@ def test_codes_are_unique_and_in_the_check_range() -> None:
 
 
 def test_lightning_error_keeps_its_text_and_our_guard_adds_its_code(capsys: pytest.CaptureFixture[str]) -> None:
-    _, report = check_json(
-        capsys, "--accelerator cuda --gpus 8 --devices 8 --strategy fsdp_offload_ckpt --precision 64-true"
-    )
+    _, report = check_json(capsys, "--accelerator cpu --devices 2 --strategy fsdp_offload_ckpt --precision 64-true")
     by_code = {finding["code"]: finding for finding in report["findings"]}
     assert "is not supported in FSDP" in by_code["LP700"]["message"]
     assert by_code["LP700"]["source"] == "lightning"
-    assert by_code["LP102"]["source"] == "guard"
-    assert by_code["LP102"]["level"] == "syntax"
-    assert "bf16-mixed" in by_code["LP102"]["hint"]
-    assert "LP103" not in by_code  # the syntax-level pass assumes the plugin Lightning would pick (FSDPPrecision)
+    assert by_code["LP101"]["source"] == "guard"  # the preset's guards on the requested values, read as Lightning
+    assert by_code["LP101"]["level"] == "syntax"
+
+
+def test_the_syntax_fallback_reads_tpu_as_lightning_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--accelerator tpu`` is Lightning's XLA accelerator: no false LP503 when torch_xla stops the construction."""
+    _, report = check_json(capsys, "--mode fabric --accelerator tpu --devices 8 --strategy xla_fsdp_ckpt")
+    assert "LP503" not in [finding["code"] for finding in report["findings"]]
+    _, report = check_json(capsys, "--mode fabric --accelerator cuda --gpus 8 --devices 8 --strategy xla_fsdp_ckpt")
+    assert "LP503" in [finding["code"] for finding in report["findings"]]
 
 
 def test_tp2d_precision_rule_runs_for_fabric_too(capsys: pytest.CaptureFixture[str]) -> None:

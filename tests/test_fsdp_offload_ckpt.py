@@ -99,37 +99,6 @@ def test_lp101_accepts_cuda() -> None:
     assert fsdp.fsdp_needs_cuda(ctx(accelerator="cuda")) is None
 
 
-@pytest.mark.parametrize("precision", ["64-true", "transformer-engine", "16"])
-def test_lp102_rejects_precision_outside_fsdp(precision: str) -> None:
-    finding = fsdp.fsdp_precision_supported(ctx(precision=precision))
-    assert finding is not None
-    assert finding.code == "LP102"
-    assert f"precision={precision!r}" in finding.message
-    assert all(repr(choice) in finding.hint for choice in fsdp.FSDP_PRECISIONS)
-
-
-@pytest.mark.parametrize("precision", fsdp.FSDP_PRECISIONS)
-def test_lp102_accepts_fsdp_precisions(precision: str) -> None:
-    assert fsdp.fsdp_precision_supported(ctx(precision=precision)) is None
-
-
-def test_lp103_rejects_plugin_that_is_not_fsdp_precision() -> None:
-    half = ctx(
-        precision_plugin="HalfPrecision", precision_classes=("HalfPrecision", "Precision"), precision="bf16-true"
-    )
-    finding = fsdp.fsdp_precision_plugin(half)
-    assert finding is not None
-    assert finding.code == "LP103"
-    assert "plugins=[HalfPrecision(...)]" in finding.message
-    assert "precision='bf16-true'" in finding.hint
-
-
-@pytest.mark.parametrize("plugin", ["FSDPPrecision", "MyFSDPPrecision"])
-def test_lp103_accepts_fsdp_precision_and_subclasses(plugin: str) -> None:
-    classes = tuple(dict.fromkeys((plugin, "FSDPPrecision", "Precision")))
-    assert fsdp.fsdp_precision_plugin(ctx(precision_plugin=plugin, precision_classes=classes)) is None
-
-
 def test_lp104_rejects_unknown_sharding_strategy_with_choices() -> None:
     finding = fsdp.sharding_strategy_known(options(sharding_strategy="FULL_SHARDED"))
     assert finding is not None
@@ -270,43 +239,23 @@ def test_lp101_on_cpu_in_every_namespace(namespace: tuple[str, ...]) -> None:
     assert f"`{namespace[2]}(strategy='fsdp_offload_ckpt', accelerator='cpu')`" in str(raised.value)
 
 
-def test_lp101_and_lp103_are_reported_together() -> None:
-    from lightning.pytorch.plugins import HalfPrecision
+def test_a_plugin_that_is_not_fsdp_precision_is_lightnings_own_construction_error(cuda8: SimulatedGPU) -> None:
+    """The preset no longer stores any plugin to report it later: Lightning's setter refuses it at construction."""
+    from lightning.pytorch.plugins import DoublePrecision, HalfPrecision
 
-    with pytest.raises(PresetConfigError) as raised:
-        strategy_of({"accelerator": "cpu", "devices": 2, "plugins": [HalfPrecision("bf16-true")]})
-    assert set(raised.value.codes) == {"LP101", "LP103"}
+    for plugin in (HalfPrecision("bf16-true"), DoublePrecision()):
+        with pytest.raises(TypeError, match="FSDPPrecision"):
+            strategy_of({"accelerator": "cuda", "devices": 8, "plugins": [plugin]})
 
 
-def test_lp102_for_a_precision_string_lightning_rejects_first(cuda8: SimulatedGPU) -> None:
-    """What a user sees for ``precision="64-true"``: Lightning's own FSDPPrecision check fires before ours."""
+def test_a_precision_string_fsdp_refuses_is_lightnings_own_construction_error(cuda8: SimulatedGPU) -> None:
     with pytest.raises(ValueError, match="not supported in FSDP") as raised:
         strategy_of({"accelerator": "cuda", "devices": 8, "precision": "64-true"})
     assert not isinstance(raised.value, PresetConfigError)
 
 
-def test_lp102_and_lp103_for_a_double_precision_plugin(cuda8: SimulatedGPU) -> None:
-    """Through a plugin, Lightning's check is bypassed and both of our rules report it."""
-    from lightning.pytorch.plugins import DoublePrecision
-
-    with pytest.raises(PresetConfigError) as raised:
-        strategy_of({"accelerator": "cuda", "devices": 8, "plugins": [DoublePrecision()]})
-    assert set(raised.value.codes) == {"LP102", "LP103"}
-    assert "DoublePrecision" in str(raised.value)
-
-
 @pytest.mark.parametrize("caller", ["Trainer", "Fabric"])
-def test_lp103_half_precision_plugin_instead_of_lightnings_type_error(cuda8: SimulatedGPU, caller: str) -> None:
-    package = "lightning.pytorch.plugins" if caller == "Trainer" else "lightning.fabric.plugins"
-    half = importlib.import_module(package).HalfPrecision("bf16-true")
-    with pytest.raises(PresetConfigError) as raised:
-        strategy_of({"accelerator": "cuda", "devices": 8, "plugins": [half]}, caller)
-    assert raised.value.codes == ("LP103",)
-    assert f"`{caller}(strategy='fsdp_offload_ckpt', plugins=[HalfPrecision(...)])`" in str(raised.value)
-
-
-@pytest.mark.parametrize("caller", ["Trainer", "Fabric"])
-def test_lp103_neighbour_precision_string_gets_fsdp_precision(cuda8: SimulatedGPU, caller: str) -> None:
+def test_a_precision_string_gets_fsdp_precision(cuda8: SimulatedGPU, caller: str) -> None:
     strategy = strategy_of({"accelerator": "cuda", "devices": 8, "precision": "bf16-true"}, caller)
     precision = strategy.precision_plugin if caller == "Trainer" else strategy.precision
     assert type(precision).__name__ == "FSDPPrecision"

@@ -9,10 +9,12 @@ the thread's, translated to the preset that stands for the thread's strategy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from lightning.pytorch.plugins import BitsandbytesPrecision, MixedPrecision
 
 from lightning_presets.core.codes import Setting
 from lightning_presets.tools.check import CheckRequest, run_check
@@ -25,7 +27,6 @@ A100 = Setting(capability=(8, 0))
 TWO_GPUS = Setting(gpus=2)
 TE = Setting(capability=(8, 6), simulated=("transformer_engine",))
 TPU = Setting(gpus=0, simulated=("torch_xla",))
-BNB = "from lightning.pytorch.plugins import BitsandbytesPrecision\n"
 MIXED = "from lightning.pytorch.plugins import MixedPrecision\n"
 DEEPSPEED = 'lightning_presets.strategy("deepspeed_zero2_offload", config='
 TARGET_FABRIC = ', target="fabric"'
@@ -38,14 +39,15 @@ class Case:
     source: str
     code: str = ""
     setting: Setting = field(default_factory=Setting)
-    request: CheckRequest | None = None
+    request: CheckRequest | Callable[[], CheckRequest] | None = None
+    """A ``check`` request, or a function making one (for Lightning plugin objects, built when the case runs)."""
     flags: tuple[str, ...] = ()
     """For a misconfiguration: the codes of which at least one must be reported."""
 
     def findings(self) -> tuple[set[str], set[str]]:
         """(every code reported, the error codes among them)."""
         if self.request is not None:
-            report = run_check(self.request)
+            report = run_check(self.request if isinstance(self.request, CheckRequest) else self.request())
             return set(report.codes), {f.code for f in report.findings if f.severity == "error"}
         outcome = run_example(self.code, self.setting)
         assert outcome.error is None, f"{self.source}: {outcome.error}"
@@ -63,6 +65,16 @@ def check(**values: Any) -> CheckRequest:
     arguments = {key: values.pop(key) for key in ("strategy", "accelerator", "devices", "num_nodes", "precision",
                                                    "accumulate_grad_batches") if key in values}  # fmt: skip
     return CheckRequest(arguments=arguments, **values)
+
+
+def with_plugin(plugin: Callable[[], Any], **values: Any) -> Callable[[], CheckRequest]:
+    """A check of a job that passes a Lightning precision plugin object (built when the case runs)."""
+
+    def request() -> CheckRequest:
+        made = check(**values)
+        return CheckRequest(arguments={**made.arguments, "plugins": [plugin()]}, gpus=made.gpus)
+
+    return request
 
 
 MISCONFIGURATIONS = [
@@ -152,12 +164,13 @@ MISCONFIGURATIONS = [
          'lightning_presets.precision("fp8-te")', TE, flags=("LP604",)),
     Case("https://github.com/huggingface/huggingface-llama-recipes/issues/21",  # FP8 on A100s
          'lightning_presets.precision("fp8-torchao")', A100, flags=("LP604",)),
+    # FSDP with a plugin that is not FSDPPrecision: Lightning's own setter refuses it while the Trainer is built.
     Case("https://github.com/Lightning-AI/pytorch-lightning/issues/20855",  # FSDP with the bitsandbytes plugin
-         BNB + 'Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, '
-         'plugins=[BitsandbytesPrecision("nf4", torch.bfloat16)])', flags=("LP103",)),
+         request=with_plugin(lambda: BitsandbytesPrecision("nf4"), strategy="fsdp_offload_ckpt",
+                             accelerator="cuda", devices=8, gpus=8), flags=("LP700",)),
     Case("https://github.com/Lightning-AI/pytorch-lightning/issues/16687",  # FSDP with the AMP plugin
-         MIXED + 'Trainer(strategy="fsdp_grad_op", accelerator="cuda", devices=2, '
-         'plugins=[MixedPrecision("16-mixed", "cuda")])', TWO_GPUS, flags=("LP103",)),
+         request=with_plugin(lambda: MixedPrecision("16-mixed", "cuda"), strategy="fsdp_grad_op",
+                             accelerator="cuda", devices=2, gpus=2), flags=("LP700",)),
     Case("https://github.com/Lightning-AI/litgpt/issues/2115",  # bitsandbytes with TP + FSDP in the Trainer
          'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, '
          'plugins=[lightning_presets.precision("nf4-bnb")])', flags=("LP607",)),

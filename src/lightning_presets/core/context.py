@@ -54,8 +54,9 @@ class Context:
     num_nodes: int
     precision: str
     """The precision plugin's precision, e.g. ``bf16-mixed``."""
-    precision_plugin: str
-    """The precision plugin's class name."""
+    precision_plugin: str | None
+    """The precision plugin's class name; ``None`` when no Trainer/Fabric was built (``check``'s syntax-level
+    fallback), so which plugin Lightning would pick is not known and rules that read it do not decide."""
     cluster_environment: str
     """The cluster environment's class name."""
     options: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
@@ -105,11 +106,13 @@ _ACCELERATOR_NAMES = {
 
 
 def accelerator_name(accelerator: object) -> str:
-    """``cpu``/``cuda``/``mps``/``xla`` for Lightning's accelerators and their subclasses, else the class name."""
-    for klass in type(accelerator).__mro__:
+    """``cpu``/``cuda``/``mps``/``xla`` for Lightning's accelerators (instances or classes) and their subclasses, else
+    the class name."""
+    cls = accelerator if isinstance(accelerator, type) else type(accelerator)
+    for klass in cls.__mro__:
         if klass.__name__ in _ACCELERATOR_NAMES:
             return _ACCELERATOR_NAMES[klass.__name__]
-    name = type(accelerator).__name__
+    name = cls.__name__
     return name.removesuffix("Accelerator").lower() or "none"
 
 

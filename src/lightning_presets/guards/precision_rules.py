@@ -173,9 +173,8 @@ def precision_preset_on_cuda(ctx: Context) -> Problem | None:
     fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", plugins=[lightning_presets.precision('
     '"bf16-fp32-reduce")])',
     evidence="source: each precision preset's `incompatible` table names the failure per strategy family, e.g. "
-    "lightning/pytorch/strategies/fsdp.py, FSDPStrategy.precision_plugin raises TypeError for a plugin that is not "
-    "an FSDPPrecision, and lightning/pytorch/plugins/precision/precision.py, Precision.optimizer_step hands "
-    "DeepSpeed's optimizer a closure it never runs (lightning 2.6.6)",
+    "lightning/pytorch/plugins/precision/precision.py, Precision.optimizer_step hands DeepSpeed's optimizer a closure "
+    "it never runs (lightning 2.6.6)",
 )  # fmt: skip
 def precision_preset_fits_strategy(ctx: Context) -> Problem | None:
     preset = ctx.precision_preset

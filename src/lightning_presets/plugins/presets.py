@@ -28,8 +28,6 @@ FP8_CAPABILITY = (8, 9)
 FP8_REASON = "FP8 tensor cores arrived with Ada and Hopper GPUs"
 BF16_REASON = "bf16 arithmetic arrived with Ampere GPUs"
 DTYPES = ("bfloat16", "float16", "float32")
-_NOT_CUDA = "the XLA strategies accept only XLAPrecision plugins, and this precision runs only on CUDA"
-_FSDP1_PLUGIN = "Lightning's FSDPStrategy accepts only FSDPPrecision plugins and raises TypeError for any other"
 _DEEPSPEED_CLOSURE = (
     "Lightning's DeepSpeed strategy steps the optimizer through DeepSpeedPrecision; this plugin hands DeepSpeed's "
     "optimizer a closure it never calls, so training_step and backward would never run"
@@ -165,11 +163,9 @@ FP8_TE = PrecisionPreset(
         "model_parallel": "Transformer Engine replaces nn.Linear with te.Linear, which torch's tensor-parallel "
         "plans (ColwiseParallel/RowwiseParallel: nn.Linear and nn.Embedding only) cannot shard, and "
         "ModelParallelStrategy accepts only 32-true, bf16-mixed, bf16-true and 16-true",
-        "fsdp": _FSDP1_PLUGIN,
         "deepspeed": "Lightning configures DeepSpeed's fp16/bf16 only from the 16-mixed/bf16-mixed precision "
         "strings; with the Transformer Engine plugin it enables neither, so the DeepSpeed engine runs in fp32 "
         "around TE's bf16 weights",
-        "xla": _NOT_CUDA,
     },
     tested_with=tested(
         "construction (simulated CUDA, simulated transformer_engine module)",
@@ -194,12 +190,10 @@ FP8_TORCHAO = PrecisionPreset(
     capability_reason=FP8_REASON,
     needs_cuda=False,  # torch's _scaled_mm has a CPU kernel: FP8 training runs on CPU, emulated and slow
     incompatible={
-        "fsdp": _FSDP1_PLUGIN,
         "deepspeed": _DEEPSPEED_CLOSURE,
         "model_parallel:trainer": "the Trainer's ModelParallelStrategy converts the model after configure_model "
         "has applied tensor parallelism and fully_shard, and torchao must convert the Linear layers before them; "
         "call torchao.float8.convert_to_float8_training at the start of configure_model instead",
-        "xla": _NOT_CUDA,
     },
     tested_with=tested(
         "construction (simulated CUDA); float8 conversion of Linear layers run on CPU, no float8 matmul run",
@@ -224,8 +218,6 @@ NF4_BNB = PrecisionPreset(
         "deepspeed": _DEEPSPEED_CLOSURE,
         "model_parallel": "Lightning's ModelParallelStrategy does not support bitsandbytes by design, and "
         "tensor-parallel plans cannot shard bitsandbytes' Linear4bit layers",
-        "fsdp": _FSDP1_PLUGIN,
-        "xla": _NOT_CUDA,
     },
     tested_with=tested(
         "construction (simulated CUDA, bitsandbytes 0.50.2 installed on CPU)",
@@ -250,7 +242,6 @@ BF16_FP32_REDUCE = PrecisionPreset(
         "function or configure_model; this FSDP1 policy would be ignored",
         "deepspeed": "DeepSpeed takes its dtypes from the DeepSpeed config and would ignore this FSDP policy; "
         'use precision="bf16-mixed" with "communication_data_type": "fp32" in the DeepSpeed config',
-        "xla": _NOT_CUDA,
     },
     tested_with=tested(
         "construction (simulated CUDA); the FSDP policy object is checked on CPU",

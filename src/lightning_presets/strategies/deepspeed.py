@@ -373,8 +373,8 @@ checkpoint_block_found = repeated_block(
     "Lightning-AI/pytorch-lightning#10686)",
 )  # fmt: skip
 def deepspeed_precision_plugin(ctx: Context) -> Problem | None:
-    if ctx.precision_is("DeepSpeedPrecision") or ctx.precision_preset is not None:  # presets: LP607 says why
-        return None
+    if ctx.precision_plugin is None or ctx.precision_is("DeepSpeedPrecision") or ctx.precision_preset is not None:
+        return None  # not constructed, or a precision preset (LP607 says why)
     return Problem(
         f"`{ctx.caller}(strategy={ctx.preset!r}, plugins=[{ctx.precision_plugin}(...)])`: Lightning's DeepSpeed "
         f"strategy steps the optimizer through DeepSpeedPrecision; {ctx.precision_plugin} hands DeepSpeed's "

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, cast
 
 from torch import nn
 
-from lightning_presets.core.context import Context, Options
+from lightning_presets.core.context import Options
 from lightning_presets.core.mesh import AUTO, mesh_shape
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
@@ -17,7 +16,6 @@ from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, needs_cuda, one
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
 
-FSDP_PRECISIONS = ("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
 STATE_DICT_TYPES = ("full", "sharded")
 
@@ -33,43 +31,6 @@ fsdp_needs_cuda = needs_cuda(
     evidence="source: torch/distributed/fsdp/_init_utils.py, _init_device_handle raises 'FSDP needs a non-CPU "
     "accelerator device' when the model is wrapped (torch 2.13; Lightning-AI/pytorch-lightning#21778)",
 )  # fmt: skip
-
-
-@rule(
-    "LP102", "error", "construction", "precision outside what FSDP supports",
-    # precision="64-true" as a string is stopped first by Lightning's own FSDPPrecision check (a ValueError);
-    # a plugin reaches the guard.
-    fails='from lightning.pytorch.plugins import DoublePrecision\n'
-    'Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, plugins=[DoublePrecision()])',
-    fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, precision="bf16-mixed")',
-    evidence="source: lightning/fabric/plugins/precision/fsdp.py, FSDPPrecision.__init__ raises ValueError: "
-    "'precision=... is not supported in FSDP' (lightning 2.6.6)",
-)  # fmt: skip
-def fsdp_precision_supported(ctx: Context) -> Problem | None:
-    if ctx.precision in FSDP_PRECISIONS:
-        return None
-    return Problem(
-        f"{ctx.call('precision')}: FSDP does not support precision={ctx.precision!r}",
-        f"use one of {', '.join(map(repr, FSDP_PRECISIONS))}; 'bf16-mixed' is the usual choice on Ampere or newer",
-    )
-
-
-@rule(
-    "LP103", "error", "construction", "a precision plugin that is not an FSDPPrecision",
-    fails='from lightning.pytorch.plugins import HalfPrecision\n'
-    'Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, plugins=[HalfPrecision("bf16-true")])',
-    fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, precision="bf16-true")',
-    evidence="source: lightning/pytorch/strategies/fsdp.py, FSDPStrategy.precision_plugin setter raises TypeError "
-    "for any plugin that is not an FSDPPrecision (lightning 2.6.6; Lightning-AI/pytorch-lightning#20855)",
-)  # fmt: skip
-def fsdp_precision_plugin(ctx: Context) -> Problem | None:
-    if ctx.precision_is("FSDPPrecision"):  # subclasses too, e.g. lightning_presets.precision("bf16-fp32-reduce")
-        return None
-    return Problem(
-        f"`{ctx.caller}(strategy={ctx.preset!r}, plugins=[{ctx.precision_plugin}(...)])`: FSDP works only with "
-        f"the FSDPPrecision plugin, got {ctx.precision_plugin} (precision={ctx.precision!r})",
-        f"drop the plugin and pass precision={ctx.precision!r} instead, or pass FSDPPrecision({ctx.precision!r})",
-    )
 
 
 @rule(
@@ -162,8 +123,6 @@ repeated_block_found = repeated_block(
 
 RULES: tuple[Rule, ...] = (
     fsdp_needs_cuda,
-    fsdp_precision_supported,
-    fsdp_precision_plugin,
     sharding_strategy_known,
     state_dict_type_known,
     mesh_needs_hybrid_sharding,
@@ -172,10 +131,6 @@ RULES: tuple[Rule, ...] = (
     half_weights_have_a_scaler,
     *STRATEGY_HARDWARE_RULES,
 )
-
-
-def _fsdp_precision_class(strategy: PresetHooks) -> Any:
-    return importlib.import_module(f"{strategy._lp_namespace.package}.plugins.precision").FSDPPrecision
 
 
 class _RepeatedBlocks(PresetHooks):
@@ -206,23 +161,9 @@ class _RepeatedBlocks(PresetHooks):
 
 
 class FSDPTrainerHooks(_RepeatedBlocks):
-    """Trainer side of the FSDP presets.
+    """Trainer side of the FSDP presets."""
 
-    The precision setter stores any plugin instead of raising Lightning's TypeError, so that rule
-    LP103 reports it together with every other finding.
-    """
-
-    _precision_plugin: Any
     kwargs: dict[str, Any]
-
-    @property
-    def precision_plugin(self) -> Any:
-        plugin = self._precision_plugin
-        return plugin if plugin is not None else _fsdp_precision_class(self)("32-true")
-
-    @precision_plugin.setter
-    def precision_plugin(self, plugin: Any) -> None:
-        self._precision_plugin = plugin
 
     def _setup_model(self, model: nn.Module) -> nn.Module:
         self._lp_apply_blocks(model, self.kwargs)
@@ -230,19 +171,9 @@ class FSDPTrainerHooks(_RepeatedBlocks):
 
 
 class FSDPFabricHooks(_RepeatedBlocks):
-    """Fabric side of the FSDP presets (same precision setter as the Trainer side)."""
+    """Fabric side of the FSDP presets."""
 
-    _precision: Any
     _fsdp_kwargs: dict[str, Any]
-
-    @property
-    def precision(self) -> Any:
-        plugin = self._precision
-        return plugin if plugin is not None else _fsdp_precision_class(self)("32-true")
-
-    @precision.setter
-    def precision(self, plugin: Any) -> None:
-        self._precision = plugin
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         self._lp_apply_blocks(module, self._fsdp_kwargs)

@@ -22,8 +22,6 @@ from lightning_presets.strategies.fsdp import (
     FSDPTrainerHooks,
     fsdp_has_peers,
     fsdp_needs_cuda,
-    fsdp_precision_plugin,
-    fsdp_precision_supported,
     mesh_needs_hybrid_sharding,
     state_dict_type_known,
 )
@@ -197,8 +195,6 @@ blocks_found_to_wrap = repeated_block(
 
 _COMMON: tuple[Rule, ...] = (
     fsdp_needs_cuda,
-    fsdp_precision_supported,
-    fsdp_precision_plugin,
     sharding_matches_preset,
     state_dict_type_known,
     mesh_needs_hybrid_sharding,

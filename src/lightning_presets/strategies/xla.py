@@ -7,13 +7,12 @@ imported here; the registry probes it first.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, cast
 
 from torch import nn
 
 from lightning_presets.core.codes import Setting
-from lightning_presets.core.context import Context, Options
+from lightning_presets.core.context import Options
 from lightning_presets.core.preset import Preset, Requirement
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
@@ -100,25 +99,6 @@ def one_auto_wrapper(options: Options) -> Problem | None:
     )
 
 
-@rule(
-    "LP507", "error", "construction", "a precision plugin that is not an XLAPrecision",
-    fails="from lightning.fabric.plugins import HalfPrecision\n"
-    'Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", plugins=[HalfPrecision("bf16-true")])',
-    fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", precision="bf16-true")',
-    evidence="source: lightning/fabric/strategies/xla_fsdp.py, XLAFSDPStrategy.precision setter raises TypeError for "
-    "a plugin that is not an XLAPrecision (lightning 2.6.6)",
-    setting=XLA,
-)  # fmt: skip
-def xla_precision_plugin(ctx: Context) -> Problem | None:
-    if ctx.precision_is("XLAPrecision") or ctx.precision_preset is not None:  # presets: LP606/LP607 say why
-        return None
-    return Problem(
-        f"`{ctx.caller}(strategy={ctx.preset!r}, plugins=[{ctx.precision_plugin}(...)])`: XLA FSDP works only "
-        f"with the XLAPrecision plugin, got {ctx.precision_plugin}",
-        "drop the plugin and pass precision='bf16-true' (or '32-true', '16-true')",
-    )
-
-
 xla_block_found = repeated_block(
     "LP508", "no repeated block found to wrap and checkpoint",
     consequence="the whole model becomes one XLA FSDP unit{checkpointing}",
@@ -136,33 +116,17 @@ RULES: tuple[Rule, ...] = (
     xla_fsdp_has_peers,
     checkpointing_policy_is_set,
     one_auto_wrapper,
-    xla_precision_plugin,
     xla_block_found,
     *PRECISION_CROSS_RULES,
     *STRATEGY_HARDWARE_RULES,
 )
 
 
-def _xla_precision_class(strategy: PresetHooks) -> Any:
-    return importlib.import_module(f"{strategy._lp_namespace.package}.plugins.precision").XLAPrecision
-
-
 class XLAFSDPFabricHooks(PresetHooks):
-    """Stores any precision plugin (LP507/LP607 report it with every other finding instead of a bare
-    TypeError), and wraps and checkpoints the model's repeated blocks when no policy was given."""
+    """Wraps and checkpoints the model's repeated blocks when no policy was given."""
 
-    _precision: Any
     _auto_wrap_policy: Any
     _activation_checkpointing_policy: Any
-
-    @property
-    def precision(self) -> Any:
-        plugin = self._precision
-        return plugin if plugin is not None else _xla_precision_class(self)("32-true")
-
-    @precision.setter
-    def precision(self, plugin: Any) -> None:
-        self._precision = plugin
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         self._lp_check_setup(module)

@@ -22,11 +22,10 @@ from lightning_presets import _api
 from lightning_presets.core.codes import Code
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning, UsageError
-from lightning_presets.core.namespaces import namespace_for_target
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import run_rules
+from lightning_presets.guards import arguments
 from lightning_presets.registry import catalog
-from lightning_presets.registry.classes import lightning_class
 from lightning_presets.registry.overrides import accepted
 from lightning_presets.tools import simulation as _simulation
 from lightning_presets.tools.check import cluster as _cluster
@@ -100,29 +99,16 @@ def _dependencies(request: CheckRequest, strategy: Any) -> tuple[str, ...]:
     return tuple(requirement.module for each in presets if each is not None for requirement in each.requires)
 
 
-def _requested_accelerator(arguments: Mapping[str, Any], gpus: int) -> str:
-    value = str(arguments.get("accelerator", "auto")).lower()
-    if value == "gpu" or (value == "auto" and gpus > 0):
-        return "cuda"
-    return "cpu" if value == "auto" else value
-
-
-def _requested_devices(arguments: Mapping[str, Any], accelerator: str, gpus: int) -> int | None:
-    value = arguments.get("devices", "auto")
-    if isinstance(value, str):
-        value = value.strip()
-        if re.fullmatch(r"-?[0-9]+", value):
-            if len(value) > 18:  # more digits than `int()` takes or any device count has
-                raise UsageError(f"devices={value[:12]}... ({len(value)} digits) is more than a check simulates "
-                                 f"(at most {MAX_DEVICES_PER_NODE})")  # fmt: skip
-            value = int(value)
-        elif "," in value:
-            return len([part for part in value.split(",") if part.strip()])
-    if isinstance(value, (list, tuple)):
-        return len(value)
-    if value in ("auto", -1):
-        return gpus if accelerator == "cuda" else 1
-    return value if type(value) is int and value > 0 else None
+def _requested(request: CheckRequest, effective: Mapping[str, Any]) -> tuple[str, int | None]:
+    """The accelerator and devices per node the job asks for, read as Lightning reads them on the simulated node."""
+    visible = _visible_gpus(request.gpus, request.env.get("CUDA_VISIBLE_DEVICES"))
+    with _simulation.simulated_cuda(visible, request.gpu_capability, only_imported=True), _simulation.without_mps():
+        accelerator = arguments.accelerator(effective.get("accelerator", _names.AUTO))
+    try:
+        devices = arguments.requested_devices(effective.get("devices", _names.AUTO), accelerator, visible)
+    except ValueError as error:
+        raise UsageError(f"{error}: a check simulates at most {MAX_DEVICES_PER_NODE} devices per node") from None
+    return accelerator, devices
 
 
 def _requested_nodes(arguments: Mapping[str, Any]) -> int:
@@ -261,60 +247,31 @@ def _lightning_finding(error: BaseException, request: CheckRequest) -> Finding:
     )
 
 
-# The connector's own choice: a strategy of one of these classes gets that precision plugin whatever the flag.
-_STRATEGY_PRECISION = {
-    "FSDPStrategy": "FSDPPrecision",
-    "DeepSpeedStrategy": "DeepSpeedPrecision",
-    "XLAStrategy": "XLAPrecision",
-    "SingleDeviceXLAStrategy": "XLAPrecision",
-    "XLAFSDPStrategy": "XLAPrecision",
-}
-
-
-def _expected_plugin(preset: Preset, mode: str, precision: str) -> str:
-    """The precision plugin class Lightning would pick for the preset's strategy class (as the connector does)."""
-    try:
-        strategy_class = lightning_class(preset, namespace_for_target(mode))
-    except Exception:  # the class cannot be resolved here (e.g. its package is missing): decide by the flag
-        strategy_class = object
-    for klass in strategy_class.__mro__:
-        if klass.__name__ in _STRATEGY_PRECISION:
-            return _STRATEGY_PRECISION[klass.__name__]
-    if precision in ("16-true", "bf16-true"):
-        return "HalfPrecision"
-    if precision == "64-true":
-        return "DoublePrecision"
-    if precision.startswith("transformer-engine"):
-        return "TransformerEnginePrecision"
-    return "MixedPrecision" if precision.endswith("-mixed") else "Precision"
-
-
-def _syntax_guards(request: CheckRequest, preset: Preset, arguments: Mapping[str, Any]) -> list[Finding]:
+def _syntax_guards(
+    request: CheckRequest, preset: Preset, effective: Mapping[str, Any], accelerator: str, devices: int | None
+) -> list[Finding]:
     """The preset's guards on the requested values, for when Lightning stopped before they could run.
 
-    With a precision preset (``--plugin``) only the options rules run: which plugin class Lightning would
-    have ended up with is not known without constructing.
+    The values are read as Lightning reads them (``guards.arguments``); which precision plugin Lightning would have
+    picked is not known without constructing, so the rules that read the plugin do not decide. With a precision
+    preset (``--plugin``) only the options rules run.
     """
     values = {**preset.init_params, **request.overrides}
     options = Options(preset=preset.name, target=request.mode, values=values, overrides=dict(request.overrides))
     if request.plugins:
         return run_rules(preset.rules, "options", options)
-    precision = _names.canonical_precision(arguments.get("precision"))
-    accelerator = _requested_accelerator(arguments, request.gpus)
-    plugin = _expected_plugin(preset, request.mode, precision)
     context = Context(
         preset=preset.name,
         target=request.mode,
         caller=request.caller,
         accelerator=accelerator,
-        devices_per_node=_requested_devices(arguments, accelerator, request.gpus) or 1,
-        num_nodes=_requested_nodes(arguments),
-        precision=precision,
-        precision_plugin=plugin,
+        devices_per_node=devices or 1,
+        num_nodes=_requested_nodes(effective),
+        precision=arguments.precision(effective.get("precision")),
+        precision_plugin=None,
         cluster_environment="LightningEnvironment",
         options=MappingProxyType(values),
         family=preset.family,
-        precision_classes=tuple(dict.fromkeys((plugin, "Precision"))),
         precision_preset=None,
         gpu_capability=request.gpu_capability if accelerator == "cuda" and request.gpus else None,
     )
@@ -429,8 +386,7 @@ def check_job(request: CheckRequest) -> CheckReport:
         arguments["strategy"] = arguments["strategy"].lower()
     effective = _effective(request)
     _syntax(request, arguments, out)
-    accelerator = _requested_accelerator(effective, request.gpus)
-    devices = _requested_devices(effective, accelerator, request.gpus)
+    accelerator, devices = _requested(request, effective)
     nodes = _requested_nodes(effective)
     _within_limits(request.gpus, devices, nodes)
     outcome = _construct.Outcome()
@@ -445,7 +401,7 @@ def check_job(request: CheckRequest) -> CheckReport:
         out.add([_lightning_finding(outcome.error, request)], "lightning", "construction")
     preset = _preset(effective.get("strategy"))
     if preset is not None and outcome.context is None and not any(e.source == "check" for e in out.items):
-        out.add(_syntax_guards(request, preset, effective), "guard", "syntax")
+        out.add(_syntax_guards(request, preset, effective, accelerator, devices), "guard", "syntax")
     resolved = _resolved(outcome, request.caller)
     launcher = getattr(outcome.strategy, "_launcher", None)
     name = effective.get("strategy", _names.AUTO)

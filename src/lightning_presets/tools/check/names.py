@@ -68,15 +68,6 @@ def precision_values() -> tuple[str, ...]:
     return tuple(dict.fromkeys(_literal_values(module._PRECISION_INPUT)))
 
 
-def canonical_precision(value: str | None) -> str:
-    """``16`` -> ``16-mixed``, ``bf16`` -> ``bf16-mixed``; ``None`` -> ``32-true``."""
-    if value is None:
-        return "32-true"
-    module = importlib.import_module(_PRECISION_MODULE)
-    conversion: dict[str, str] = module._PRECISION_INPUT_STR_ALIAS_CONVERSION
-    return conversion.get(str(value), str(value))
-
-
 def strategy_registry(package: str) -> Any:
     """Lightning's strategy registry of ``lightning.pytorch`` or ``lightning.fabric``."""
     module = importlib.import_module(f"{package}.strategies")

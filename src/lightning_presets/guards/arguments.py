@@ -1,0 +1,80 @@
+"""The user's accelerator, precision and devices arguments as Lightning resolves them, read through Lightning's own
+functions (its accelerator registry and auto/gpu choice, its precision conversion, each accelerator's device parser).
+
+One reading for the guards and for ``lightning-presets check`` (its syntax-level fallback when a Trainer cannot be
+built): ``"gpu"`` and ``"tpu"`` mean what Lightning makes of them, never what a copy of its tables says.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import warnings
+from typing import Any
+
+from lightning_presets.core.context import accelerator_name
+
+_FABRIC = "lightning.fabric"
+
+
+def _connector() -> Any:
+    return importlib.import_module(f"{_FABRIC}.connector")._Connector
+
+
+def accelerator_class(value: Any) -> type | None:
+    """Lightning's accelerator class for ``accelerator=value`` (``"auto"`` and ``"gpu"`` as Lightning chooses them on
+    this machine, or under the simulation); ``None`` for a name Lightning does not know."""
+    if not isinstance(value, str):
+        return type(value)
+    name = value.lower()
+    try:
+        if name == "auto":
+            name = _connector()._choose_auto_accelerator()
+        elif name == "gpu":
+            name = _connector()._choose_gpu_accelerator_backend()
+    except RuntimeError:  # "No supported gpu backend found!"
+        return None
+    registry = importlib.import_module(f"{_FABRIC}.accelerators").ACCELERATOR_REGISTRY
+    entry = registry[name]["accelerator"] if name in registry else None  # `registry.get` would instantiate it
+    return entry if isinstance(entry, type) else None
+
+
+def accelerator(value: Any) -> str:
+    """``cpu``, ``cuda``, ``mps`` or ``xla`` (or the lower-cased name, if Lightning has no accelerator by that name)."""
+    found = accelerator_class(value)
+    return str(value).lower() if found is None else accelerator_name(found)
+
+
+def precision(value: Any) -> str:
+    """``precision=value`` as Lightning's connector converts it: ``16`` -> ``16-mixed``, ``"bf16"`` -> ``bf16-mixed``,
+    ``None`` -> ``32-true``; a value Lightning refuses comes back as given (as text)."""
+    if value is None:
+        return "32-true"
+    convert = importlib.import_module(f"{_FABRIC}.connector")._convert_precision_to_unified_args
+    with warnings.catch_warnings():  # Lightning warns that 16 and "bf16" are legacy spellings; the caller reports it
+        warnings.simplefilter("ignore")
+        try:
+            return str(convert(value))
+        except ValueError:
+            return str(value)
+
+
+def requested_devices(value: Any, accelerator_name: str, visible: int) -> int | None:
+    """How many devices per node ``devices=value`` asks for (``"auto"`` and ``-1``: every visible one on CUDA, one
+    process on CPU), counted as written, whether or not the node has them; ``None`` for what is not a device count.
+
+    Raises ``ValueError`` for a number with more digits than any device count (``int()`` would refuse it).
+    """
+    if isinstance(value, str):
+        value = value.strip()
+        if re.fullmatch(r"-?[0-9]+", value):
+            if len(value) > 18:
+                raise ValueError(f"devices={value[:12]}... ({len(value)} digits) is not a device count")
+            value = int(value)
+        elif "," in value:
+            return len([part for part in value.split(",") if part.strip()])
+    if isinstance(value, (list, tuple)):
+        return len(value)
+    if value in ("auto", -1):
+        return visible if accelerator_name == "cuda" else 1
+    return value if type(value) is int and value > 0 else None
