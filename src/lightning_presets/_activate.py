@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from types import ModuleType
 
 from lightning_presets.core.environment import autoload_enabled
@@ -19,14 +20,14 @@ def register_all() -> None:
     bridge.register_all(HEADS)
 
 
+HOOK_MODULE = "_lightning_presets_autoload"
+"""The start-up hook's module: the ``.pth`` line imports it at interpreter start, and it imports this module (never
+the other way round)."""
+
+
 def activate() -> None:
-    """With autoload on, make sure the import hook is installed (cheap); with it off, register now."""
-    if autoload_enabled():
-        try:
-            import _lightning_presets_autoload
-        except ImportError:  # running from a source tree without the start-up hook
-            pass
-        else:
-            _lightning_presets_autoload.install()
-            return
+    """With autoload on and the start-up hook running, nothing to do (it registers into each Lightning namespace as it
+    is imported); otherwise (autoload off, or a source tree without the hook's ``.pth``) register now."""
+    if autoload_enabled() and HOOK_MODULE in sys.modules:
+        return
     register_all()

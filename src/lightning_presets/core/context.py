@@ -61,6 +61,8 @@ class Context:
     """The cluster environment's class name."""
     options: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     """The preset's arguments (defaults merged with overrides)."""
+    resolved: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """What the strategy resolved from them (``Preset.resolve``), e.g. ``{"config": <the DeepSpeed config>}``."""
     family: str | None = None
     """The strategy preset's family (``fsdp``, ``deepspeed``, ...), for guards across presets."""
     precision_classes: tuple[str, ...] = ()

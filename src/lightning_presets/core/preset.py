@@ -112,8 +112,14 @@ def extra_requirements(distribution: str = "lightning-presets") -> Mapping[str, 
     return {extra: lines[0] for extra, lines in by_extra.items() if len(lines) == 1}
 
 
-def _targets(kinds: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(namespace.target for namespace in NAMESPACES if namespace.kind in kinds)
+def _kinds(specs: Mapping[str, Any]) -> tuple[Kind, ...]:
+    """The kinds (``trainer``, ``fabric``) a preset has a class for, in that order."""
+    return tuple(kind for kind in KINDS if kind in specs)
+
+
+def _targets(specs: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ``target=`` values a preset can be built for."""
+    return tuple(namespace.target for namespace in NAMESPACES if namespace.kind in specs)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,6 +153,9 @@ class Preset:
     """Override keys accepted besides the strategy constructor's named parameters."""
     prepare: Callable[[Kind, dict[str, Any]], dict[str, Any]] | None = None
     """Turns the options into constructor arguments for a kind (drop preset-only keys, fill placeholders)."""
+    resolve: Callable[[Any], Mapping[str, Any]] | None = None
+    """Reads what the built strategy resolved from its arguments (e.g. the DeepSpeed config dict it will pass,
+    loaded from a path or built from the arguments); the guards see it as ``Context.resolved``."""
     tested_with: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     """Versions its tests ran on and the evidence level reached, e.g. ``{"lightning": "2.6.6", "torch": "2.13.0",
     "evidence": "runtime (CPU, gloo, 2 processes)"}``; ``show`` prints it."""
@@ -163,7 +172,7 @@ class Preset:
 
     @property
     def kinds(self) -> tuple[Kind, ...]:
-        return tuple(kind for kind in KINDS if kind in self.strategy)
+        return _kinds(self.strategy)
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -216,7 +225,7 @@ class PrecisionPreset:
 
     @property
     def kinds(self) -> tuple[Kind, ...]:
-        return tuple(kind for kind in KINDS if kind in self.plugin)
+        return _kinds(self.plugin)
 
     @property
     def targets(self) -> tuple[str, ...]:

@@ -2,7 +2,7 @@
 ``doctor``'s supported range and the README.
 
 The Lightning range is the ``lightning`` requirement in ``pyproject.toml`` (a test checks they agree). CI runs the
-whole suite on :data:`LIGHTNING` and a subset on each other version in :data:`LIGHTNING_TESTED` (``.ci/run``).
+whole suite on each version in :data:`LIGHTNING_TESTED` (``.ci/run``).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from lightning_presets.core import hardware
 from lightning_presets.core.context import PrecisionContext
 from lightning_presets.core.findings import report
+from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import PrecisionPreset
 from lightning_presets.core.rules import Rule, run_rules
@@ -116,7 +117,7 @@ class PresetPrecision:
             preset = self._lp_preset
             context = hardware_context(preset, built.target, built.values, "converting")
             report([*run_rules(HARDWARE_RULES, "options", context), *run_rules(preset.rules, "setup", context, module)])
-        return cast("nn.Module", cast(Any, super()).convert_module(module))
+        return cast("nn.Module", base(super()).convert_module(module))
 
 
 HEADS: Heads = MappingProxyType({"trainer": PresetPrecision, "fabric": PresetPrecision})

@@ -141,8 +141,12 @@ def half_weights_have_a_scaler(ctx: Context) -> Problem | None:
         f"{ctx.call('precision')}: precision='16-true' keeps the weights, gradients and optimizer state in fp16 "
         "with no loss scaler, so small gradients underflow to zero and updates smaller than fp16's resolution are "
         "lost: the loss may stall or turn NaN without an error",
-        "use precision='bf16-true' (same memory, bf16's range) on Ampere or newer, or precision='16-mixed' "
-        "(fp32 weights with a sharded gradient scaler)",
+        "use precision='bf16-true' (same memory, bf16's range) on Ampere or newer"
+        + (
+            ", or precision='bf16-mixed' (fp32 weights); this strategy has no fp16 loss scaler for '16-mixed'"
+            if ctx.family == "model_parallel"
+            else ", or precision='16-mixed' (fp32 weights and a loss scaler)"
+        ),
     )
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from lightning_presets.core import hardware
 from lightning_presets.core.context import Context, Options, accelerator_name
 from lightning_presets.core.findings import report
+from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Rule, Stage, run_rules
@@ -38,6 +39,9 @@ def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mappi
         precision_plugin=type(precision).__name__,
         cluster_environment=type(environment).__name__ if environment is not None else "none",
         options=MappingProxyType(dict(options)),
+        resolved=MappingProxyType(dict(preset.resolve(strategy)))
+        if preset.resolve is not None
+        else MappingProxyType({}),
         family=preset.family,
         precision_classes=tuple(cls.__name__ for cls in type(precision).__mro__),
         precision_preset=getattr(precision, "_lp_preset", None),
@@ -93,7 +97,7 @@ class Guarded:
         context = snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
         self._lp_context = context
         report(run_rules(self._construction_rules(context), "construction", context))
-        cast(Any, super())._configure_launcher()
+        base(super())._configure_launcher()
 
     def _construction_rules(self, context: Context) -> tuple[Rule, ...]:
         """The preset's rules, the rules every strategy preset gets, and the strategy × precision-preset rules when a
@@ -146,7 +150,7 @@ class GuardedTrainerStrategy(Guarded):
     def connect(self, model: Module) -> None:
         self._lp_check_trainer(getattr(model, "_trainer", None))
         self._lp_check_model(model)
-        cast(Any, super()).connect(model)
+        base(super()).connect(model)
 
 
 class GuardedFabricStrategy(Guarded):
@@ -154,7 +158,7 @@ class GuardedFabricStrategy(Guarded):
 
     def setup_module(self, module: Module) -> Module:
         self._lp_check_model(module)
-        return cast("Module", cast(Any, super()).setup_module(module))
+        return cast("Module", base(super()).setup_module(module))
 
 
 if TYPE_CHECKING:

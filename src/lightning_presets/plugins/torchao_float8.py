@@ -11,6 +11,8 @@ from typing import Any, cast
 
 from torch import nn
 
+from lightning_presets.core.mixins import base
+
 FLOAT8_DIVISOR = 16
 RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 
@@ -63,4 +65,4 @@ class TorchaoFloat8Precision:
                 module_filter_fn=lambda _, name: name in convertible,
                 config=Float8LinearConfig.from_recipe_name(self.recipe),
             )
-        return cast(nn.Module, cast(Any, super()).convert_module(module))
+        return cast(nn.Module, base(super()).convert_module(module))

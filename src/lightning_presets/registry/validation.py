@@ -62,6 +62,9 @@ def malformed(item: AnyPreset) -> list[str]:
     requires = item.requires
     if not isinstance(requires, tuple | list) or not all(isinstance(each, Requirement) for each in requires):
         problems.append("requires= must be a tuple of lightning_presets.Requirement")
+    resolve = getattr(item, "resolve", None)
+    if resolve is not None and not callable(resolve):
+        problems.append(f"resolve= must be a function of the built strategy, got a {type(resolve).__name__}")
     mixins: Any = item.mixins if isinstance(item, Preset) else {"any": item.mixin}
     if not isinstance(mixins, Mapping):
         problems.append(f"mixins= must map 'trainer'/'fabric' to a class, got a {type(mixins).__name__}")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 
 from lightning_presets.core.context import Context, Options
+from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
@@ -144,7 +145,7 @@ class CommHookFabricHooks(PresetHooks):
     """Fabric's DDPStrategy has no ``ddp_comm_hook`` argument: register the hook once the module is wrapped."""
 
     def setup_module(self, module: Any) -> Any:
-        wrapped = cast(Any, super()).setup_module(module)
+        wrapped = base(super()).setup_module(module)
         hook = self._lp_options.get("ddp_comm_hook")
         if hook is not None:
             wrapped.register_comm_hook(state=self._lp_options.get("ddp_comm_state"), hook=hook)
@@ -155,7 +156,7 @@ class StaticGraphTrainerHooks(PresetHooks):
     """Manual optimization: all-reduce the static graph's first backward where Lightning does not (2.5, ``compat``)."""
 
     def post_backward(self, closure_loss: Any) -> None:
-        cast(Any, super()).post_backward(closure_loss)
+        base(super()).post_backward(closure_loss)
         compat.flush_static_graph_first_backward(self)
 
 

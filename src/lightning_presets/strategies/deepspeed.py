@@ -9,12 +9,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator, Mapping
 from functools import partial
-from types import MappingProxyType
-from typing import Any, cast
+from typing import Any
 
 from torch import nn
 
 from lightning_presets.core.context import Context, Options
+from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset, Requirement
 from lightning_presets.core.rules import Problem, Rule, rule
@@ -28,8 +28,6 @@ from lightning_presets.registry import compat
 DEEPSPEED = Requirement(module="deepspeed", extra="deepspeed", builds_against_torch=True)
 ZERO_STAGES = (0, 1, 2, 3)
 OFFLOAD_DEVICES = ("cpu", "nvme")
-RESOLVED_CONFIG = "_resolved_config"
-"""Options key under which guards see the DeepSpeed config the strategy really holds (loaded from a path too)."""
 _PRESET_ONLY_KEYS = frozenset({"checkpoint_blocks"})
 
 # Top-level config keys Lightning writes when they are absent, and from what.
@@ -59,8 +57,14 @@ _BATCH_EVIDENCE = (
 
 
 def resolved_config(ctx: Context) -> Mapping[str, Any]:
-    config = ctx.options.get(RESOLVED_CONFIG)
+    """The DeepSpeed config the strategy holds (loaded from a path, or built from the arguments)."""
+    config = ctx.resolved.get("config")
     return config if isinstance(config, Mapping) else {}
+
+
+def _held_config(strategy: Any) -> Mapping[str, Any]:
+    """``Preset.resolve`` of the DeepSpeed presets: a copy of the config dict the strategy will pass to DeepSpeed."""
+    return {"config": copy.deepcopy(getattr(strategy, "config", None))}
 
 
 def _section(config: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -446,20 +450,8 @@ def checkpoint_blocks(model: nn.Module, blocks: set[type[nn.Module]]) -> int:
 
 
 class _DeepSpeedHooks(PresetHooks):
-    """Guards see the config the strategy really holds; presets that checkpoint activations wrap the repeated
-    blocks."""
-
-    config: Any
-
-    @property  # Guarded declares a plain attribute; read here with the resolved config added
-    def _lp_options(self) -> Mapping[str, Any]:
-        values = dict(self.__dict__.get("_lp_given_options", {}))
-        values[RESOLVED_CONFIG] = copy.deepcopy(getattr(self, "config", None))
-        return MappingProxyType(values)
-
-    @_lp_options.setter
-    def _lp_options(self, values: Mapping[str, Any]) -> None:
-        self.__dict__["_lp_given_options"] = values
+    """Presets that checkpoint activations wrap the repeated blocks (the guards read the config the strategy holds
+    through ``Preset.resolve``)."""
 
     def _lp_prepare_model(self, model: nn.Module) -> None:
         """Setup rules, then activation checkpointing of the repeated blocks (presets that checkpoint only)."""
@@ -477,7 +469,7 @@ class DeepSpeedTrainerHooks(_DeepSpeedHooks):
 
     def setup(self, trainer: Any) -> None:
         self._lp_prepare_model(trainer.lightning_module)
-        cast(Any, super()).setup(trainer)
+        base(super()).setup(trainer)
 
 
 class DeepSpeedFabricHooks(_DeepSpeedHooks):
@@ -487,12 +479,12 @@ class DeepSpeedFabricHooks(_DeepSpeedHooks):
         self._lp_check_model(module)
         self._lp_prepare_model(module)
         return compat.setup_module_and_optimizers(
-            cast(Any, super()).setup_module_and_optimizers, module, optimizers, scheduler
+            base(super()).setup_module_and_optimizers, module, optimizers, scheduler
         )
 
     def setup_module(self, module: nn.Module) -> Any:
         self._lp_prepare_model(module)
-        return cast(Any, super()).setup_module(module)
+        return base(super()).setup_module(module)
 
 
 def _prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
@@ -526,6 +518,7 @@ DEEPSPEED_ZERO2_OFFLOAD = Preset(
     rules=RULES,
     requires=(DEEPSPEED,),
     mixins={"trainer": DeepSpeedTrainerHooks, "fabric": DeepSpeedFabricHooks},
+    resolve=_held_config,
     cpu_offload=True,
     tested_with=TESTED_WITH_ZERO2,
 )
@@ -547,6 +540,7 @@ DEEPSPEED_ZERO3_OFFLOAD_CKPT = Preset(
     rules=(*RULES, checkpoint_block_found),
     requires=(DEEPSPEED,),
     mixins={"trainer": DeepSpeedTrainerHooks, "fabric": DeepSpeedFabricHooks},
+    resolve=_held_config,
     extra_keys=_PRESET_ONLY_KEYS,
     prepare=_prepare,
     activation_checkpointing=True,

@@ -8,6 +8,7 @@ from torch import nn
 
 from lightning_presets.core.context import Options
 from lightning_presets.core.mesh import AUTO, mesh_shape
+from lightning_presets.core.mixins import base
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
@@ -133,13 +134,20 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-class _RepeatedBlocks(PresetHooks):
+class FSDPHooks(PresetHooks):
     """Wraps the repeated blocks it finds (and checkpoints them, for presets that do), unless the user passed
     a policy."""
 
     _activation_checkpointing_kwargs: dict[str, Any]
 
-    def _lp_apply_blocks(self, model: nn.Module, fsdp_kwargs: dict[str, Any]) -> None:
+    @property
+    def _lp_fsdp_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments Lightning passes to FSDP: ``kwargs`` on the Trainer's class, ``_fsdp_kwargs`` on
+        Fabric's."""
+        fsdp_kwargs: dict[str, Any] = vars(self)["kwargs" if self._lp_namespace.kind == "trainer" else "_fsdp_kwargs"]
+        return fsdp_kwargs
+
+    def _lp_apply_blocks(self, model: nn.Module) -> None:
         from torch.distributed.fsdp import FullyShardedDataParallel
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
@@ -151,7 +159,7 @@ class _RepeatedBlocks(PresetHooks):
             return
         options = self._lp_options
         if options.get("auto_wrap_policy") is None:
-            fsdp_kwargs["auto_wrap_policy"] = ModuleWrapPolicy(blocks)
+            self._lp_fsdp_kwargs["auto_wrap_policy"] = ModuleWrapPolicy(blocks)
         no_checkpointing = options.get("activation_checkpointing_policy") is None and (
             options.get("activation_checkpointing") is None
         )
@@ -160,24 +168,20 @@ class _RepeatedBlocks(PresetHooks):
         self.lp_blocks = blocks
 
 
-class FSDPTrainerHooks(_RepeatedBlocks):
+class FSDPTrainerHooks(FSDPHooks):
     """Trainer side of the FSDP presets."""
 
-    kwargs: dict[str, Any]
-
     def _setup_model(self, model: nn.Module) -> nn.Module:
-        self._lp_apply_blocks(model, self.kwargs)
-        return cast(nn.Module, cast(Any, super())._setup_model(model))
+        self._lp_apply_blocks(model)
+        return cast(nn.Module, base(super())._setup_model(model))
 
 
-class FSDPFabricHooks(_RepeatedBlocks):
+class FSDPFabricHooks(FSDPHooks):
     """Fabric side of the FSDP presets."""
 
-    _fsdp_kwargs: dict[str, Any]
-
     def setup_module(self, module: nn.Module) -> nn.Module:
-        self._lp_apply_blocks(module, self._fsdp_kwargs)
-        return cast(nn.Module, cast(Any, super()).setup_module(module))
+        self._lp_apply_blocks(module)
+        return cast(nn.Module, base(super()).setup_module(module))
 
 
 FSDP_OFFLOAD_CKPT = Preset(

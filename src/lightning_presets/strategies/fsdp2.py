@@ -17,7 +17,7 @@ from torch import nn
 
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import DATA_PARALLEL_WORLD
-from lightning_presets.core.namespaces import Kind
+from lightning_presets.core.mixins import base
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
@@ -25,7 +25,11 @@ from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, one_device, repeated_block
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
-from lightning_presets.strategies.model_parallel import model_parallel_accelerator, model_parallel_precision
+from lightning_presets.strategies.model_parallel import (
+    fabric_parallelize_fn,
+    model_parallel_accelerator,
+    model_parallel_precision,
+)
 
 TESTED_WITH = tested(
     "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA",
@@ -213,7 +217,7 @@ class _DataParallelWorld(PresetHooks):
             self._data_parallel_size = context.world_size
         if self._tensor_parallel_size == "auto":
             self._tensor_parallel_size = 1
-        cast(Any, super())._configure_launcher()
+        base(super())._configure_launcher()
 
 
 class FSDP2TrainerHooks(_DataParallelWorld):
@@ -247,10 +251,10 @@ class FSDP2TrainerHooks(_DataParallelWorld):
                 checkpoint=preset.activation_checkpointing,
             )
         if not self._lp_sharded_root:
-            cast(Any, super()).setup(trainer)
+            base(super()).setup(trainer)
             return
         with _configure_model_defined(self.lightning_module):
-            cast(Any, super()).setup(trainer)
+            base(super()).setup(trainer)
 
     def _lp_step(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if not self._lp_sharded_root:
@@ -289,14 +293,7 @@ class FSDP2FabricHooks(_DataParallelWorld):
         function = self._parallelize_fn
         if isinstance(function, functools.partial) and function.func is parallelize and not is_parallelized(module):
             self._lp_check_setup(module)
-        return cast(nn.Module, cast(Any, super()).setup_module(module))
-
-
-def _prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
-    """Fabric gets the preset's ``parallelize_fn`` unless the user passed one."""
-    if kind == "fabric" and values.get("parallelize_fn") is None:
-        values["parallelize_fn"] = shard_by_preset
-    return values
+        return cast(nn.Module, base(super()).setup_module(module))
 
 
 FSDP2 = Preset(
@@ -308,7 +305,7 @@ FSDP2 = Preset(
     init_params={"data_parallel_size": "auto", "tensor_parallel_size": 1},
     rules=RULES,
     mixins={"trainer": FSDP2TrainerHooks, "fabric": FSDP2FabricHooks},
-    prepare=_prepare,
+    prepare=fabric_parallelize_fn(shard_by_preset),
     mesh=DATA_PARALLEL_WORLD,
     tested_with=TESTED_WITH,
 )
@@ -322,7 +319,7 @@ FSDP2_OFFLOAD_CKPT = Preset(
     init_params={"data_parallel_size": "auto", "tensor_parallel_size": 1},
     rules=OFFLOAD_RULES,
     mixins={"trainer": FSDP2TrainerHooks, "fabric": FSDP2FabricHooks},
-    prepare=_prepare,
+    prepare=fabric_parallelize_fn(shard_by_preset),
     mesh=DATA_PARALLEL_WORLD,
     activation_checkpointing=True,
     cpu_offload=True,

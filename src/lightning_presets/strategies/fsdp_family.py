@@ -6,11 +6,11 @@ They share the CUDA and precision rules, the precision setter and the repeated-b
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
 from typing import Any, cast
 
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import AUTO, HYBRID_SHARD, mesh_shape
+from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
@@ -19,6 +19,7 @@ from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, repeated_block
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.strategies.fsdp import (
     FSDPFabricHooks,
+    FSDPHooks,
     FSDPTrainerHooks,
     fsdp_has_peers,
     fsdp_needs_cuda,
@@ -213,24 +214,23 @@ HYBRID_RULES: tuple[Rule, ...] = (
 GRAD_OP_RULES: tuple[Rule, ...] = (*_COMMON, fsdp_has_peers)
 
 
-def _fill_mesh(fsdp_kwargs: MutableMapping[str, Any], context: Context | None) -> None:
-    """Replace ``device_mesh='auto'`` by (nodes, devices per node) before Lightning builds the mesh from it."""
-    if context is not None and fsdp_kwargs.get("device_mesh") == AUTO:
-        fsdp_kwargs["device_mesh"] = (context.num_nodes, context.devices_per_node)
-
-
-class HybridTrainerHooks(FSDPTrainerHooks):
-    """Fills the (replicas, shard size) mesh from the final Trainer context; Lightning turns it into a mesh later."""
+class _AutoMesh(FSDPHooks):
+    """Fills ``device_mesh='auto'`` with (nodes, devices per node) from the final context, before Lightning builds the
+    mesh from it."""
 
     def _configure_launcher(self) -> None:
-        _fill_mesh(self.kwargs, self._lp_context)
-        cast(Any, super())._configure_launcher()
+        context = self._lp_context
+        if context is not None and self._lp_fsdp_kwargs.get("device_mesh") == AUTO:
+            self._lp_fsdp_kwargs["device_mesh"] = (context.num_nodes, context.devices_per_node)
+        base(super())._configure_launcher()
 
 
-class HybridFabricHooks(FSDPFabricHooks):
-    def _configure_launcher(self) -> None:
-        _fill_mesh(self._fsdp_kwargs, self._lp_context)
-        cast(Any, super())._configure_launcher()
+class HybridTrainerHooks(_AutoMesh, FSDPTrainerHooks):
+    """The Trainer side of the hybrid preset: the automatic mesh, then the FSDP presets' block wrapping."""
+
+
+class HybridFabricHooks(_AutoMesh, FSDPFabricHooks):
+    """The Fabric side of the hybrid preset."""
 
 
 def prepare_hybrid(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
@@ -141,9 +142,8 @@ def model_parallel_precision(ctx: Context) -> Problem | None:
     if ctx.precision in MODEL_PARALLEL_PRECISIONS:
         return None
     return Problem(
-        f"{ctx.call('precision')}: ModelParallelStrategy does not support precision={ctx.precision!r}"
-        + (" (it would need a sharded gradient scaler)" if ctx.precision == "16-mixed" else "")
-        + "; the Trainer does not check this for strategy names",
+        f"{ctx.call('precision')}: ModelParallelStrategy does not support precision={ctx.precision!r}; the Trainer "
+        "does not check this for strategy names",
         f"use one of {', '.join(map(repr, MODEL_PARALLEL_PRECISIONS))}",
     )
 
@@ -231,15 +231,20 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def fabric_parallelize_fn(placeholder: Callable[[nn.Module, Any], nn.Module]) -> Callable[..., dict[str, Any]]:
+    """A ``Preset.prepare`` for Fabric's ``ModelParallelStrategy``, which needs a ``parallelize_fn``: the user's, or
+    ``placeholder`` (which the preset replaces, or a rule reports, before anything calls it)."""
+
+    def prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
+        if kind == "fabric" and values.get("parallelize_fn") is None:
+            values["parallelize_fn"] = placeholder
+        return values
+
+    return prepare
+
+
 def _missing_parallelize_fn(module: nn.Module, device_mesh: Any) -> nn.Module:
     raise RuntimeError("tp2d_hybrid was built without a parallelize_fn (rule LP207 should have stopped this)")
-
-
-def prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
-    """Fabric's class needs a ``parallelize_fn``; a missing one is left to rule LP207 to report."""
-    if kind == "fabric" and values.get("parallelize_fn") is None:
-        values["parallelize_fn"] = _missing_parallelize_fn
-    return values
 
 
 TP2D_HYBRID = Preset(
@@ -250,7 +255,7 @@ TP2D_HYBRID = Preset(
     strategy={"trainer": "ModelParallelStrategy", "fabric": "ModelParallelStrategy"},
     init_params={"data_parallel_size": "auto", "tensor_parallel_size": "auto"},
     rules=RULES,
-    prepare=prepare,
+    prepare=fabric_parallelize_fn(_missing_parallelize_fn),
     mesh=MODEL_PARALLEL,
     tested_with=tested(
         "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, 1×2 and 2×1 meshes; construction on simulated "
