@@ -37,7 +37,6 @@ codes) on the hardware it names in its comment, simulated. The examples assume:
 """
 
 
-
 def declared() -> dict[str, Code]:
     """Every code the package declares (a :class:`Code` or a rule, at the top level of any of its modules), by code.
 
