@@ -12,13 +12,15 @@ from rich.text import Text
 
 from lightning_presets.cli._output import emit, emit_json, fields, findings, heading, indented, verdict
 from lightning_presets.tools import check as _check
+from lightning_presets.tools.check.flags import flag_parameters
 from lightning_presets.tools.simulation import CLUSTERS
 
 _UNITS = {"b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
           "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}  # fmt: skip
 MAX_MEMORY = 2**60
 """The largest memory size accepted (1 EiB): far above any device or node, far below what overflows."""
-_ARGUMENT_FLAGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches")
+_TYPED_FLAGS = ("accelerator", "devices", "num_nodes", "strategy", "precision", "accumulate_grad_batches")
+"""The job's flags with a type or help of their own; every other Trainer argument is a flag too (``trainer_flags``)."""
 
 
 def memory(text: str) -> int:
@@ -87,6 +89,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--precision", help="32-true, bf16-mixed, 16-mixed, bf16-true, 16-true, 64-true, ...")
     job.add_argument("--accumulate-grad-batches", dest="accumulate_grad_batches", type=positive, metavar="N",
                      help="Trainer(accumulate_grad_batches=N); DeepSpeed's batch arithmetic depends on it")  # fmt: skip
+    trainer = parser.add_argument_group(
+        "every other Trainer argument, read from the installed Lightning (values as Python literals or JSON)"
+    )
+    for name in flag_parameters():
+        if name not in _TYPED_FLAGS:
+            trainer.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_check.parse_value, metavar="VALUE")
     job.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="NAME",
                      help="a precision preset (repeatable)")  # fmt: skip
     job.add_argument("--set", dest="overrides", action="append", default=[], type=key_value, metavar="KEY=VALUE",
@@ -120,8 +128,8 @@ def request_from(args: argparse.Namespace) -> _check.CheckRequest:
         from lightning_presets.tools.check.config import trainer_section
 
         arguments, notes = trainer_section(args.config)
-    for key in _ARGUMENT_FLAGS:
-        value = getattr(args, key)
+    for key in (*_TYPED_FLAGS, *flag_parameters()):
+        value = getattr(args, key, None)
         if value is not None:
             arguments[key] = value
     if args.mode == "fabric":

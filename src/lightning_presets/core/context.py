@@ -74,7 +74,14 @@ class Context:
     activation_checkpointing: bool = False
     """Whether the strategy preset checkpoints the activations of the repeated blocks it finds."""
     accumulate_grad_batches: int | None = None
-    """The Trainer's ``accumulate_grad_batches``: known to the ``trainer`` stage, ``None`` before it and with Fabric."""
+    """The Trainer's ``accumulate_grad_batches`` (``None`` with Fabric)."""
+    torch_build: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """What the installed torch was built with: ``cuda`` (``torch.version.cuda``), ``hip``, ``nccl`` (a version tuple,
+    or ``None`` without NCCL); read once when the snapshot is taken."""
+    arguments: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Every argument of the ``Trainer(...)``/``Fabric(...)`` call, defaults included, named as the installed
+    Lightning's signature names them (``gradient_clip_val``, ``sync_batchnorm``, ``devices``, ...); empty when the
+    strategy is not being built by one."""
 
     def precision_is(self, class_name: str) -> bool:
         """Whether the precision plugin is an instance of a class called ``class_name`` (in any namespace)."""
@@ -85,14 +92,16 @@ class Context:
         return self.devices_per_node * self.num_nodes
 
     def call(self, *fields: str) -> str:
-        """The user's call with the named fields, e.g. ```Trainer(strategy='x', accelerator='cpu')```."""
+        """The user's call with the named fields, e.g. ```Trainer(strategy='x', accelerator='cpu')```; a field that is
+        not one of the context's own is read from :attr:`arguments` (``ctx.call("gradient_clip_val")``)."""
         rendered = {
             "accelerator": f"accelerator={self.accelerator!r}",
             "devices": f"devices={self.devices_per_node}",
             "num_nodes": f"num_nodes={self.num_nodes}",
             "precision": f"precision={self.precision!r}",
         }
-        return _call(self.caller, self.preset, [rendered[name] for name in fields])
+        parts = [rendered.get(name) or f"{name}={self.arguments.get(name)!r}" for name in fields]
+        return _call(self.caller, self.preset, parts)
 
     @property
     def world_arithmetic(self) -> str:

@@ -8,13 +8,22 @@ built): ``"gpu"`` and ``"tpu"`` mean what Lightning makes of them, never what a 
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
+import sys
 import warnings
+from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 from lightning_presets.core.context import accelerator_name
 
 _FABRIC = "lightning.fabric"
+_CALLERS = {
+    "Trainer": ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer"),
+    "Fabric": ("lightning.fabric.fabric", "lightning_fabric.fabric"),
+}
+"""Where each namespace defines ``Trainer``/``Fabric`` (only the modules already imported are looked at)."""
 
 
 def _connector() -> Any:
@@ -78,3 +87,33 @@ def requested_devices(value: Any, accelerator_name: str, visible: int) -> int | 
     if value in ("auto", -1):
         return visible if accelerator_name == "cuda" else 1
     return value if type(value) is int and value > 0 else None
+
+
+def _initializers(caller: str) -> dict[CodeType, Callable[..., Any]]:
+    """The ``__init__`` functions (unwrapped from Lightning's ``PL_TRAINER_*`` defaults decorator) of ``caller`` in the
+    Lightning namespaces imported so far, by their code objects."""
+    found: dict[CodeType, Callable[..., Any]] = {}
+    for module_name in _CALLERS.get(caller, ()):
+        cls = getattr(sys.modules.get(module_name), caller, None)
+        if isinstance(cls, type):
+            init = inspect.unwrap(vars(cls)["__init__"])
+            found[init.__code__] = init
+    return found
+
+
+def call_arguments(caller: str) -> dict[str, Any]:
+    """Every argument of the ``Trainer(...)``/``Fabric(...)`` call now being constructed, defaults included, named as
+    the installed Lightning's ``__init__`` names them (``PL_TRAINER_*`` defaults applied); read from that call's frame.
+
+    Empty when no such call is on the stack (a strategy built on its own).
+    """
+    initializers = _initializers(caller)
+    frame = sys._getframe(1)
+    while frame is not None:
+        init = initializers.get(frame.f_code)
+        if init is not None:
+            values = frame.f_locals
+            names = [name for name in inspect.signature(init).parameters if name != "self"]
+            return {name: values[name] for name in names if name in values}
+        frame = frame.f_back  # type: ignore[assignment]  # typeshed: f_back is FrameType | None
+    return {}

@@ -14,6 +14,7 @@ from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Rule, Stage, run_rules
+from lightning_presets.guards.arguments import call_arguments
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 
 if TYPE_CHECKING:
@@ -22,12 +23,27 @@ if TYPE_CHECKING:
     from lightning_presets.registry.build import Heads
 
 
+def torch_build() -> Mapping[str, Any]:
+    """``cuda``, ``hip`` and ``nccl`` of the installed torch build (never a CUDA context: NCCL's version is the one
+    compiled in)."""
+    import torch
+    import torch.distributed as dist
+
+    nccl = None
+    if torch.version.cuda is not None and dist.is_available() and dist.is_nccl_available():
+        version: Any = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        nccl = tuple(version)
+    return MappingProxyType({"cuda": torch.version.cuda, "hip": torch.version.hip, "nccl": nccl})
+
+
 def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mapping[str, Any]) -> Context:
     """Read the final configuration off a strategy whose connector has finished with it."""
     precision = strategy.precision_plugin if namespace.kind == "trainer" else strategy.precision
     devices = getattr(strategy, "parallel_devices", None)
     environment = getattr(strategy, "cluster_environment", None)
     accelerator = accelerator_name(strategy.accelerator)
+    arguments = call_arguments(namespace.caller)
+    accumulation = arguments.get("accumulate_grad_batches")
     return Context(
         preset=preset.name,
         target=namespace.target,
@@ -47,6 +63,9 @@ def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mappi
         precision_preset=getattr(precision, "_lp_preset", None),
         gpu_capability=hardware.observed_capability() if accelerator == "cuda" else None,
         activation_checkpointing=preset.activation_checkpointing,
+        accumulate_grad_batches=accumulation if type(accumulation) is int else None,
+        torch_build=torch_build(),
+        arguments=MappingProxyType(arguments),
     )
 
 

@@ -6,13 +6,14 @@ from typing import Any
 
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 
+from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
-from lightning_presets.guards.builders import needs_cuda, one_device
+from lightning_presets.guards.builders import one_device
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES
 from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.registry import compat
@@ -50,16 +51,55 @@ def static_graph_kept(options: Options) -> Problem | None:
     )
 
 
-bf16_compress_needs_cuda = needs_cuda(
-    "LP303", "bf16 gradient compression off CUDA",
-    why="the bf16 compression hook halves NCCL gradient traffic between CUDA devices; with "
-    "accelerator={accelerator!r} there is no NCCL to compress for",
-    hint="run it with accelerator='cuda'; on CPU use strategy='ddp_static_graph' or strategy='ddp'",
-    fails='Trainer(strategy="ddp_bf16_compress", accelerator="cpu", devices=2)',
-    fixed='Trainer(strategy="ddp_bf16_compress", accelerator="cuda", devices=8)',
+NCCL_FOR_BF16 = (2, 10)
+"""The NCCL release torch's DDP needs for the bf16 compression hook (with a CUDA or ROCm build)."""
+
+
+@rule(
+    "LP303", "error", "construction", "bf16 gradient compression with a torch build that refuses the hook",
+    fails='Trainer(strategy="ddp_bf16_compress", accelerator="cpu", devices=2)   # a CPU-only build of torch',
+    fixed='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2)   # a CPU-only build of torch',
+    setting=Setting(gpus=0, simulated=("cpu_only_torch",)),
     evidence="runtime: tests/field/test_reproductions.py::test_bf16_compress_hook_needs_cuda_and_nccl (torch refuses "
     "the hook without CUDA 11+ and NCCL 2.10+: TypeError when DDP wraps the model)",
 )  # fmt: skip
+def bf16_compress_supported(ctx: Context) -> Problem | None:
+    """torch registers the hook when it was built with CUDA (or ROCm) and NCCL 2.10+, whatever the accelerator (gloo on
+    CPU then reduces bf16); a job on CUDA runs where such a build is installed."""
+    build = ctx.torch_build
+    nccl = build.get("nccl")
+    if ctx.accelerator == "cuda" or (
+        (build.get("cuda") or build.get("hip")) and nccl is not None and tuple(nccl) >= NCCL_FOR_BF16
+    ):
+        return None
+    return Problem(
+        f"{ctx.call('accelerator')}: this torch build ({'CUDA ' + build['cuda'] if build.get('cuda') else 'CPU-only'}"
+        f"{', NCCL ' + '.'.join(map(str, nccl)) if nccl else ', no NCCL'}) refuses torch's bf16 compression hook "
+        "(it needs CUDA 11+ and NCCL 2.10+): DDP raises TypeError when it wraps the model",
+        "on a CPU-only torch use strategy='ddp_static_graph' or strategy='ddp'; the hook itself runs with any backend "
+        "on a CUDA build of torch",
+    )
+
+
+@rule(
+    "LP308", "error", "construction", "gradient accumulation in the Trainer with DDP's static graph",
+    fails='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, accumulate_grad_batches=2)',
+    fixed='Trainer(strategy="ddp", accelerator="cpu", devices=2, accumulate_grad_batches=2)',
+    evidence="runtime: tests/evidence/test_whole_job.py::test_lp308_static_graph_with_accumulation_fails_in_backward "
+    "(torch's reducer: 'expect_autograd_hooks_ INTERNAL ASSERT FAILED' on every rank)",
+)  # fmt: skip
+def static_graph_without_accumulation(ctx: Context) -> Problem | None:
+    accumulation = ctx.accumulate_grad_batches
+    if ctx.caller != "Trainer" or ctx.options.get("static_graph") is not True or not accumulation or accumulation < 2:
+        return None
+    return Problem(
+        f"{ctx.call('accumulate_grad_batches')}: DDP with static_graph=True expects every backward to synchronise "
+        f"gradients, but the Trainer skips the synchronisation on the {accumulation - 1} accumulating step(s) of "
+        f"every {accumulation} (DDP's no_sync): every rank fails in its first backward with torch's "
+        "'expect_autograd_hooks_ INTERNAL ASSERT FAILED'",
+        "use strategy='ddp' (or lightning_presets.strategy(..., static_graph=False)) to accumulate gradients, or "
+        "accumulate_grad_batches=1 with a larger batch",
+    )
 
 
 def cuda_backend(backend: str) -> str | None:
@@ -130,12 +170,18 @@ def compression_hook_kept(options: Options) -> Problem | None:
     )
 
 
-STATIC_GRAPH_RULES: tuple[Rule, ...] = (static_graph_kept, ddp_has_peers, *STRATEGY_HARDWARE_RULES)
+STATIC_GRAPH_RULES: tuple[Rule, ...] = (
+    static_graph_kept,
+    ddp_has_peers,
+    static_graph_without_accumulation,
+    *STRATEGY_HARDWARE_RULES,
+)
 BF16_COMPRESS_RULES: tuple[Rule, ...] = (
     compression_hook_kept,
     bf16_compress_reduced_by_nccl,
-    bf16_compress_needs_cuda,
+    bf16_compress_supported,
     ddp_has_peers,
+    static_graph_without_accumulation,
     bf16_compress_has_fp32_grads,
     *STRATEGY_HARDWARE_RULES,
 )

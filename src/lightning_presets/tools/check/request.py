@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -159,8 +160,13 @@ def _jsonable(value: Any) -> Any:
 
 
 def parse_value(text: str) -> Any:
-    """A ``--set``/``--env`` style value: a Python literal when it is one, else the string."""
+    """A ``--set``/``--env``/Trainer-flag value: a Python literal or JSON (a pasted DeepSpeed config with ``true`` and
+    ``null``) when it is one, else the string."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
+        pass
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
         return text

@@ -1,4 +1,5 @@
-"""Stand-ins for what cannot exist on a CPU machine: torch_xla (a TPU host), Transformer Engine, Apple MPS.
+"""Stand-ins for what cannot exist on a CPU machine: torch_xla (a TPU host), Transformer Engine, Apple MPS; and a
+CPU-only torch build where a CUDA build is installed.
 
 Each is just enough for Lightning to construct a ``Trainer``/``Fabric`` with it, the way Lightning's own tests
 simulate them; nothing runs on them. The examples engine (``tools.examples``) applies them when a rule's
@@ -112,7 +113,22 @@ def _mps() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _cpu_only_torch() -> Iterator[None]:
+    """The installed torch reads as a CPU-only build (no CUDA, no NCCL), whatever it was built with."""
+    import torch
+    import torch.distributed as dist
+
+    with (
+        mock.patch.object(torch.version, "cuda", None),
+        mock.patch.object(torch.version, "hip", None),
+        mock.patch.object(dist, "is_nccl_available", _returning(False)),
+    ):
+        yield
+
+
 STAND_INS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "cpu_only_torch": _cpu_only_torch,
     "torch_xla": _torch_xla,
     "transformer_engine": _transformer_engine,
     "mps": _mps,
