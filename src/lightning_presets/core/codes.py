@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from lightning_presets.core.findings import Finding, Severity
 
-STAGES = ("catalog", "options", "construction", "trainer", "model", "setup", "resume", "check", "doctor")
+STAGES = ("catalog", "options", "construction", "trainer", "model", "setup", "optimizers", "resume", "check", "doctor")
 """When a finding can be reported. The preset stages (``options`` to ``resume``) are those of rules
 (:data:`lightning_presets.core.rules.Stage`); ``catalog`` is the loading of entry points, ``check`` and ``doctor``
 the commands of that name."""

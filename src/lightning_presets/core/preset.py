@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from lightning_presets.core.findings import Severity
 from lightning_presets.core.mesh import MeshSpec
 from lightning_presets.core.namespaces import NAMESPACES, Kind
 from lightning_presets.core.rules import Rule
@@ -216,6 +217,9 @@ class PrecisionPreset:
     """Lowest CUDA compute capability it works on, e.g. ``(8, 9)`` for FP8."""
     capability_reason: str = ""
     """Why, for the message."""
+    capability_severity: Severity = "error"
+    """``error`` when a GPU below ``min_capability`` makes it fail (LP604), ``warning`` when it only runs slower
+    there (LP616)."""
     incompatible: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     """Strategy family (or preset name) to the reason the combination is known not to work."""
     tested_with: Mapping[str, str] = field(default_factory=lambda: _EMPTY)

@@ -11,7 +11,7 @@ from lightning_presets.core.codes import DEFAULT_SETTING, Code, Setting
 from lightning_presets.core.environment import skipped_rules
 from lightning_presets.core.findings import Finding, Severity
 
-Stage = Literal["options", "construction", "trainer", "model", "setup", "resume", "check"]
+Stage = Literal["options", "construction", "trainer", "model", "setup", "optimizers", "resume", "check"]
 """When a rule runs.
 
 ``options``: on the preset's arguments, when the strategy object is built.
@@ -21,10 +21,12 @@ Trainer exists: when ``fit`` connects the model, and in ``lightning-presets chec
 ``model``: on the context and the model, before the first collective and before any heavy work.
 ``setup``: on the context and the model once it is complete (after ``configure_model``), just before the
 strategy wraps it; run by the family's own hook.
+``optimizers``: on the context, the model (``None`` when Fabric sets an optimizer up alone) and the optimizers
+``configure_optimizers`` returned (Fabric: those passed to ``setup``), before the strategy takes them over.
 ``resume``: on the context and the facts of the checkpoint a job resumes from, before any of it is loaded.
 ``check``: ``lightning-presets check``'s own rules on the job it simulates (cluster consistency); not a preset stage.
 """
-PRESET_STAGES: tuple[Stage, ...] = ("options", "construction", "trainer", "model", "setup", "resume")
+PRESET_STAGES: tuple[Stage, ...] = ("options", "construction", "trainer", "model", "setup", "optimizers", "resume")
 """The stages a preset's rules may declare."""
 
 

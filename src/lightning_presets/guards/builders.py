@@ -74,12 +74,14 @@ def one_device(
     fails: str,
     fixed: str,
     severity: Severity = "warning",
+    per_node: bool = False,
     **declared: Any,
 ) -> Rule:
-    """Fires when the whole job has one process: a warning where it only wastes effort, an error where it fails."""
+    """Fires when the whole job has one process (``per_node``: when each node has one): a warning where it only wastes
+    effort, an error where it fails."""
 
     def check(ctx: Context) -> Problem | None:
-        if ctx.world_size > 1:
+        if (ctx.devices_per_node if per_node else ctx.world_size) > 1:
             return None
         values = fields(ctx)
         return Problem(f"{ctx.call('devices', 'num_nodes')}: {why.format(**values)}", hint.format(**values))

@@ -14,7 +14,7 @@ from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import PrecisionPreset
 from lightning_presets.core.rules import Rule, run_rules
-from lightning_presets.guards.precision_rules import HARDWARE_RULES, with_hardware_rules
+from lightning_presets.guards.precision_rules import hardware_rules, with_hardware_rules
 
 if TYPE_CHECKING:
     from torch import nn
@@ -116,7 +116,8 @@ class PresetPrecision:
         if built is not None:
             preset = self._lp_preset
             context = hardware_context(preset, built.target, built.values, "converting")
-            report([*run_rules(HARDWARE_RULES, "options", context), *run_rules(preset.rules, "setup", context, module)])
+            hardware = run_rules(hardware_rules(preset), "options", context)
+            report([*hardware, *run_rules(preset.rules, "setup", context, module)])
         return cast("nn.Module", base(super()).convert_module(module))
 
 

@@ -62,6 +62,10 @@ def needs_cuda_device(ctx: PrecisionContext) -> Problem | None:
     setting=A100,
 )  # fmt: skip
 def capability_sufficient(ctx: PrecisionContext) -> Problem | None:
+    return _below_capability(ctx, "it is refused rather than silently falling back to 16-bit")
+
+
+def _below_capability(ctx: PrecisionContext, consequence: str) -> Problem | None:
     preset = ctx.requirement
     if preset is None or preset.min_capability is None or ctx.capability is None or ctx.cuda_devices == 0:
         return None
@@ -69,11 +73,23 @@ def capability_sufficient(ctx: PrecisionContext) -> Problem | None:
         return None
     return Problem(
         f"{ctx.call()}: the GPU has compute capability {_capability_text(ctx.capability)}, and {ctx.preset!r} "
-        f"needs {_capability_text(preset.min_capability)} or newer ({preset.capability_reason}); it is refused "
-        "rather than silently falling back to 16-bit",
+        f"needs {_capability_text(preset.min_capability)} or newer ({preset.capability_reason}); {consequence}",
         "use precision='bf16-mixed' (capability 8.0+) or precision='16-mixed' on this GPU, or run on a GPU of "
         f"capability {_capability_text(preset.min_capability)}+",
     )
+
+
+@rule(
+    "LP616", "warning", "options", "a GPU below the compute capability a precision preset is made for (slow)",
+    fails="lightning_presets.precision(\"acme-fp8-emulated\")   # min_capability=(8, 9), capability_severity="
+    "\"warning\", on an A100",
+    fixed="lightning_presets.precision(\"acme-fp8-emulated\")   # on an H100",
+    setting=A100,
+    fixed_setting=Setting(),
+)  # fmt: skip
+def capability_recommended(ctx: PrecisionContext) -> Problem | None:
+    """LP604 for a preset that declares ``capability_severity="warning"``: below the capability it runs, slower."""
+    return _below_capability(ctx, "it runs, slower than on a GPU made for it")
 
 
 @rule(
@@ -101,8 +117,18 @@ HARDWARE_RULES: tuple[Rule, ...] = (needs_cuda_device, capability_sufficient, ca
 """Run for every precision preset, built-in or not; built-in presets also list them so that docs show them."""
 
 
+def hardware_rules(preset: PrecisionPreset) -> tuple[Rule, ...]:
+    """The hardware rules every precision preset gets; LP616 instead of LP604 for a preset that declares a GPU below
+    its ``min_capability`` slow rather than failing (``capability_severity="warning"``)."""
+    if preset.capability_severity != "warning":
+        return HARDWARE_RULES
+    return tuple(capability_recommended if each is capability_sufficient else each for each in HARDWARE_RULES)
+
+
 def with_hardware_rules(preset: PrecisionPreset) -> tuple[Rule, ...]:
-    return (*HARDWARE_RULES, *(each for each in preset.rules if each not in HARDWARE_RULES))
+    """Its hardware rules, then the preset's own."""
+    hardware = hardware_rules(preset)
+    return (*hardware, *(each for each in preset.rules if each not in (*HARDWARE_RULES, capability_recommended)))
 
 
 @rule(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -16,6 +16,7 @@ from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Rule, Stage, run_rules
 from lightning_presets.guards.arguments import call_arguments
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
+from lightning_presets.registry import compat
 
 if TYPE_CHECKING:
     from torch.nn import Module
@@ -162,6 +163,13 @@ class Guarded:
         """The setup rules, on the complete model just before the strategy wraps it (each family's hook calls it)."""
         self._lp_run("setup", model)
 
+    def _lp_check_optimizers(self, model: Module | None, optimizers: Sequence[Any]) -> None:
+        """The ``optimizers`` rules, on the optimizers ``configure_optimizers`` returned (Fabric: those passed to
+        ``setup``), before the strategy (or DeepSpeed's engine) takes them over."""
+        context = self._lp_context
+        if context is not None and optimizers:
+            report(run_rules(self._lp_preset.rules, "optimizers", context, model, tuple(optimizers)))
+
 
 class GuardedTrainerStrategy(Guarded):
     """Trainer side: the model is known in ``connect``, which runs in every process before setup."""
@@ -171,6 +179,10 @@ class GuardedTrainerStrategy(Guarded):
         self._lp_check_model(model)
         base(super()).connect(model)
 
+    def setup_optimizers(self, trainer: Any) -> None:
+        base(super()).setup_optimizers(trainer)
+        self._lp_check_optimizers(getattr(self, "lightning_module", None), getattr(self, "optimizers", ()))
+
 
 class GuardedFabricStrategy(Guarded):
     """Fabric side: the model is known in ``setup_module``, before it is wrapped or sharded."""
@@ -178,6 +190,16 @@ class GuardedFabricStrategy(Guarded):
     def setup_module(self, module: Module) -> Module:
         self._lp_check_model(module)
         return cast("Module", base(super()).setup_module(module))
+
+    def setup_module_and_optimizers(self, module: Module, optimizers: list[Any], scheduler: Any = None) -> Any:
+        self._lp_check_optimizers(module, optimizers)
+        return compat.setup_module_and_optimizers(
+            base(super()).setup_module_and_optimizers, module, optimizers, scheduler
+        )
+
+    def setup_optimizer(self, optimizer: Any) -> Any:
+        self._lp_check_optimizers(None, [optimizer])
+        return base(super()).setup_optimizer(optimizer)
 
 
 if TYPE_CHECKING:

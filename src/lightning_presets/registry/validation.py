@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import Any
 
 from lightning_presets.core.preset import KINDS, AnyPreset, Preset, Requirement
-from lightning_presets.core.rules import Rule, Stage
+from lightning_presets.core.rules import PRESET_STAGES, Rule
 
 _CLASS_SPEC = re.compile(r"[A-Za-z_]\w*|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _CODE = re.compile(r"LP\d{3}")
-_STAGES = frozenset(get_args(Stage))
+_STAGES = frozenset(PRESET_STAGES)
 
 
 def _class_problems(item: AnyPreset) -> list[str]:
@@ -62,6 +62,9 @@ def malformed(item: AnyPreset) -> list[str]:
     requires = item.requires
     if not isinstance(requires, tuple | list) or not all(isinstance(each, Requirement) for each in requires):
         problems.append("requires= must be a tuple of lightning_presets.Requirement")
+    severity = getattr(item, "capability_severity", "error")
+    if severity not in ("error", "warning"):
+        problems.append(f"capability_severity={severity!r} must be 'error' or 'warning'")
     resolve = getattr(item, "resolve", None)
     if resolve is not None and not callable(resolve):
         problems.append(f"resolve= must be a function of the built strategy, got a {type(resolve).__name__}")

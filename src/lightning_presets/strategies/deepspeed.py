@@ -7,6 +7,7 @@ torch pair) before Lightning's constructor would import it.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
@@ -24,6 +25,7 @@ from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, needs_cuda, rep
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.registry import compat
+from lightning_presets.strategies.deepspeed_config import FORCE_DS_CPU_OPTIMIZER, lightning_config, parse
 
 DEEPSPEED = Requirement(module="deepspeed", extra="deepspeed", builds_against_torch=True)
 ZERO_STAGES = (0, 1, 2, 3)
@@ -63,8 +65,33 @@ def resolved_config(ctx: Context) -> Mapping[str, Any]:
 
 
 def _held_config(strategy: Any) -> Mapping[str, Any]:
-    """``Preset.resolve`` of the DeepSpeed presets: a copy of the config dict the strategy will pass to DeepSpeed."""
-    return {"config": copy.deepcopy(getattr(strategy, "config", None))}
+    """``Preset.resolve`` of the DeepSpeed presets: ``config``, a copy of the config dict the strategy holds (loaded
+    from a path, or built from the arguments), and ``lightning_config``, that config with what Lightning adds to it
+    before ``deepspeed.initialize`` (``strategies.deepspeed_config.lightning_config``)."""
+    return {
+        "config": copy.deepcopy(getattr(strategy, "config", None)),
+        "lightning_config": lightning_config(strategy, strategy._lp_namespace.caller),
+    }
+
+
+def passed_config(ctx: Context) -> Mapping[str, Any]:
+    """The config Lightning will pass to DeepSpeed, as far as construction knows it."""
+    config = ctx.resolved.get("lightning_config")
+    return config if isinstance(config, Mapping) else {}
+
+
+def _offloads_optimizer(config: Mapping[str, Any]) -> str | None:
+    """The device ZeRO-Offload keeps the optimizer state on (``cpu``/``nvme``), or ``None``."""
+    device = _section(_section(config, "zero_optimization"), "offload_optimizer").get("device")
+    return device if device in OFFLOAD_DEVICES else None
+
+
+def _deepspeed_cpu_optimizer(optimizer: Any) -> bool:
+    """Whether DeepSpeed takes the optimizer as its own CPU optimizer with ZeRO-Offload (its CPU Adam or Lion)."""
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+    from deepspeed.ops.lion import DeepSpeedCPULion
+
+    return isinstance(optimizer, (DeepSpeedCPUAdam, DeepSpeedCPULion))
 
 
 def _section(config: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -343,14 +370,14 @@ def zero_values_known(options: Options) -> Problem | None:
     bad += [
         key
         for key in ("offload_optimizer_device", "offload_params_device")
-        if options.values.get(key, "cpu") not in OFFLOAD_DEVICES
+        if options.values.get(key, "cpu") not in (*OFFLOAD_DEVICES, "none")  # "none": DeepSpeed's "no offload"
     ]
     if not bad:
         return None
     return Problem(
         f"{options.call(*bad)}: Lightning accepts {' and '.join(bad)} as given, DeepSpeed fails on it later",
         f"stage is one of {', '.join(map(str, ZERO_STAGES))}; offload devices are "
-        f"{' or '.join(map(repr, OFFLOAD_DEVICES))}",
+        f"{', '.join(map(repr, OFFLOAD_DEVICES))} or 'none'",
     )
 
 
@@ -377,8 +404,11 @@ checkpoint_block_found = repeated_block(
     "Lightning-AI/pytorch-lightning#10686)",
 )  # fmt: skip
 def deepspeed_precision_plugin(ctx: Context) -> Problem | None:
-    if ctx.precision_plugin is None or ctx.precision_is("DeepSpeedPrecision") or ctx.precision_preset is not None:
-        return None  # not constructed, or a precision preset (LP607 says why)
+    preset = ctx.precision_preset
+    if preset is not None and preset.incompatibility(ctx.family, ctx.preset, ctx.caller) is not None:
+        return None  # LP607 says why, in the precision preset's own words
+    if ctx.precision_plugin is None or ctx.precision_is("DeepSpeedPrecision"):
+        return None  # not constructed (check's syntax fallback), or DeepSpeed's own plugin
     return Problem(
         f"`{ctx.caller}(strategy={ctx.preset!r}, plugins=[{ctx.precision_plugin}(...)])`: Lightning's DeepSpeed "
         f"strategy steps the optimizer through DeepSpeedPrecision; {ctx.precision_plugin} hands DeepSpeed's "
@@ -413,6 +443,136 @@ def contiguous_checkpointing_configurable(ctx: Context) -> Problem | None:
     )
 
 
+@rule(
+    "LP415", "error", "construction", "gradient clipping by value, which DeepSpeed does not do",
+    fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, gradient_clip_val=1.0, '
+    'gradient_clip_algorithm="value")',
+    fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, gradient_clip_val=1.0)',
+    evidence="runtime: tests/evidence/test_whole_job.py::test_lp415_deepspeed_refuses_clipping_by_value "
+    "(Lightning's DeepSpeedStrategy.init_deepspeed raises MisconfigurationException in `fit`)",
+)  # fmt: skip
+def clipping_by_norm_only(ctx: Context) -> Problem | None:
+    algorithm = ctx.arguments.get("gradient_clip_algorithm")
+    if ctx.caller != "Trainer" or str(getattr(algorithm, "value", algorithm)).lower() != "value":
+        return None
+    return Problem(
+        f"{ctx.call('gradient_clip_val', 'gradient_clip_algorithm')}: DeepSpeed clips gradients itself, by their norm "
+        "only; Lightning refuses clipping by value when `fit` sets DeepSpeed up, after every process has started",
+        "drop gradient_clip_algorithm (clipping by norm, DeepSpeed's gradient_clipping), or use a strategy that clips "
+        "by value, e.g. strategy='fsdp2'",
+    )
+
+
+@rule(
+    "LP416", "warning", "optimizers", "a torch optimizer stepping ZeRO-Offload's CPU state (slow)",
+    fails="import torch\nmodel = nn.Linear(64, 64)\n"
+    'fabric = Fabric(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8)\n'
+    "fabric.setup(model, torch.optim.AdamW(model.parameters()))",
+    fixed="import torch\nmodel = nn.Linear(64, 64)   # or deepspeed.ops.adam.DeepSpeedCPUAdam with the offload\n"
+    'fabric = Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", '
+    'offload_optimizer=False), accelerator="cuda", devices=8)\n'
+    "fabric.setup(model, torch.optim.AdamW(model.parameters()))",
+)  # fmt: skip
+def offload_steps_with_cpu_adam(ctx: Context, model: nn.Module | None, optimizers: tuple[Any, ...]) -> Problem | None:
+    config = passed_config(ctx)
+    device = _offloads_optimizer(config)
+    slow = [type(each).__name__ for each in optimizers if not _deepspeed_cpu_optimizer(each)]
+    if device is None or not slow or config.get(FORCE_DS_CPU_OPTIMIZER, True) is not False:
+        return None
+    return Problem(
+        f"{ctx.call()}: the optimizer state is offloaded to {device!r} and {', '.join(slow)} steps it there with "
+        "torch's own CPU kernels, several times slower than DeepSpeed's vectorised CPU Adam; the preset lets it "
+        f"({FORCE_DS_CPU_OPTIMIZER}=false) rather than stop the run",
+        "return deepspeed.ops.adam.DeepSpeedCPUAdam(self.parameters(), lr=...) from configure_optimizers (same "
+        "arguments as torch's Adam/AdamW, adamw_mode=True for AdamW)",
+    )
+
+
+@rule(
+    "LP417", "error", "optimizers", "a torch optimizer with ZeRO-Offload, which DeepSpeed refuses in this config",
+    fails="import torch\nmodel = nn.Linear(64, 64)\n"
+    'fabric = Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config={'
+    '"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}), accelerator="cuda", devices=8)\n'
+    "fabric.setup(model, torch.optim.AdamW(model.parameters()))",
+    fixed="import torch\nmodel = nn.Linear(64, 64)\n"
+    'fabric = Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config={'
+    '"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "zero_force_ds_cpu_optimizer": '
+    'False}), accelerator="cuda", devices=8)\nfabric.setup(model, torch.optim.AdamW(model.parameters()))',
+    evidence="runtime: tests/evidence/test_whole_job.py::test_lp417_deepspeed_refuses_a_torch_optimizer_with_offload "
+    "(DeepSpeedEngine._configure_optimizer raises ZeRORuntimeException when the engine is created)",
+)  # fmt: skip
+def offload_takes_the_optimizer(ctx: Context, model: nn.Module | None, optimizers: tuple[Any, ...]) -> Problem | None:
+    config = passed_config(ctx)
+    device = _offloads_optimizer(config)
+    refused = [type(each).__name__ for each in optimizers if not _deepspeed_cpu_optimizer(each)]
+    if device is None or not refused or config.get(FORCE_DS_CPU_OPTIMIZER, True) is False:
+        return None
+    return Problem(
+        f"{ctx.call()}: the DeepSpeed config offloads the optimizer state to {device!r} and leaves "
+        f"{FORCE_DS_CPU_OPTIMIZER} at true, so DeepSpeed refuses {', '.join(refused)} (only its own CPU Adam or Lion) "
+        "when the engine is created, after every process has started",
+        "return deepspeed.ops.adam.DeepSpeedCPUAdam(self.parameters(), lr=...) from configure_optimizers, or add "
+        f'"{FORCE_DS_CPU_OPTIMIZER}": false to the config (torch\'s optimizer then steps on the CPU, slower)',
+    )
+
+
+def _as_parsed_at_fit(ctx: Context) -> dict[str, Any]:
+    """The config DeepSpeed will parse when ``fit`` starts, as far as construction knows it: the Trainer fills a missing
+    micro-batch size from the dataloader then, so it is parsed as 1 and ``train_batch_size`` (which depends on it) is
+    left to the batch-arithmetic rules (LP406, LP407)."""
+    config = dict(passed_config(ctx))
+    if config and ctx.caller == "Trainer" and "train_micro_batch_size_per_gpu" not in config:
+        config.pop("train_batch_size", None)
+        config["train_micro_batch_size_per_gpu"] = 1
+    return config
+
+
+@rule(
+    "LP418", "error", "construction", "a config DeepSpeed's own parser refuses",
+    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
+    '{"stage": 2, "reduce_bucket_sise": 500000000}}), accelerator="cuda", devices=8)',
+    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
+    '{"stage": 2, "reduce_bucket_size": 500000000}}), accelerator="cuda", devices=8)',
+    evidence="runtime: tests/evidence/test_whole_job.py::test_lp418_the_parser_is_deepspeeds_own (DeepSpeedConfig "
+    "parses the config when the engine is created and raises)",
+)  # fmt: skip
+def deepspeed_accepts_the_config(ctx: Context) -> Problem | None:
+    config = passed_config(ctx)
+    more_precise = (
+        one_half_precision, fabric_batch_size_adds_up, trainer_batch_size_adds_up, no_auto_values,
+        trainer_owns_accumulation,
+    )  # fmt: skip
+    if not config or any(each.check(ctx) is not None for each in more_precise):
+        return None
+    refusal = parse(_as_parsed_at_fit(ctx), ctx.world_size).refusal
+    if refusal is None:
+        return None
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')}: DeepSpeed's config parser refuses the config Lightning would pass it: "
+        f"{refusal}; it would stop every process when `fit` creates the engine",
+        "fix the key it names in the DeepSpeed config (the DeepSpeed docs list every key: "
+        "https://www.deepspeed.ai/docs/config-json/)",
+    )
+
+
+@rule(
+    "LP419", "warning", "construction", "config keys DeepSpeed's parser rewrites or ignores",
+    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
+    '{"stage": 2, "cpu_offload": True}}), accelerator="cuda", devices=8)',
+    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
+    '{"stage": 2, "offload_optimizer": {"device": "cpu"}}}), accelerator="cuda", devices=8)',
+)  # fmt: skip
+def deepspeed_takes_the_config_as_written(ctx: Context) -> Problem | None:
+    config = _as_parsed_at_fit(ctx)
+    warnings = parse(config, ctx.world_size).warnings if config else ()
+    if not warnings:
+        return None
+    return Problem(
+        f"{ctx.call()}: DeepSpeed's config parser says: {'; '.join(warnings)}",
+        "write the config as DeepSpeed's current keys name it (https://www.deepspeed.ai/docs/config-json/)",
+    )
+
+
 RULES: tuple[Rule, ...] = (
     deepspeed_needs_cuda,
     param_offload_needs_stage3,
@@ -425,6 +585,11 @@ RULES: tuple[Rule, ...] = (
     zero_values_known,
     deepspeed_precision_plugin,
     contiguous_checkpointing_configurable,
+    clipping_by_norm_only,
+    deepspeed_accepts_the_config,
+    deepspeed_takes_the_config_as_written,
+    offload_steps_with_cpu_adam,
+    offload_takes_the_optimizer,
     *PRECISION_CROSS_RULES,
     *STRATEGY_HARDWARE_RULES,
 )
@@ -450,8 +615,19 @@ def checkpoint_blocks(model: nn.Module, blocks: set[type[nn.Module]]) -> int:
 
 
 class _DeepSpeedHooks(PresetHooks):
+    config: Any
+    lightning_module: Any
+    DEEPSPEED_ENV_VAR: str
+
     """Presets that checkpoint activations wrap the repeated blocks (the guards read the config the strategy holds
     through ``Preset.resolve``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        base(super()).__init__(*args, **kwargs)
+        built_by_lightning = kwargs.get("config") is None and not os.environ.get(type(self).DEEPSPEED_ENV_VAR)
+        if built_by_lightning and isinstance(self.config, dict):
+            # ZeRO-Offload with the user's torch optimizer: slower than DeepSpeed's CPU Adam (LP416), not refused
+            self.config.setdefault(FORCE_DS_CPU_OPTIMIZER, False)
 
     def _lp_prepare_model(self, model: nn.Module) -> None:
         """Setup rules, then activation checkpointing of the repeated blocks (presets that checkpoint only)."""
@@ -470,6 +646,12 @@ class DeepSpeedTrainerHooks(_DeepSpeedHooks):
     def setup(self, trainer: Any) -> None:
         self._lp_prepare_model(trainer.lightning_module)
         base(super()).setup(trainer)
+
+    def _init_optimizers(self) -> tuple[Any, Any]:
+        """DeepSpeed takes the optimizer from ``configure_optimizers`` here, not in ``setup_optimizers``."""
+        optimizer, scheduler = base(super())._init_optimizers()
+        self._lp_check_optimizers(self.lightning_module, [optimizer])
+        return optimizer, scheduler
 
 
 class DeepSpeedFabricHooks(_DeepSpeedHooks):

@@ -6,7 +6,7 @@ from typing import Any, cast
 
 from torch import nn
 
-from lightning_presets.core.context import Options
+from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import AUTO, mesh_shape
 from lightning_presets.core.mixins import base
 from lightning_presets.core.preset import Preset
@@ -14,6 +14,7 @@ from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, needs_cuda, one_device, repeated_block
+from lightning_presets.guards.hooks import overrides
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
 
@@ -122,11 +123,37 @@ repeated_block_found = repeated_block(
 )  # fmt: skip
 
 
+@rule(
+    "LP118", "error", "model", "gradient clipping by norm in the Trainer, which FSDP's precision plugin refuses",
+    fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, gradient_clip_val=1.0)'
+    ".fit(nn.Linear(64, 64))",
+    fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, gradient_clip_val=1.0, '
+    'gradient_clip_algorithm="value").fit(nn.Linear(64, 64))',
+    evidence="runtime: tests/evidence/test_whole_job.py::test_lp118_fsdp_precision_refuses_clipping_by_norm "
+    "(FSDPPrecision.clip_grad_by_norm raises MisconfigurationException at the first optimizer step)",
+)  # fmt: skip
+def clipping_by_norm_goes_through_the_module(ctx: Context, model: nn.Module) -> Problem | None:
+    algorithm = ctx.arguments.get("gradient_clip_algorithm")
+    by_norm = algorithm is None or str(getattr(algorithm, "value", algorithm)).lower() == "norm"
+    clipping = ctx.arguments.get("gradient_clip_val")
+    if ctx.caller != "Trainer" or not clipping or not by_norm or overrides(model, "configure_gradient_clipping"):
+        return None
+    return Problem(
+        f"{ctx.call('gradient_clip_val')}: Lightning's FSDP precision plugin refuses to clip gradients by norm "
+        "(torch.nn.utils.clip_grad_norm_ is wrong on FSDP's sharded gradients), so the first optimizer step raises "
+        "on every rank",
+        "clip through the FSDP root in your LightningModule: def configure_gradient_clipping(self, optimizer, "
+        "gradient_clip_val=None, gradient_clip_algorithm=None): self.trainer.model.clip_grad_norm_(gradient_clip_val)"
+        "; or pass gradient_clip_algorithm='value'",
+    )
+
+
 RULES: tuple[Rule, ...] = (
     fsdp_needs_cuda,
     sharding_strategy_known,
     state_dict_type_known,
     mesh_needs_hybrid_sharding,
+    clipping_by_norm_goes_through_the_module,
     fsdp_has_peers,
     repeated_block_found,
     half_weights_have_a_scaler,

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from torch import nn
 
-from lightning_presets.core.context import Context, Options
+from lightning_presets.core.context import Context
 from lightning_presets.core.mesh import DATA_PARALLEL_WORLD
 from lightning_presets.core.mixins import base
 from lightning_presets.core.preset import Preset
@@ -23,12 +23,16 @@ from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, one_device, repeated_block
+from lightning_presets.guards.hooks import overrides
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.strategies.model_parallel import (
     fabric_parallelize_fn,
     model_parallel_accelerator,
     model_parallel_precision,
+    resolved_sizes,
+    sizes_are_positive,
+    sizes_cover_world,
 )
 
 TESTED_WITH = tested(
@@ -59,41 +63,36 @@ _STEPS = {
 
 
 @rule(
-    "LP210", "error", "options", "tensor_parallel_size other than 1",
-    fails='lightning_presets.strategy("fsdp2", tensor_parallel_size=2)',
-    fixed='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=2)',
-    evidence="source: lightning/fabric/strategies/model_parallel.py, _setup_device_mesh raises RuntimeError after "
-    "launch: the preset makes data_parallel_size the world size, so data × tensor exceeds it (lightning 2.6.6)",
+    "LP210", "warning", "model", "a tensor-parallel dimension the model does not use",
+    fails="from lightning.pytorch import LightningModule\n\nclass Model(LightningModule):   # no configure_model()\n"
+    "    pass\n\n"
+    'Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=4, tensor_parallel_size=2), '
+    'accelerator="cuda", devices=8).fit(Model())',
+    fixed="from lightning.pytorch import LightningModule\n\nclass Model(LightningModule):   # no configure_model()\n"
+    "    pass\n\n"
+    'Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(Model())',
 )  # fmt: skip
-def fsdp2_without_tensor_parallel(options: Options) -> Problem | None:
-    value = options.values.get("tensor_parallel_size", 1)
-    if value in (1, "auto"):
+def tensor_dimension_used(ctx: Context, model: nn.Module) -> Problem | None:
+    _, tensor = resolved_sizes(ctx, DATA_PARALLEL_WORLD)
+    if not isinstance(tensor, int) or tensor < 2 or overrides(model, "configure_model"):
         return None
     return Problem(
-        f"{options.call('tensor_parallel_size')}: {options.preset!r} shards every parameter over all devices "
-        f"(FSDP2 only), so tensor_parallel_size must be 1, got {value!r}",
-        "drop tensor_parallel_size, or use strategy='tp2d_hybrid' for tensor parallel inside a node with FSDP2 "
-        "across nodes",
+        f"{ctx.call()} with tensor_parallel_size={tensor}: {type(model).__name__} does not apply tensor parallelism "
+        f"(no configure_model), and {ctx.preset!r} shards only over the data-parallel dimension, so the {tensor} "
+        "ranks of each tensor-parallel group compute the same batch: it trains, on a fraction of the devices",
+        "drop tensor_parallel_size (every device data-parallel), or use strategy='tp2d_hybrid' and apply tensor "
+        "parallelism in configure_model",
     )
 
 
-@rule(
-    "LP211", "error", "construction", "data_parallel_size differs from the world size",
-    fails='Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=4), accelerator="cpu", '
-    "devices=2)",
-    fixed='Trainer(strategy="fsdp2", accelerator="cpu", devices=2)',
+data_parallel_is_world = sizes_cover_world(
+    "LP211", DATA_PARALLEL_WORLD,
+    fails='Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=4), accelerator="cpu", devices=2)',
+    fixed='Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=1, tensor_parallel_size=2), '
+    'accelerator="cpu", devices=2)',
     evidence="source: lightning/fabric/strategies/model_parallel.py, _setup_device_mesh raises RuntimeError 'The "
     "sizes ... multiplied should equal the world size' in every process after launch (lightning 2.6.6)",
 )  # fmt: skip
-def data_parallel_is_world(ctx: Context) -> Problem | None:
-    value = ctx.options.get("data_parallel_size", "auto")
-    if value == "auto" or (type(value) is int and value == ctx.world_size):
-        return None
-    return Problem(
-        f"{ctx.call('devices', 'num_nodes')}: data_parallel_size={value!r}, but {ctx.preset!r} shards over "
-        f"every device: {ctx.world_arithmetic}; Lightning would only fail after every process has started",
-        f"drop data_parallel_size ('auto' = the world size), or pass data_parallel_size={ctx.world_size}",
-    )
 
 
 fsdp2_has_peers = one_device(
@@ -130,7 +129,8 @@ def offload_needs_cuda(ctx: Context) -> Problem | None:
 
 
 RULES: tuple[Rule, ...] = (
-    fsdp2_without_tensor_parallel,
+    sizes_are_positive,
+    tensor_dimension_used,
     data_parallel_is_world,
     model_parallel_precision,
     model_parallel_accelerator,

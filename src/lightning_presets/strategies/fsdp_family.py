@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from lightning_presets.core.context import Context, Options
-from lightning_presets.core.mesh import AUTO, HYBRID_SHARD, mesh_shape
+from lightning_presets.core.mesh import AUTO, HYBRID_SHARD
 from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset
@@ -18,12 +18,16 @@ from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, repeated_block
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.strategies.fsdp import (
+    HYBRID_SHARDINGS,
+    SHARDING_STRATEGIES,
     FSDPFabricHooks,
     FSDPHooks,
     FSDPTrainerHooks,
+    clipping_by_norm_goes_through_the_module,
     fsdp_has_peers,
     fsdp_needs_cuda,
     mesh_needs_hybrid_sharding,
+    sharding_strategy_known,
     state_dict_type_known,
 )
 
@@ -70,6 +74,8 @@ def sharding_matches_preset(options: Options) -> Problem | None:
     value = options.values.get("sharding_strategy")
     if allowed is None or value is None or _sharding_name(value) in allowed:
         return None
+    if _sharding_name(value) not in SHARDING_STRATEGIES:  # not a sharding strategy at all: LP104 says so
+        return None
     return Problem(
         f"{options.call('sharding_strategy')}: {options.preset!r} is {' or '.join(allowed)}, not "
         f"{_sharding_name(value)!r}; it trains, but not as the preset's name promises",
@@ -78,8 +84,17 @@ def sharding_matches_preset(options: Options) -> Problem | None:
     )
 
 
+def _dimensions(mesh: Any) -> int | None:
+    """How many dimensions a ``device_mesh`` option has: a tuple of positive integers, or a ``DeviceMesh``."""
+    if type(mesh).__name__ == "DeviceMesh":
+        return int(getattr(mesh, "ndim", 0))
+    if isinstance(mesh, (tuple, list)) and mesh and all(type(size) is int and size > 0 for size in mesh):
+        return len(mesh)
+    return None
+
+
 @rule(
-    "LP111", "error", "options", "a device_mesh that is neither 'auto' nor (replicas, shard size)",
+    "LP111", "error", "options", "a device_mesh of the wrong shape for the sharding strategy",
     fails='lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 4, 2))',
     fixed='lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 8))',
     evidence="source: torch/distributed/fsdp/_init_utils.py, _init_process_group_state_for_hybrid_shard raises "
@@ -87,11 +102,14 @@ def sharding_matches_preset(options: Options) -> Problem | None:
 )  # fmt: skip
 def device_mesh_shape(options: Options) -> Problem | None:
     value = options.values.get("device_mesh", AUTO)
-    if value == AUTO or value is None or mesh_shape(value) is not None or type(value).__name__ == "DeviceMesh":
-        return None
+    dimensions = None if value in (AUTO, None) else _dimensions(value)
+    hybrid = _sharding_name(options.values.get("sharding_strategy")) in HYBRID_SHARDINGS
+    if value in (AUTO, None) or dimensions == 2 or (dimensions == 1 and not hybrid):
+        return None  # a 2-D mesh without hybrid sharding is LP117's
     return Problem(
-        f"{options.call('device_mesh')}: device_mesh must be 'auto' or (replicas, shard size), two positive "
-        f"integers, got {value!r}",
+        f"{options.call('device_mesh', 'sharding_strategy')}: device_mesh must be 'auto' or (replicas, shard size), "
+        f"two positive integers{'' if hybrid else ', or one dimension for a sharding that is not hybrid'}, got "
+        f"{value!r}",
         "drop device_mesh ('auto' = (num_nodes, devices per node)), or pass e.g. device_mesh=(2, 8) for 2 nodes "
         "of 8 devices",
     )
@@ -196,9 +214,11 @@ blocks_found_to_wrap = repeated_block(
 
 _COMMON: tuple[Rule, ...] = (
     fsdp_needs_cuda,
+    sharding_strategy_known,
     sharding_matches_preset,
     state_dict_type_known,
     mesh_needs_hybrid_sharding,
+    clipping_by_norm_goes_through_the_module,
     blocks_found_to_wrap,
     half_weights_have_a_scaler,
     *STRATEGY_HARDWARE_RULES,

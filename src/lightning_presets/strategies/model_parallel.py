@@ -15,6 +15,7 @@ from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import needs_accelerator
+from lightning_presets.guards.hooks import overrides
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 
 MODEL_PARALLEL_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true")
@@ -68,8 +69,30 @@ def sizes_are_positive(options: Options) -> Problem | None:
     )
 
 
-@rule(
-    "LP201", "error", "construction", "data × tensor parallel size differs from the world size",
+def sizes_cover_world(code: str, mesh: MeshSpec, **declared: Any) -> Rule:
+    """An error when data × tensor parallel size (``'auto'`` resolved as ``mesh`` says) is not the world size:
+    Lightning's ``_setup_device_mesh`` raises in every process after launch."""
+
+    def check(ctx: Context) -> Problem | None:
+        data, tensor = resolved_sizes(ctx, mesh)
+        if not (isinstance(data, int) and isinstance(tensor, int)) or data * tensor == ctx.world_size:
+            return None
+        return Problem(
+            f"{ctx.call('devices', 'num_nodes')}: {_size_text(ctx, 'data_parallel_size', data)} × "
+            f"{_size_text(ctx, 'tensor_parallel_size', tensor)} = {data * tensor}, but the world size is "
+            f"{ctx.world_arithmetic}; Lightning would only fail after every process has started",
+            f"{_splits_text(ctx)}, e.g. lightning_presets.strategy({ctx.preset!r}, "
+            f"data_parallel_size={ctx.world_size // ctx.devices_per_node}, "
+            f"tensor_parallel_size={ctx.devices_per_node})",
+        )
+
+    return rule(code, "error", "construction", "data × tensor parallel size differs from the world size", **declared)(
+        check
+    )
+
+
+sizes_match_world = sizes_cover_world(
+    "LP201", MODEL_PARALLEL,
     fails='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=2, '
     'tensor_parallel_size=4), accelerator="cuda", devices=4)',
     fixed='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=1, '
@@ -78,17 +101,6 @@ def sizes_are_positive(options: Options) -> Problem | None:
     "sizes ... multiplied should equal the world size' in every process after launch (lightning 2.6.6; "
     "pytorch/torchtitan#1184)",
 )  # fmt: skip
-def sizes_match_world(ctx: Context) -> Problem | None:
-    data, tensor = resolved_sizes(ctx)
-    if not (isinstance(data, int) and isinstance(tensor, int)) or data * tensor == ctx.world_size:
-        return None
-    return Problem(
-        f"{ctx.call('devices', 'num_nodes')}: {_size_text(ctx, 'data_parallel_size', data)} × "
-        f"{_size_text(ctx, 'tensor_parallel_size', tensor)} = {data * tensor}, but the world size is "
-        f"{ctx.world_arithmetic}; Lightning would only fail after every process has started",
-        f"{_splits_text(ctx)}, e.g. lightning_presets.strategy({ctx.preset!r}, "
-        f"data_parallel_size={ctx.world_size // ctx.devices_per_node}, tensor_parallel_size={ctx.devices_per_node})",
-    )
 
 
 @rule(
@@ -183,15 +195,9 @@ def fabric_has_parallelize_fn(ctx: Context) -> Problem | None:
     )
 
 
-_LIGHTNING_PACKAGES = ("lightning.pytorch.", "pytorch_lightning.")
-
-
 def _defines_configure_model(model: nn.Module) -> bool:
     """Whether a class of the user's (not Lightning's own no-op ``ModelHooks``) defines ``configure_model``."""
-    for klass in type(model).__mro__:
-        if "configure_model" in vars(klass):
-            return not klass.__module__.startswith(_LIGHTNING_PACKAGES)
-    return False
+    return overrides(model, "configure_model")
 
 
 @rule(

@@ -44,13 +44,14 @@ xla_needs_tpu = needs_accelerator(
 )  # fmt: skip
 
 xla_fsdp_has_peers = one_device(
-    "LP504", "XLA FSDP on a single device",
+    "LP504", "XLA FSDP on a single device per host",
     severity="error",
-    why="XLA FSDP with the PjRT runtime cannot run on one device ({world_arithmetic}); Lightning would fail only "
-    "after launching",
-    hint="use all devices of the TPU host (devices='auto'), or strategy='single_xla' for one device",
-    fails='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=1)',
-    fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices="auto")',
+    per_node=True,
+    why="XLA FSDP with the PjRT runtime cannot run one device per host ({devices} device(s) × {nodes} node(s)); "
+    "Lightning would fail only after launching, on every host",
+    hint="use all devices of each TPU host (devices='auto'), or strategy='single_xla' for one device",
+    fails='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=1, num_nodes=4)',
+    fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices="auto", num_nodes=4)',
     evidence="source: lightning/fabric/strategies/xla_fsdp.py, XLAFSDPStrategy.setup_environment raises 'does not "
     "support running on a single device with the PjRT runtime' (lightning 2.6.6)",
     setting=XLA,
@@ -69,8 +70,8 @@ xla_fsdp_has_peers = one_device(
 )  # fmt: skip
 def checkpointing_policy_is_set(options: Options) -> Problem | None:
     policy = options.values.get("activation_checkpointing_policy")
-    if policy is None or (isinstance(policy, set) and all(isinstance(cls, type) for cls in policy)):
-        return None
+    if not policy or (isinstance(policy, set) and all(isinstance(cls, type) for cls in policy)):
+        return None  # None or empty: Lightning checkpoints nothing (and the preset leaves an empty policy alone)
     return Problem(
         f"{options.call('activation_checkpointing_policy')}: the policy must be a set of nn.Module classes, got "
         f"{type(policy).__name__}; Lightning would only fail when the module is set up",

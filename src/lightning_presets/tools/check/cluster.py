@@ -40,6 +40,10 @@ class Target:
     interactive: bool = False
     interactive_compatible: bool | None = None
     """Whether the resolved launcher can run in a notebook; ``None`` when unknown."""
+    environment: str = "LightningEnvironment"
+    """The cluster environment Lightning selects (its class name): the one the built strategy holds, else what
+    Lightning's own detection picks in the job's variables. Rules of one launcher fire only when it is selected: a
+    SLURM variable under torchrun is not a SLURM job."""
 
     def call(self, *parts: str) -> str:
         return f"`{self.caller}({', '.join(parts)})`"
@@ -54,16 +58,16 @@ class Target:
 
     @property
     def slurm(self) -> bool:
-        """Lightning's own detection: ``SLURM_NTASKS`` set and not an interactive job name."""
-        return "SLURM_NTASKS" in self.env and not self.slurm_interactive
+        """Lightning selects its SLURM environment (``SLURM_NTASKS`` set, no interactive job name, no torchrun)."""
+        return self.environment == "SLURMEnvironment"
 
     @property
     def torchelastic(self) -> bool:
-        return "TORCHELASTIC_RUN_ID" in self.env
+        return self.environment == "TorchElasticEnvironment"
 
     @property
     def lsf(self) -> bool:
-        return {"LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE"} <= set(self.env)
+        return self.environment == "LSFEnvironment"
 
 
 def _int(value: str | None) -> int | None:

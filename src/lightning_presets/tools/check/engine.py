@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import os
 import re
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from types import MappingProxyType
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from lightning_presets import _api
@@ -61,6 +62,10 @@ UNKNOWN_STRATEGY_ARGUMENT = Code(
 
 CODES: tuple[Code, ...] = (LIGHTNING_REJECTED, *_names.CODES, *_cluster.CLUSTER_RULES, UNKNOWN_STRATEGY_ARGUMENT)
 """The documented codes of the check itself (``--model``'s are ``tools.plan.fit.CODES``)."""
+_CONNECTORS = {
+    "trainer": "lightning.pytorch.trainer.connectors.accelerator_connector",
+    "fabric": "lightning.fabric.connector",
+}
 FABRIC_KEYS = ("accelerator", "strategy", "devices", "num_nodes", "precision", "plugins")
 """The arguments of ``Fabric(...)`` a check passes on (the Trainer takes many more)."""
 TRAINER_SETTINGS = ("accumulate_grad_batches",)
@@ -170,6 +175,20 @@ def _simulation_of(
         if request.cluster == "lsf" and "LSB_DJOB_RANKFILE" not in request.env:
             job_env["LSB_DJOB_RANKFILE"] = "<generated rank file>"
         yield job_env, visible
+
+
+def _detected_environment(request: CheckRequest) -> str:
+    """The cluster environment Lightning's connector would select in the simulated variables (its own detection order,
+    run on a connector that was given no environment), by class name."""
+    module = importlib.import_module(_CONNECTORS[request.mode])
+    connector = getattr(module, "_AcceleratorConnector" if request.mode == "trainer" else "_Connector")
+    with warnings.catch_warnings():  # SLURM's environment warns about srun; the check reports through its rules
+        warnings.simplefilter("ignore")
+        try:
+            chosen = connector._choose_and_init_cluster_environment(SimpleNamespace(_cluster_environment_flag=None))
+        except Exception:  # an environment whose variables it cannot read (the cluster rules say why)
+            return "LightningEnvironment"
+    return type(chosen).__name__
 
 
 def _override_findings(name: str, strategy_cls: Any, overrides: Mapping[str, Any], caller: str) -> list[Finding]:
@@ -306,8 +325,11 @@ def _build(
 ) -> _construct.Outcome | None:
     """Construct the Trainer/Fabric (inside the simulation); ``None`` when the syntax checks already failed."""
     strategy_name = arguments.get("strategy", effective.get("strategy", _names.AUTO))
-    strategy_value = _strategy_argument(request, strategy_name, out)
-    plugins = _plugin_instances(request, out)
+    with warnings.catch_warnings(record=True) as caught:  # the presets' options warnings (LP302, LP609, ...)
+        warnings.simplefilter("always")
+        strategy_value = _strategy_argument(request, strategy_name, out)
+        plugins = _plugin_instances(request, out)
+    out.add([each.message.finding for each in caught if isinstance(each.message, PresetWarning)], "guard", "syntax")
     if out.has_error:
         return None
     kwargs = dict(arguments)
@@ -394,6 +416,7 @@ def check_job(request: CheckRequest) -> CheckReport:
     with _simulation_of(request, devices or 1, nodes, preload) as (job_env, visible):
         if not out.has_error:
             outcome = _build(request, arguments, effective, out) or outcome
+        detected = _detected_environment(request)
     evidence: Evidence = "construction" if outcome.attempted else "syntax"
     out.add(outcome.findings, "guard", "construction")
     out.add(_trainer_findings(outcome), "guard", "construction")
@@ -417,6 +440,7 @@ def check_job(request: CheckRequest) -> CheckReport:
         gpus_per_node=request.gpus,
         interactive=request.interactive,
         interactive_compatible=getattr(launcher, "is_interactive_compatible", None),
+        environment=resolved.cluster_environment if resolved else detected,
     )
     out.add(_cluster.cluster_findings(target), "check", evidence)
     simulated = {

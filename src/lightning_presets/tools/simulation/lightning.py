@@ -65,11 +65,12 @@ def _dry_fit(trainer: Any, model: Any, *args: Any, **kwargs: Any) -> None:
 
 
 def _dry_setup(fabric: Any, module: Any, *optimizers: Any, **kwargs: Any) -> Any:
-    """``Fabric.setup``/``setup_module`` without wrapping: the guards' model and setup stages."""
+    """``Fabric.setup``/``setup_module`` without wrapping: the guards' model, setup and optimizers stages."""
     strategy = fabric.strategy
     if hasattr(strategy, "_lp_check_model"):
         strategy._lp_check_model(module)
         strategy._lp_check_setup(module)
+        strategy._lp_check_optimizers(module, optimizers)
     return (module, *optimizers) if optimizers else module
 
 
