@@ -29,6 +29,7 @@ the same sites) and share their entries.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped,unused-ignore]  # stubs are optional
 from late_failures_sites import Site, sites_in
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +126,7 @@ def _unrenamed(site: Site) -> Site:
     message = site.message.replace("pytorch_lightning", "lightning.pytorch").replace(
         "lightning_fabric", "lightning.fabric"
     )
-    return Site(**{**{name: getattr(site, name) for name in Site.__slots__}, "message": message})
+    return dataclasses.replace(site, message=message)
 
 
 def standalone_differences() -> list[str]:
@@ -216,7 +217,7 @@ def dump(data: Mapping[str, Mapping[str, Any]]) -> str:
         key: {name: data[key][name] for name in (*MACHINE_FIELDS, *REVIEW_FIELDS) if name in data[key]}
         for key in sorted(data)
     }
-    body = yaml.safe_dump(ordered, sort_keys=False, width=4096, allow_unicode=True, default_flow_style=None)
+    body: str = yaml.safe_dump(ordered, sort_keys=False, width=4096, allow_unicode=True, default_flow_style=None)
     return HEADER + "\n" + body
 
 
@@ -459,15 +460,21 @@ def _by_area(data: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _raised(key: str, entry: Mapping[str, Any]) -> str:
+    """What the site raises (``ValueError``), or its kind and what (``warn: rank_zero_warn``)."""
+    error = key.split(":")[3]
+    kind = entry.get("kind")
+    return f"`{_cell(error if kind == 'raise' else f'{kind}: {error}')}`"
+
+
 def _table(data: Mapping[str, Mapping[str, Any]], keys: list[str], versions: list[str]) -> list[str]:
     lines = ["| where | raises | message | releases | status | detail |", "| --- | --- | --- | --- | --- | --- |"]
     for key in keys:
         entry = data[key]
-        error = key.split(":")[3]
-        raised = error if entry.get("kind") == "raise" else f"{entry.get('kind')}: {error}"
+        raised = _raised(key, entry)
         message = _cell(str(entry.get("message", "")))
         status = entry.get("status") or entry.get("scope", "")
-        lines.append(f"| {_where(key)} | `{_cell(raised)}` | {message} | {_versions(entry, versions)} | {status} "
+        lines.append(f"| {_where(key)} | {raised} | {message} | {_versions(entry, versions)} | {status} "
                      f"| {_detail(entry) or _cell(entry.get('why', ''))} |")  # fmt: skip
     return lines
 
@@ -490,7 +497,7 @@ def render(data: Mapping[str, Mapping[str, Any]]) -> str:
     for key in open_keys:
         entry = data[key]
         versions = lightning if _scope(key) == "lightning" else deepspeed
-        out.append(f"| {_where(key)} | `{_cell(key.split(':')[3])}` | {_cell(entry['guard'])} "
+        out.append(f"| {_where(key)} | {_raised(key, entry)} | {_cell(entry['guard'])} "
                    f"| {_versions(entry, versions)} |")  # fmt: skip
     for area in AREAS:
         keys = [k for k in in_scope if data[k]["area"] == area]

@@ -177,7 +177,7 @@ def _checkpoint_io(ns: Namespace) -> Any:
 PRECISIONS = ("transformer-engine", "transformer-engine-float16", "16-true", "16-mixed", "bf16-true", "bf16-mixed",
               "32-true", "64-true", 64, 32, 16, "64", "32", "16", "bf16", "bogus")  # fmt: skip
 ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps", "tpu", "bogus")
-DEVICES = (0, "0", [], -1, "-1", "auto", 1, 2, 3, [0, 1], "0,1", "1,", [5])
+DEVICES: tuple[Any, ...] = (0, "0", [], -1, "-1", "auto", 1, 2, 3, [0, 1], "0,1", "1,", [5])
 
 
 def cases() -> Iterator[Case]:
@@ -199,12 +199,12 @@ def _accelerators_and_devices() -> Iterator[Case]:
     for accelerator in ACCELERATORS:
         for gpus in (0, 2):
             yield Case(_with(accelerator=accelerator), gpus=gpus)
-    for accelerator in (_cpu, _cuda):
-        yield Case(_with(accelerator=accelerator, devices=2), gpus=2)
+    for instance in (_cpu, _cuda):
+        yield Case(_with(accelerator=instance, devices=2), gpus=2)
     for num_nodes in (0, -1, 2):
         yield Case(_with(accelerator="cpu", devices=2, num_nodes=num_nodes))
     for accelerator in ("auto", "gpu", "mps", "cpu"):
-        for strategy in ("ddp", "deepspeed", "fsdp_offload_ckpt", "auto", _instance("DDPStrategy")):
+        for strategy in (*("ddp", "deepspeed", "fsdp_offload_ckpt", "auto"), _instance("DDPStrategy")):
             yield Case(_with(accelerator=accelerator, strategy=strategy), stand_ins=("mps",))
     for accelerator in ("auto", "tpu"):
         for devices in ("auto", 1, 8, [1]):
@@ -406,52 +406,53 @@ def _environment_specials() -> Iterator[Case]:
                        cluster=cluster, stand_ins=("torch_xla",))  # fmt: skip
 
 
+def _user_strategies() -> dict[str, tuple[dict[str, Any], ...]]:
+    """Arguments users give the strategies they build, valid and not, by class name."""
+    import torch
+
+    layer = torch.nn.Linear
+    return {
+        "FSDPStrategy": (
+            {}, {"activation_checkpointing": layer, "activation_checkpointing_policy": {layer}},
+            {"activation_checkpointing": [layer]}, {"activation_checkpointing_policy": {layer}},
+            {"sharding_strategy": "HYBRID_SHARD"}, {"sharding_strategy": "BOGUS"}, {"sharding_strategy": "FULL_SHARD"},
+            {"process_group": object(), "device_mesh": (1, 2)}, {"device_mesh": (1, 2)}, {"state_dict_type": "bogus"},
+            {"state_dict_type": "sharded"}, {"cpu_offload": True}, {"mixed_precision": object()},
+            {"auto_wrap_policy": {layer}}, {"precision": "bf16-mixed"}, {"sharding_strategy": "_HYBRID_SHARD_ZERO2"},
+            {"sharding_strategy": "HYBRID_SHARD", "auto_wrap_policy": {layer}},
+            {"sharding_strategy": "HYBRID_SHARD", "device_mesh": (1, 2)}, {"use_orig_params": False},
+        ),
+        "DeepSpeedStrategy": (
+            {}, {"config": "/nonexistent/ds.json"}, {"config": {}}, {"config": {"zero_optimization": {"stage": 3}}},
+            {"stage": 5}, {"offload_optimizer": True, "offload_optimizer_device": "bogus"}, {"logging_level": 10},
+            {"config": {"gradient_accumulation_steps": 2}}, {"stage": 3, "offload_parameters": True},
+            {"partition_activations": True, "contiguous_memory_optimization": True}, {"zero_optimization": False},
+            {"config": "AAA"}, {"precision_plugin": object()}, {"process_group_backend": "gloo"},
+        ),
+        "ModelParallelStrategy": ({}, {"data_parallel_size": 2, "tensor_parallel_size": 1},
+                                  {"data_parallel_size": "bogus"}),
+        "DDPStrategy": ({}, {"start_method": "bogus"}, {"ddp_comm_hook": object()}, {"model_averaging_period": 4},
+                        {"find_unused_parameters": True}, {"static_graph": True}),
+        "XLAStrategy": ({}, {"sync_module_states": False}, {"debug": True}),
+        "XLAFSDPStrategy": (
+            {}, {"activation_checkpointing_policy": {layer}}, {"activation_checkpointing_policy": [layer]},
+            {"auto_wrapper_callable": object(), "activation_checkpointing_policy": {layer}},
+            {"state_dict_type": "bogus"}, {"state_dict_type": "sharded"}, {"auto_wrap_policy": {layer}},
+        ),
+        "SingleDeviceStrategy": ({"device": "cpu"}, {"device": 0}, {"device": "cuda:0"}),
+        "SingleDeviceXLAStrategy": ({"device": "cpu"}, {"device": 0}, {"device": "cuda:0"}),
+        "DataParallelStrategy": ({}, {"parallel_devices": [torch.device("cuda", 0)]}),
+    }  # fmt: skip
+
+
 def _user_built() -> Iterator[Case]:
     """Strategies and plugins the user builds (their constructors run before Trainer/Fabric does)."""
     import torch
 
-    def built(name: str, **kwargs: Any) -> Case:
-        return Case(_with(strategy=_instance(name, **kwargs)), build_only=True, gpus=2,
-                    stand_ins=("torch_xla", "transformer_engine"))  # fmt: skip
-
-    layer = torch.nn.Linear
-    for kwargs in (
-        {}, {"activation_checkpointing": layer, "activation_checkpointing_policy": {layer}},
-        {"activation_checkpointing": [layer]}, {"activation_checkpointing_policy": {layer}},
-        {"sharding_strategy": "HYBRID_SHARD"}, {"sharding_strategy": "BOGUS"}, {"sharding_strategy": "FULL_SHARD"},
-        {"process_group": object(), "device_mesh": (1, 2)}, {"device_mesh": (1, 2)}, {"state_dict_type": "bogus"},
-        {"state_dict_type": "sharded"}, {"cpu_offload": True}, {"mixed_precision": object()},
-        {"auto_wrap_policy": {layer}}, {"precision": "bf16-mixed"}, {"sharding_strategy": "_HYBRID_SHARD_ZERO2"},
-        {"sharding_strategy": "HYBRID_SHARD", "auto_wrap_policy": {layer}},
-        {"sharding_strategy": "HYBRID_SHARD", "device_mesh": (1, 2)}, {"use_orig_params": False},
-    ):  # fmt: skip
-        yield built("FSDPStrategy", **kwargs)
-    for kwargs in (
-        {}, {"config": "/nonexistent/ds.json"}, {"config": {}}, {"config": {"zero_optimization": {"stage": 3}}},
-        {"stage": 5}, {"offload_optimizer": True, "offload_optimizer_device": "bogus"}, {"logging_level": 10},
-        {"config": {"gradient_accumulation_steps": 2}}, {"stage": 3, "offload_parameters": True},
-        {"partition_activations": True, "contiguous_memory_optimization": True}, {"zero_optimization": False},
-        {"config": "AAA"}, {"precision_plugin": object()}, {"process_group_backend": "gloo"},
-    ):  # fmt: skip
-        yield built("DeepSpeedStrategy", **kwargs)
-    for kwargs in ({}, {"data_parallel_size": 2, "tensor_parallel_size": 1}, {"data_parallel_size": "bogus"}):
-        yield built("ModelParallelStrategy", **kwargs)
-    for kwargs in ({}, {"start_method": "bogus"}, {"ddp_comm_hook": object()}, {"model_averaging_period": 4},
-                   {"find_unused_parameters": True}, {"static_graph": True}):  # fmt: skip
-        yield built("DDPStrategy", **kwargs)
-    for kwargs in ({}, {"sync_module_states": False}, {"debug": True}):
-        yield built("XLAStrategy", **kwargs)
-    for kwargs in (
-        {}, {"activation_checkpointing_policy": {layer}}, {"activation_checkpointing_policy": [layer]},
-        {"auto_wrapper_callable": object(), "activation_checkpointing_policy": {layer}}, {"state_dict_type": "bogus"},
-        {"state_dict_type": "sharded"}, {"auto_wrap_policy": {layer}},
-    ):  # fmt: skip
-        yield built("XLAFSDPStrategy", **kwargs)
-    for kwargs in ({"device": "cpu"}, {"device": 0}, {"device": "cuda:0"}):
-        yield built("SingleDeviceStrategy", **kwargs)
-        yield built("SingleDeviceXLAStrategy", **kwargs)
-    for kwargs in ({}, {"parallel_devices": [torch.device("cuda", 0)]}):
-        yield built("DataParallelStrategy", **kwargs)
+    for name, variants in _user_strategies().items():
+        for kwargs in variants:
+            yield Case(_with(strategy=_instance(name, **kwargs)), build_only=True, gpus=2,
+                       stand_ins=("torch_xla", "transformer_engine"))  # fmt: skip
 
     def plugin(
         name: str, *args: Any, stand_ins: tuple[str, ...] = ("torch_xla", "transformer_engine"), **kwargs: Any
@@ -475,12 +476,13 @@ def _user_built() -> Iterator[Case]:
         for dtype in (None, torch.bfloat16, torch.float16):
             yield plugin("BitsandbytesPrecision", mode, dtype)
             yield plugin("BitsandbytesPrecision", mode, dtype, stand_ins=("bitsandbytes",))
-    for kwargs in (
+    engine: tuple[dict[str, Any], ...] = (
         {"weights_dtype": torch.bfloat16}, {"weights_dtype": torch.float16, "recipe": {"fp8_format": "HYBRID"}},
         {"weights_dtype": torch.float32, "replace_layers": False},
         {"weights_dtype": torch.bfloat16, "recipe": object()},
         {"weights_dtype": torch.bfloat16, "fallback_compute_dtype": torch.float32},
-    ):  # fmt: skip
+    )  # fmt: skip
+    for kwargs in engine:
         yield plugin("TransformerEnginePrecision", **kwargs)
     for name in _ENVIRONMENT_CLASSES:
         yield plugin(name)

@@ -8,6 +8,7 @@ qualified function, exception type and a fingerprint of the message's literal te
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import re
 from collections.abc import Iterable, Iterator
@@ -281,8 +282,4 @@ def numbered(sites: Iterable[Site]) -> Iterator[Site]:
     for site in sites:
         base = site.key
         seen[base] = seen.get(base, 0) + 1
-        yield Site(**{**_fields(site), "occurrence": seen[base]})
-
-
-def _fields(site: Site) -> dict[str, object]:
-    return {name: getattr(site, name) for name in Site.__slots__}
+        yield dataclasses.replace(site, occurrence=seen[base])
