@@ -221,17 +221,25 @@ def dump(data: Mapping[str, Mapping[str, Any]]) -> str:
     return HEADER + "\n" + body
 
 
-def record(data: dict[str, dict[str, Any]], sites: Iterable[Site], version: str, scope: str) -> list[str]:
+def record(
+    data: dict[str, dict[str, Any]],
+    sites: Iterable[Site],
+    version: str,
+    scope: str,
+    found_phases: Mapping[str, str] | None = None,
+) -> list[str]:
     """Make the entries of ``scope`` (``lightning`` or ``deepspeed``) say which sites ``version`` has.
 
-    New sites get ``status: todo``; an entry left with no release is removed. Returns what changed.
+    A new site is ``construction`` when the trace says so (``found_phases``), else ``todo`` for a reviewer; an entry
+    left with no release is removed. Returns what changed.
     """
     changes = []
     present = {site.key: site for site in sites}
     for key, site in present.items():
-        entry = data.setdefault(key, {"status": TODO})
-        if entry.get("status") == TODO and len(entry) == 1:
-            changes.append(f"new: {key}")
+        if key not in data:
+            data[key] = {"status": "construction" if (found_phases or {}).get(key) == "construction" else TODO}
+            changes.append(f"new ({data[key]['status']}): {key}")
+        entry = data[key]
         entry.update(area=site.area, kind=site.kind, message=site.message)
         entry["versions"] = sorted({*entry.get("versions", []), version}, key=_version_key)
     for key in [key for key in data if _scope(key) == scope and key not in present]:
@@ -559,7 +567,7 @@ def main(argv: list[str]) -> int:
     if "--record" in argv:
         changes = []
         if found.lightning:
-            changes += record(data, found.sites, found.lightning, "lightning")
+            changes += record(data, found.sites, found.lightning, "lightning", phases(found.traced))
         if found.deepspeed:
             changes += record(data, found.deepspeed_sites, found.deepspeed, "deepspeed")
         DATA.write_text(dump(data), encoding="utf-8")

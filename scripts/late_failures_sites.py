@@ -154,6 +154,9 @@ def _compares_to(test: ast.expr, literal: str) -> bool:
     )
 
 
+_TRIES = (ast.Try, getattr(ast, "TryStar", ast.Try))  # try/except* exists from Python 3.11
+
+
 def deciding_line(stack: list[ast.AST], node: ast.stmt) -> int:
     """The line whose execution decides whether ``node`` can run.
 
@@ -167,7 +170,7 @@ def deciding_line(stack: list[ast.AST], node: ast.stmt) -> int:
             return _first_evaluated(parent.test)
         if isinstance(parent, ast.For | ast.AsyncFor) and child is not parent.iter:
             return _first_evaluated(parent.iter)
-        if isinstance(parent, ast.Try | ast.TryStar) and child in parent.handlers:
+        if isinstance(parent, _TRIES) and child in parent.handlers:
             return _first_evaluated(parent.body[0])
         if isinstance(parent, ast.With | ast.AsyncWith):
             return _first_evaluated(parent.items[0].context_expr)

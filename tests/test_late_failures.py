@@ -230,3 +230,20 @@ def test_the_data_file_round_trips(data: dict[str, dict[str, Any]], tmp_path: Pa
     copy = tmp_path / "late_failures.yaml"
     shutil.copy(lf.DATA, copy)
     assert lf.dump(lf.load(copy)) == lf.DATA.read_text(encoding="utf-8")
+
+
+def test_recording_a_release_adds_its_new_sites_and_drops_it_from_the_others(tmp_path: Path) -> None:
+    def site(qualname: str, message: str = "bad") -> Site:
+        return Site("strategies", "lightning.fabric.strategies.x", qualname, "raise", "ValueError", message, 3, 2, 2)
+
+    kept, gone, built, later = site("A.f"), site("A.g"), site("A.h"), site("A.i")
+    data: dict[str, dict[str, Any]] = {
+        kept.key: {"status": "unknowable", "why": "w", "versions": ["2.5.6"]},
+        gone.key: {"status": "open", "guard": "g", "versions": ["2.6.6"]},
+    }
+    changes = lf.record(data, [kept, built, later], "2.6.6", "lightning", {built.key: "construction"})
+    assert changes == [f"new (construction): {built.key}", f"new (todo): {later.key}", f"gone: {gone.key}"]
+    assert data[kept.key] == {"status": "unknowable", "why": "w", "versions": ["2.5.6", "2.6.6"], "area": "strategies",
+                              "kind": "raise", "message": "bad"}  # fmt: skip
+    assert data[later.key]["status"] == lf.TODO
+    assert gone.key not in data
