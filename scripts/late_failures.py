@@ -334,12 +334,7 @@ def documented_codes() -> dict[str, str]:
     """Every LP code the package documents, with its stage: the presets' rules and the other documented codes."""
     import errors_doc
 
-    from lightning_presets.tools.examples import rules_of
-
-    codes = {code.code: code.stage for code in errors_doc.CODES}
-    for preset in errors_doc.builtin_presets():
-        codes.update({each.code: each.stage for each in rules_of(preset)})
-    return codes
+    return {code.code: code.stage for code in errors_doc.declared().values()}
 
 
 # --- DeepSpeed ------------------------------------------------------------------------------------------------------

@@ -718,6 +718,23 @@ def _construct(case: Case, ns: Namespace) -> str:
     return "built"
 
 
+SCRATCH_CALLERS = {
+    (os.path.join("lightning_presets", "strategies", "deepspeed_config.py"), "lightning_config"),
+    (os.path.join("lightning_presets", "guards", "strategy.py"), "environment_refusal"),
+}
+"""Where the guards run Lightning's own checks early, on a copy or ahead of time (the DeepSpeed config Lightning will
+pass; the cluster environment's validate_settings): lines executed from there are not Lightning's construction."""
+
+
+def _on_scratch(frame: FrameType | None) -> bool:
+    while frame is not None:
+        code = frame.f_code
+        if any(code.co_name == name and code.co_filename.endswith(path) for path, name in SCRATCH_CALLERS):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class _Tracer:
     """Records the executed lines of the watched files (a set of paths, or every file under a directory)."""
 
@@ -732,7 +749,7 @@ class _Tracer:
 
         def in_files(frame: FrameType, event: str, arg: Any) -> Any:
             filename = frame.f_code.co_filename
-            if filename not in files:
+            if filename not in files or _on_scratch(frame.f_back):
                 return None
             executed.setdefault(filename, set()).add(frame.f_lineno)
             return local

@@ -32,6 +32,11 @@ def test_the_foundation_codes_are_documented() -> None:
         assert f"## {code}" in text
 
 
+def test_readme_code_table_is_up_to_date() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme == _docs.with_readme_table(readme), "run `python scripts/errors_doc.py --readme README.md`"
+
+
 def test_readme_lists_every_code() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     missing = [entry.code for entry in [*_docs._documented_codes(), *_docs._rule_entries()] if entry.code not in readme]

@@ -75,6 +75,9 @@ class Context:
     """Whether the strategy preset checkpoints the activations of the repeated blocks it finds."""
     accumulate_grad_batches: int | None = None
     """The Trainer's ``accumulate_grad_batches`` (``None`` with Fabric)."""
+    environment_refusal: str | None = None
+    """What the cluster environment's own ``validate_settings`` says of the devices and nodes (its error, one line),
+    run when the snapshot is taken; ``None`` when it accepts them."""
     torch_build: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     """What the installed torch was built with: ``cuda`` (``torch.version.cuda``), ``hip``, ``nccl`` (a version tuple,
     or ``None`` without NCCL); read once when the snapshot is taken."""

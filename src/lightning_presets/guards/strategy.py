@@ -15,6 +15,7 @@ from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Rule, Stage, run_rules
 from lightning_presets.guards.arguments import call_arguments
+from lightning_presets.guards.launch_rules import LAUNCH_RULES
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 from lightning_presets.registry import compat
 
@@ -37,6 +38,24 @@ def torch_build() -> Mapping[str, Any]:
     return MappingProxyType({"cuda": torch.version.cuda, "hip": torch.version.hip, "nccl": nccl})
 
 
+def environment_refusal(strategy: Any, devices: int, nodes: int) -> str | None:
+    """What the cluster environment's own ``validate_settings`` says of the job, run now instead of when Lightning's
+    script launcher (start method ``popen``, every preset family's but XLA's) launches ``fit``; ``None`` when it
+    accepts the job or no such launcher will ask it."""
+    environment = getattr(strategy, "cluster_environment", None)
+    if (
+        environment is None
+        or getattr(strategy, "_start_method", "popen") != "popen"
+        or accelerator_name(strategy.accelerator) == "xla"
+    ):
+        return None
+    try:
+        environment.validate_settings(num_devices=devices, num_nodes=nodes)
+    except Exception as error:  # the environment's ValueError, as Lightning would raise it at launch
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
 def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mapping[str, Any]) -> Context:
     """Read the final configuration off a strategy whose connector has finished with it."""
     precision = strategy.precision_plugin if namespace.kind == "trainer" else strategy.precision
@@ -44,14 +63,16 @@ def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mappi
     environment = getattr(strategy, "cluster_environment", None)
     accelerator = accelerator_name(strategy.accelerator)
     arguments = call_arguments(namespace.caller)
+    devices_per_node = len(devices) if devices else 1
+    num_nodes = int(getattr(strategy, "num_nodes", 1) or 1)
     accumulation = arguments.get("accumulate_grad_batches")
     return Context(
         preset=preset.name,
         target=namespace.target,
         caller=namespace.caller,
         accelerator=accelerator,
-        devices_per_node=len(devices) if devices else 1,
-        num_nodes=int(getattr(strategy, "num_nodes", 1) or 1),
+        devices_per_node=devices_per_node,
+        num_nodes=num_nodes,
         precision=str(getattr(precision, "precision", "32-true")),
         precision_plugin=type(precision).__name__,
         cluster_environment=type(environment).__name__ if environment is not None else "none",
@@ -66,6 +87,7 @@ def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mappi
         activation_checkpointing=preset.activation_checkpointing,
         accumulate_grad_batches=accumulation if type(accumulation) is int else None,
         torch_build=torch_build(),
+        environment_refusal=environment_refusal(strategy, devices_per_node, num_nodes),
         arguments=MappingProxyType(arguments),
     )
 
@@ -122,9 +144,9 @@ class Guarded:
     def _construction_rules(self, context: Context) -> tuple[Rule, ...]:
         """The preset's rules, the rules every strategy preset gets, and the strategy × precision-preset rules when a
         precision preset is in use."""
-        added = STRATEGY_HARDWARE_RULES if context.precision_preset is None else (
-            *STRATEGY_HARDWARE_RULES, *PRECISION_CROSS_RULES
-        )  # fmt: skip
+        added = (*STRATEGY_HARDWARE_RULES, *LAUNCH_RULES)
+        if context.precision_preset is not None:
+            added = (*added, *PRECISION_CROSS_RULES)
         rules = self._lp_preset.rules
         return (*rules, *(each for each in added if each not in rules))
 

@@ -56,7 +56,7 @@ NCCL_FOR_BF16 = (2, 10)
 
 
 @rule(
-    "LP303", "error", "construction", "bf16 gradient compression with a torch build that refuses the hook",
+    "LP303", "error", "construction", "bf16 gradient compression that is refused or silently left out",
     fails='Trainer(strategy="ddp_bf16_compress", accelerator="cpu", devices=2)   # a CPU-only build of torch',
     fixed='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2)   # a CPU-only build of torch',
     setting=Setting(gpus=0, simulated=("cpu_only_torch",)),
@@ -64,20 +64,27 @@ NCCL_FOR_BF16 = (2, 10)
     "the hook without CUDA 11+ and NCCL 2.10+: TypeError when DDP wraps the model)",
 )  # fmt: skip
 def bf16_compress_supported(ctx: Context) -> Problem | None:
-    """torch registers the hook when it was built with CUDA (or ROCm) and NCCL 2.10+, whatever the accelerator (gloo on
-    CPU then reduces bf16); a job on CUDA runs where such a build is installed."""
+    """Lightning's Trainer registers a DDP comm hook only on CUDA devices (on CPU it trains plain DDP, the hook
+    silently left out); Fabric registers it anywhere, and torch takes it from a build with CUDA (or ROCm) and NCCL
+    2.10+, whatever the backend. A job on CUDA runs where such a build is installed."""
+    if ctx.accelerator == "cuda":
+        return None
+    if ctx.caller == "Trainer":
+        return Problem(
+            f"{ctx.call('accelerator')}: Lightning's Trainer registers DDP communication hooks on CUDA devices only, "
+            "so the bf16 compression hook is silently left out and the gradients travel uncompressed",
+            "run it with accelerator='cuda'; on CPU use strategy='ddp_static_graph' or strategy='ddp'",
+        )
     build = ctx.torch_build
     nccl = build.get("nccl")
-    if ctx.accelerator == "cuda" or (
-        (build.get("cuda") or build.get("hip")) and nccl is not None and tuple(nccl) >= NCCL_FOR_BF16
-    ):
+    if (build.get("cuda") or build.get("hip")) and nccl is not None and tuple(nccl) >= NCCL_FOR_BF16:
         return None
     return Problem(
         f"{ctx.call('accelerator')}: this torch build ({'CUDA ' + build['cuda'] if build.get('cuda') else 'CPU-only'}"
         f"{', NCCL ' + '.'.join(map(str, nccl)) if nccl else ', no NCCL'}) refuses torch's bf16 compression hook "
         "(it needs CUDA 11+ and NCCL 2.10+): DDP raises TypeError when it wraps the model",
-        "on a CPU-only torch use strategy='ddp_static_graph' or strategy='ddp'; the hook itself runs with any backend "
-        "on a CUDA build of torch",
+        "on a CPU-only torch use strategy='ddp_static_graph' or strategy='ddp'; Fabric registers the hook with any "
+        "backend on a CUDA build of torch",
     )
 
 
@@ -170,13 +177,37 @@ def compression_hook_kept(options: Options) -> Problem | None:
     )
 
 
+@rule(
+    "LP309", "error", "options", "post-localSGD without a model averaging period",
+    fails="from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_localSGD\n"
+    'lightning_presets.strategy("ddp_static_graph", ddp_comm_state=post_localSGD.PostLocalSGDState(None, None, 8), '
+    "ddp_comm_hook=post_localSGD.post_localSGD_hook)",
+    fixed="from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_localSGD\n"
+    'lightning_presets.strategy("ddp_static_graph", ddp_comm_state=post_localSGD.PostLocalSGDState(None, None, 8), '
+    "ddp_comm_hook=post_localSGD.post_localSGD_hook, model_averaging_period=4)",
+    evidence="runtime: tests/evidence/test_whole_job.py::test_lp309_post_local_sgd_needs_an_averaging_period "
+    "(DDPStrategy._enable_model_averaging raises ValueError when `fit` sets the optimizers up)",
+)  # fmt: skip
+def model_averaging_has_a_period(options: Options) -> Problem | None:
+    state = options.values.get("ddp_comm_state")
+    if type(state).__name__ != "PostLocalSGDState" or options.values.get("model_averaging_period") is not None:
+        return None
+    return Problem(
+        f"{options.call('model_averaging_period')}: the post-localSGD communication state averages the models "
+        "periodically, and Lightning raises when `fit` sets the optimizers up without model_averaging_period",
+        "pass model_averaging_period=N (e.g. 4: the models are averaged every 4 steps after start_localSGD_iter)",
+    )
+
+
 STATIC_GRAPH_RULES: tuple[Rule, ...] = (
+    model_averaging_has_a_period,
     static_graph_kept,
     ddp_has_peers,
     static_graph_without_accumulation,
     *STRATEGY_HARDWARE_RULES,
 )
 BF16_COMPRESS_RULES: tuple[Rule, ...] = (
+    model_averaging_has_a_period,
     compression_hook_kept,
     bf16_compress_reduced_by_nccl,
     bf16_compress_supported,

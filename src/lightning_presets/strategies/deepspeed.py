@@ -519,11 +519,15 @@ def offload_takes_the_optimizer(ctx: Context, model: nn.Module | None, optimizer
 def _as_parsed_at_fit(ctx: Context) -> dict[str, Any]:
     """The config DeepSpeed will parse when ``fit`` starts, as far as construction knows it: the Trainer fills a missing
     micro-batch size from the dataloader then, so it is parsed as 1 and ``train_batch_size`` (which depends on it) is
-    left to the batch-arithmetic rules (LP406, LP407)."""
+    left to the batch-arithmetic rules (LP406, LP407); ``aio.use_gds``, which DeepSpeed checks against the accelerator
+    of the machine it parses on, is left out for a job on CUDA."""
     config = dict(passed_config(ctx))
     if config and ctx.caller == "Trainer" and "train_micro_batch_size_per_gpu" not in config:
         config.pop("train_batch_size", None)
         config["train_micro_batch_size_per_gpu"] = 1
+    aio = _section(config, "aio")
+    if ctx.accelerator == "cuda" and "use_gds" in aio:  # validated against this machine's accelerator, not the job's
+        config["aio"] = {key: value for key, value in aio.items() if key != "use_gds"}
     return config
 
 
@@ -573,8 +577,37 @@ def deepspeed_takes_the_config_as_written(ctx: Context) -> Problem | None:
     )
 
 
+def _device_indices(devices: Any) -> list[int] | None:
+    """The GPU indices ``devices=`` names (``[1, 3]`` or ``"1,3"``), or ``None`` for a count or ``"auto"``."""
+    if isinstance(devices, str) and "," in devices:
+        parts = [part.strip() for part in devices.split(",") if part.strip()]
+        return [int(part) for part in parts] if all(part.isdigit() for part in parts) else None
+    if isinstance(devices, (list, tuple)) and all(type(index) is int for index in devices):
+        return list(devices)
+    return None
+
+
+@rule(
+    "LP420", "error", "construction", "GPU indices other than 0..n-1, which DeepSpeed cannot map to local ranks",
+    fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=[1, 3])',
+    fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=2)   # CUDA_VISIBLE_DEVICES=1,3',
+    evidence="runtime: tests/evidence/test_whole_job.py::test_lp420_deepspeed_refuses_device_indices "
+    "(lightning's _validate_device_index_selection raises RuntimeError in setup_environment, when `fit` starts)",
+)  # fmt: skip
+def devices_are_local_ranks(ctx: Context) -> Problem | None:
+    indices = _device_indices(ctx.arguments.get("devices"))
+    if indices is None or indices == list(range(len(indices))):
+        return None
+    return Problem(
+        f"{ctx.call('devices')}: DeepSpeed maps each process to the GPU of its local rank, so it can use the "
+        f"GPUs 0..{len(indices) - 1} only; Lightning refuses {indices} when `fit` starts",
+        f"select the GPUs with CUDA_VISIBLE_DEVICES={','.join(map(str, indices))} and pass devices={len(indices)}",
+    )
+
+
 RULES: tuple[Rule, ...] = (
     deepspeed_needs_cuda,
+    devices_are_local_ranks,
     param_offload_needs_stage3,
     one_half_precision,
     fabric_batch_size_adds_up,

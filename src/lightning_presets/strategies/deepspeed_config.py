@@ -76,15 +76,18 @@ def parse(config: Mapping[str, Any], world_size: int) -> Parsed:
             parsed._configure_train_batch_size()
             parsed._do_sanity_check()
         except Exception as error:  # DeepSpeed refuses with asserts, pydantic, TypeError, its own errors
-            return Parsed(_one_line(error), tuple(logged))
-    return Parsed(None, tuple(logged))
+            return Parsed(_one_line(error), tuple(dict.fromkeys(logged)))
+    return Parsed(None, tuple(dict.fromkeys(logged)))
 
 
 def _one_line(error: Exception) -> str:
     details = getattr(error, "errors", None)
     if callable(details):  # pydantic: the field and its complaint, not "1 validation error for ..."
         with contextlib.suppress(Exception):
-            return "; ".join(f"{'.'.join(map(str, each['loc']))}: {each['msg']}" for each in details())
+            return "; ".join(
+                ": ".join(part for part in (".".join(map(str, each["loc"])), str(each["msg"])) if part)
+                for each in details()
+            )
     text = (str(error).strip().splitlines() or [""])[0]
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 

@@ -148,12 +148,30 @@ def clipping_by_norm_goes_through_the_module(ctx: Context, model: nn.Module) -> 
     )
 
 
+@rule(
+    "LP119", "warning", "options", "Fabric with use_orig_params=False: no joint setup of model and optimizer",
+    fails='lightning_presets.strategy("fsdp_offload_ckpt", target="fabric", use_orig_params=False)',
+    fixed='lightning_presets.strategy("fsdp_offload_ckpt", target="fabric")',
+)  # fmt: skip
+def fabric_keeps_original_parameters(options: Options) -> Problem | None:
+    if options.target not in ("fabric", "lightning_fabric") or options.values.get("use_orig_params") is not False:
+        return None
+    return Problem(
+        f"{options.call('use_orig_params')}: with use_orig_params=False, Fabric's FSDP refuses "
+        "fabric.setup(model, optimizer) (it raises ValueError then); only setup_module, then an optimizer made from "
+        "the wrapped module's parameters and setup_optimizers, works",
+        "drop use_orig_params (Lightning's default is True), or set up in that order: "
+        "model = fabric.setup_module(model); optimizer = fabric.setup_optimizers(make_optimizer(model.parameters()))",
+    )
+
+
 RULES: tuple[Rule, ...] = (
     fsdp_needs_cuda,
     sharding_strategy_known,
     state_dict_type_known,
     mesh_needs_hybrid_sharding,
     clipping_by_norm_goes_through_the_module,
+    fabric_keeps_original_parameters,
     fsdp_has_peers,
     repeated_block_found,
     half_weights_have_a_scaler,

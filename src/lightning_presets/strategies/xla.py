@@ -101,6 +101,28 @@ def one_auto_wrapper(options: Options) -> Problem | None:
     )
 
 
+XLA_STATE_DICT_TYPES = ("sharded", "full")
+
+
+@rule(
+    "LP509", "error", "options", "an unknown state_dict_type for XLA FSDP",
+    fails='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", state_dict_type="consolidated")',
+    fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", state_dict_type="full")',
+    evidence="runtime: tests/evidence/test_whole_job.py::test_lp509_xla_fsdp_refuses_an_unknown_state_dict_type "
+    "(XLAFSDPStrategy.save_checkpoint/load_checkpoint raise ValueError 'Unknown state_dict_type')",
+    setting=XLA,
+)  # fmt: skip
+def xla_state_dict_type_known(options: Options) -> Problem | None:
+    value = options.values.get("state_dict_type", "sharded")
+    if value in XLA_STATE_DICT_TYPES:
+        return None
+    return Problem(
+        f"{options.call('state_dict_type')}: state_dict_type={value!r} is not a checkpoint format of XLA FSDP; "
+        "Lightning would only fail when the first checkpoint is saved or loaded",
+        f"use one of {', '.join(map(repr, XLA_STATE_DICT_TYPES))}",
+    )
+
+
 xla_block_found = repeated_block(
     "LP508", "no repeated block found to wrap and checkpoint",
     consequence="the whole model becomes one XLA FSDP unit{checkpointing}",
@@ -118,6 +140,7 @@ RULES: tuple[Rule, ...] = (
     xla_fsdp_has_peers,
     checkpointing_policy_is_set,
     one_auto_wrapper,
+    xla_state_dict_type_known,
     xla_block_found,
     *PRECISION_CROSS_RULES,
     *STRATEGY_HARDWARE_RULES,

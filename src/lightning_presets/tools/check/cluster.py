@@ -306,5 +306,10 @@ CLUSTER_RULES: tuple[Rule, ...] = (
 )
 
 
+ENVIRONMENT_RULES: tuple[Rule, ...] = (slurm_tasks_per_node, slurm_nodes, elastic_world_size)
+"""What the selected environment's own ``validate_settings`` refuses (a preset's LP095 at construction), said with the
+launcher's own flags: the check reports these instead of LP095."""
+
+
 def cluster_findings(target: Target) -> list[Finding]:
     return run_rules(CLUSTER_RULES, "check", target)

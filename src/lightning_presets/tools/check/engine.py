@@ -26,6 +26,7 @@ from lightning_presets.core.findings import Finding, PresetConfigError, PresetWa
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import run_rules
 from lightning_presets.guards import arguments
+from lightning_presets.guards.launch_rules import environment_takes_the_job
 from lightning_presets.registry import catalog
 from lightning_presets.registry.overrides import accepted
 from lightning_presets.tools import simulation as _simulation
@@ -82,6 +83,9 @@ class _Collector:
             if (finding.code, finding.message) not in known:
                 known.add((finding.code, finding.message))
                 self.items.append(Reported(finding=finding, source=source, level=level))
+
+    def drop(self, code: str) -> None:
+        self.items = [each for each in self.items if each.finding.code != code]
 
     @property
     def has_error(self) -> bool:
@@ -442,7 +446,10 @@ def check_job(request: CheckRequest) -> CheckReport:
         interactive_compatible=getattr(launcher, "is_interactive_compatible", None),
         environment=resolved.cluster_environment if resolved else detected,
     )
-    out.add(_cluster.cluster_findings(target), "check", evidence)
+    cluster = _cluster.cluster_findings(target)
+    if {finding.code for finding in cluster} & {each.code for each in _cluster.ENVIRONMENT_RULES}:
+        out.drop(environment_takes_the_job.code)
+    out.add(cluster, "check", evidence)
     simulated = {
         "gpus_per_node": request.gpus,
         "gpus_visible": visible,
