@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -52,3 +57,12 @@ def fit(strategy: Any, module: LightningModule | None = None, **kwargs: Any) -> 
     module = module if module is not None else Steps()
     trainer(strategy, **kwargs).fit(module)
     return module
+
+
+def run_child(code: str, env: dict[str, str]) -> str:
+    """Run ``code`` in a fresh interpreter that can ``import proof``; its stdout (``PROOF`` lines)."""
+    here = str(Path(__file__).resolve().parent)
+    path = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **env, "PYTHONPATH": path}, check=False)  # fmt: skip
+    return done.stdout + done.stderr

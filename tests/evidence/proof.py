@@ -34,6 +34,8 @@ _CODE = re.compile(r"^LP\d{3}$")
 
 
 def is_ours(filename: str) -> bool:
+    if not os.path.isabs(filename):  # "<frozen importlib._bootstrap>", "<string>": the interpreter's own
+        return False
     path = Path(filename).resolve()
     return any(path.is_relative_to(ours) for ours in OURS)
 

@@ -80,7 +80,9 @@ def test_lp111_a_three_dimensional_mesh_fails_when_fsdp_wraps_the_model(proof: P
 
 
 @pytest.mark.proves("LP112")
-def test_lp112_a_mesh_larger_than_the_world_fails_when_lightning_builds_it(proof: Proof) -> None:
+def test_lp112_a_mesh_that_is_not_the_world_fails_when_lightning_builds_it(
+    proof: Proof, two_ranks: dict[str, Any]
+) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     def build() -> object:
@@ -92,6 +94,9 @@ def test_lp112_a_mesh_larger_than_the_world_fails_when_lightning_builds_it(proof
     _init_process_group(proof)  # a world of 1, meshed (2, 1): the mesh (2, 4) of a world of 16, scaled
     with proof.raises(RuntimeError, r"Mesh should not be bigger than default world size 1", code="LP112"):
         init_device_mesh("cpu", (2, 1))
+    # A smaller mesh: (1, 1) on 2 processes. torch builds it, but the rank outside it fails when FSDP asks for its group.
+    proof.child(two_ranks["reports"], "lp112_mesh_smaller_than_world", "IndexError", "list index out of range",
+                code="LP112")  # fmt: skip
 
 
 @pytest.mark.proves("LP116")
