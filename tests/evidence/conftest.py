@@ -56,7 +56,6 @@ def process_group() -> Iterator[None]:
         os.environ.update(saved)
 
 
-
 @pytest.fixture(scope="session")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One launch of ``scripts/two_ranks.py`` on 2 gloo processes, shared by the tests that read it: its ``STATE``
@@ -80,8 +79,14 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
              "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}  # fmt: skip
     cwd = tmp_path_factory.mktemp("two_ranks")
     ranks = [
-        subprocess.Popen([sys.executable, str(script)], env={**base, **ports, "RANK": str(rank)}, cwd=cwd,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, str(script)],
+            env={**base, **ports, "RANK": str(rank)},
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for rank in (0, 1)
     ]
     outputs = []

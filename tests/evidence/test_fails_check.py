@@ -1,5 +1,5 @@
-"""``lightning-presets check``'s codes: the same job given to Lightning on this CPU machine, with the cluster's variables
-set as its launcher sets them (one process: the rank the job starts here)."""
+"""``lightning-presets check``'s codes: the same job given to Lightning on this CPU machine, with the cluster's
+variables set as its launcher sets them (one process: the rank the job starts here)."""
 
 from __future__ import annotations
 
@@ -103,9 +103,7 @@ def test_lp711_a_launcher_that_reruns_the_script_in_a_notebook(proof: Proof, mon
 
 
 @pytest.mark.proves("LP712")
-def test_lp712_an_interactive_slurm_job_on_several_nodes_waits_for_nodes_that_never_join(
-    proof: Proof, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_lp712_interactive_slurm_on_several_nodes_hangs(proof: Proof, monkeypatch: pytest.MonkeyPatch) -> None:
     _environment(monkeypatch, **{**SLURM, "SLURM_JOB_NAME": "interactive", "SLURM_NTASKS": "2", "SLURM_NNODES": "2",
                                  "MASTER_PORT": _free_port()})  # fmt: skip
     with proof.raises(Exception, r"Timed out after \d+ seconds waiting for clients\. 1/2 clients joined", code="LP712"):
@@ -134,6 +132,7 @@ def test_lp709_torchruns_world_trains_whatever_devices_per_node_says(two_ranks: 
     assert [state["environment"] for state in states] == ["TorchElasticEnvironment"] * 2
     assert [state["world"] for state in states] == [2, 2]
     for state in states:
-        assert len(state["losses"]) == 3 and state["losses"][-1] < state["losses"][0]
+        assert len(state["losses"]) == 3
+        assert state["losses"][-1] < state["losses"][0]
     assert states[0]["losses"] != states[1]["losses"]  # each rank saw its own batches
     assert states[0]["checksum"] == states[1]["checksum"]  # and the gradients were reduced across them

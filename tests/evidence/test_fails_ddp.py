@@ -24,7 +24,7 @@ class RecordsHooks(Steps):
 
 
 @pytest.mark.proves("LP303")
-def test_lp303_bf16_compression_off_cuda_is_ignored_by_the_trainer_and_refused_by_torch(proof: Proof) -> None:
+def test_lp303_bf16_compression_off_cuda_is_ignored_or_refused(proof: Proof) -> None:
     from lightning.fabric import Fabric
 
     proof.refused("LP303", lambda: trainer(BF16))

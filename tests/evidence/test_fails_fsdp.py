@@ -94,7 +94,7 @@ def test_lp112_a_mesh_that_is_not_the_world_fails_when_lightning_builds_it(
     _init_process_group(proof)  # a world of 1, meshed (2, 1): the mesh (2, 4) of a world of 16, scaled
     with proof.raises(RuntimeError, r"Mesh should not be bigger than default world size 1", code="LP112"):
         init_device_mesh("cpu", (2, 1))
-    # A smaller mesh: (1, 1) on 2 processes. torch builds it, but the rank outside it fails when FSDP asks for its group.
+    # A smaller mesh, (1, 1) on 2 processes: torch builds it, and the rank left out fails when FSDP asks for its group.
     proof.child(two_ranks["reports"], "lp112_mesh_smaller_than_world", "IndexError", "list index out of range",
                 code="LP112")  # fmt: skip
 
@@ -119,9 +119,7 @@ def test_lp116_hybrid_shards_of_one_device_never_reduce_across_replicas(
 
 
 @pytest.mark.proves("LP117")
-def test_lp117_a_two_dimensional_mesh_without_hybrid_sharding_reduces_over_its_first_dimension(
-    proof: Proof, two_ranks: dict[str, Any]
-) -> None:
+def test_lp117_a_2d_mesh_without_hybrid_sharding_reduces_over_dim_0(proof: Proof, two_ranks: dict[str, Any]) -> None:
     proof.refused("LP117", lambda: lightning_presets.strategy("fsdp_grad_op", device_mesh=(1, 2)))
     for rank in (0, 1):
         state = two_ranks["states"][("lp117_two_dimensional_mesh", rank)]

@@ -36,7 +36,7 @@ def test_lp202_a_zero_size_fails_when_the_mesh_is_built(proof: Proof) -> None:
 
 
 @pytest.mark.proves("LP205")
-def test_lp205_lightning_refuses_the_precision_for_a_model_parallel_strategy(proof: Proof) -> None:
+def test_lp205_lightning_refuses_the_precision(proof: Proof) -> None:
     """Lightning's connector refuses 64-true for a ModelParallelStrategy object (the preset's own class); for a strategy
     *name* the Trainer skips that check, and test_lp205_by_name_64_true_trains_on_cpu shows what then happens."""
     proof.refused("LP205", lambda: trainer("tp2d_hybrid", precision="64-true"))
@@ -73,7 +73,7 @@ def test_lp208_a_module_without_configure_model_fails_after_launch(proof: Proof)
 
 
 @pytest.mark.proves("LP210")
-def test_lp210_fsdp2_with_tensor_parallel_size_fails_when_the_mesh_is_built(proof: Proof) -> None:
+def test_lp210_fsdp2_with_tensor_parallel_fails_in_the_mesh(proof: Proof) -> None:
     def strategy() -> object:
         return lightning_presets.strategy("fsdp2", tensor_parallel_size=2)
 
@@ -83,7 +83,7 @@ def test_lp210_fsdp2_with_tensor_parallel_size_fails_when_the_mesh_is_built(proo
 
 
 @pytest.mark.proves("LP211")
-def test_lp211_fsdp2_with_another_data_parallel_size_fails_when_the_mesh_is_built(proof: Proof) -> None:
+def test_lp211_fsdp2_data_parallel_size_fails_in_the_mesh(proof: Proof) -> None:
     def strategy() -> object:
         return lightning_presets.strategy("fsdp2_offload_ckpt", data_parallel_size=2)
 

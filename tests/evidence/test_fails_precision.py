@@ -21,7 +21,7 @@ needs_torchao = pytest.mark.skipif(not requirements.is_importable("torchao"), re
 
 
 @pytest.mark.proves("LP601", "LP602")
-def test_lp601_lp602_lightnings_transformer_engine_plugin_needs_an_importable_recent_package(
+def test_lp601_lp602_transformer_engine_must_import_and_be_recent(
     proof: Proof, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from lightning.fabric.plugins.precision import transformer_engine

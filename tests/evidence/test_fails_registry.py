@@ -32,7 +32,7 @@ def registered(name: str, factory: Any) -> Iterator[None]:
 
 
 @pytest.mark.proves("LP001")
-def test_lp001_lightning_lower_cases_the_name_so_an_upper_case_entry_is_never_found(proof: Proof) -> None:
+def test_lp001_lightning_lower_cases_the_name_it_looks_up(proof: Proof) -> None:
     from lightning.pytorch.strategies import DDPStrategy
 
     with registered("Acme_DDP", DDPStrategy), proof.raises(ValueError, r"invalid strategy name", code="LP001"):
@@ -70,9 +70,7 @@ def test_lp005_something_other_than_a_preset_cannot_build_a_strategy(proof: Proo
 
 
 @pytest.mark.proves("LP006", "LP715")
-def test_lp006_lp715_an_argument_torchs_wrapper_does_not_take_fails_when_the_model_is_wrapped(
-    proof: Proof, process_group: None
-) -> None:
+def test_lp006_lp715_an_unknown_keyword_fails_when_ddp_wraps(proof: Proof, process_group: None) -> None:
     """Lightning's DDPStrategy (and FSDPStrategy, which needs CUDA) accepts any keyword and passes it to torch's
     wrapper in ``setup``."""
     from lightning.pytorch.strategies import DDPStrategy
@@ -82,6 +80,15 @@ def test_lp006_lp715_an_argument_torchs_wrapper_does_not_take_fails_when_the_mod
         fit(DDPStrategy(static_graph=True, gradient_as_bucket_view=True, static_grpah=True))
     with proof.raises(TypeError, r"unexpected keyword argument 'find_unused_parameter'", code="LP715"):
         fit(DDPStrategy(find_unused_parameter=True))  # check --strategy ddp --set find_unused_parameter=true
+
+
+@pytest.mark.proves("LP007")
+def test_lp007_lightning_needs_deepspeed_installed(proof: Proof, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lightning.pytorch.strategies import deepspeed as lightning_deepspeed
+
+    monkeypatch.setattr(lightning_deepspeed, "_DEEPSPEED_AVAILABLE", False)  # Lightning's finding when it is absent
+    with proof.raises(Exception, r"you must have DeepSpeed installed", code="LP007"):
+        lightning_deepspeed.DeepSpeedStrategy(stage=2)
 
 
 @pytest.mark.proves("LP008", "LP011")
@@ -135,13 +142,14 @@ def test_lp013_a_distribution_without_a_name_cannot_be_looked_up(proof: Proof, i
     install(CRASHING_RULE, named=False)
     (entry,) = [each for each in metadata.entry_points(group="lightning_presets.strategies")
                 if each.value.startswith(CRASHING_RULE.package)]  # fmt: skip
-    assert entry.dist is not None and entry.dist.name is None
+    assert entry.dist is not None
+    assert entry.dist.name is None
     with proof.raises(ValueError, r"A distribution name is required", code="LP013"):
         metadata.distribution(entry.dist.name)  # type: ignore[arg-type]
 
 
 @pytest.mark.proves("LP015")
-def test_lp015_a_denied_preset_is_not_registered_so_lightning_does_not_know_the_name(proof: Proof) -> None:
+def test_lp015_a_denied_preset_is_an_unknown_name(proof: Proof) -> None:
     output = run_child(
         """
         import proof

@@ -1,5 +1,6 @@
-"""XLA FSDP (xla_fsdp_ckpt). torch_xla is not installed here: each proof executes the Lightning code that fails and needs
-no TPU (the availability check, ``setup_environment``, ``_activation_checkpointing_kwargs``) with the preset's values."""
+"""XLA FSDP (xla_fsdp_ckpt). torch_xla is not installed here: each proof executes the Lightning code that fails and
+needs no TPU (the availability check, ``setup_environment``, ``_activation_checkpointing_kwargs``) with the preset's
+values."""
 
 from __future__ import annotations
 
@@ -54,9 +55,9 @@ def _without_init() -> Any:
 
 @pytest.mark.proves("LP504")
 def test_lp504_xla_fsdp_refuses_a_single_device(proof: Proof) -> None:
-    from lightning_presets.tools.simulation.stand_ins import standing_in
-
     from lightning.fabric import Fabric
+
+    from lightning_presets.tools.simulation.stand_ins import standing_in
 
     with standing_in("torch_xla"):
         proof.refused("LP504", lambda: Fabric(strategy=XLA_FSDP, accelerator="tpu", devices=1))
@@ -67,7 +68,7 @@ def test_lp504_xla_fsdp_refuses_a_single_device(proof: Proof) -> None:
 
 
 @pytest.mark.proves("LP505", "LP506")
-def test_lp505_lp506_lightning_refuses_the_checkpointing_arguments_when_the_module_is_set_up(proof: Proof) -> None:
+def test_lp505_lp506_lightning_refuses_the_checkpointing_arguments(proof: Proof) -> None:
     from lightning.fabric.strategies.xla_fsdp import _activation_checkpointing_kwargs
 
     from lightning_presets.tools.simulation.stand_ins import standing_in

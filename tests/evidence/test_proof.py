@@ -20,22 +20,21 @@ def test_a_test_that_observed_nothing_proves_nothing(monkeypatch: pytest.MonkeyP
 
 def test_an_exception_of_our_own_code_is_no_proof(monkeypatch: pytest.MonkeyPatch) -> None:
     proof = _proof(monkeypatch)
-    with pytest.raises(AssertionError, match="raised by this repository's code"):
-        with proof.raises(ValueError, "mine", code="LP201"):
-            raise ValueError("mine")  # raised here, in tests/: not a library's failure
+    ours = pytest.raises(AssertionError, match="raised by this repository's code")
+    with ours, proof.raises(ValueError, "mine", code="LP201"):
+        raise ValueError("mine")  # raised here, in tests/: not a library's failure
     import lightning_presets
 
-    with pytest.raises(AssertionError, match="raised by this repository's code"):
-        with proof.raises(PresetConfigError, "LP010", code="LP010"):
-            lightning_presets.strategy("no_such_preset")
+    ours = pytest.raises(AssertionError, match="raised by this repository's code")
+    with ours, proof.raises(PresetConfigError, "LP010", code="LP010"):
+        lightning_presets.strategy("no_such_preset")
     assert proof.observations == []
 
 
 def test_a_configuration_that_does_not_fail_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     proof = _proof(monkeypatch)
-    with pytest.raises(pytest.fail.Exception, match="did not fail"):
-        with proof.raises(ValueError, "", code="LP201"):
-            int("3")
+    with pytest.raises(pytest.fail.Exception, match="did not fail"), proof.raises(ValueError, "", code="LP201"):
+        int("3")
 
 
 def test_a_library_exception_is_recorded_with_where_it_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,13 +54,12 @@ def test_a_library_exception_is_recorded_with_where_it_came_from(monkeypatch: py
 def test_an_exception_with_no_frame_below_ours_is_no_proof(monkeypatch: pytest.MonkeyPatch) -> None:
     """A C function called from our code raises at our frame: the origin rule refuses it rather than guess."""
     proof = _proof(monkeypatch)
-    with pytest.raises(AssertionError, match="raised by this repository's code"):
-        with proof.raises(ValueError, "invalid literal", code="LP201"):
-            int("three")
-    try:
+    ours = pytest.raises(AssertionError, match="raised by this repository's code")
+    with ours, proof.raises(ValueError, "invalid literal", code="LP201"):
         int("three")
-    except ValueError as error:
-        assert is_ours(origin(error).rsplit(":", 1)[0])
+    with pytest.raises(ValueError, match="invalid literal") as raised:
+        int("three")
+    assert is_ours(origin(raised.value).rsplit(":", 1)[0])
 
 
 def test_a_guard_switched_off_needs_the_guard_shown_to_fire(monkeypatch: pytest.MonkeyPatch) -> None:

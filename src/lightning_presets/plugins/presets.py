@@ -44,8 +44,8 @@ def _dtype(name: Any) -> Any:
     "LP613", "error", "options", "a dtype name the precision preset does not take",
     fails='lightning_presets.precision("nf4-bnb", dtype="bf16")',
     fixed='lightning_presets.precision("nf4-bnb", dtype="bfloat16")',
-    evidence="source: the preset's prepare looks the name up with getattr(torch, name), which raises AttributeError "
-    "for 'bf16' (torch has torch.bfloat16, no torch.bf16)",
+    evidence="runtime: tests/evidence/test_fails_precision.py::test_lp613_torch_has_no_dtype_called_bf16 (torch "
+    "raises AttributeError for torch.bf16)",
 )  # fmt: skip
 def dtype_names_known(ctx: PrecisionContext) -> Problem | None:
     bad = [key for key in ("weights_dtype", "dtype") if key in ctx.values and ctx.values[key] not in DTYPES]
@@ -77,8 +77,9 @@ def nf4_dtype_supported(ctx: PrecisionContext) -> Problem | None:
     "LP612", "error", "options", "an unknown torchao float8 recipe",
     fails='lightning_presets.precision("fp8-torchao", recipe="rowwize")',
     fixed='lightning_presets.precision("fp8-torchao", recipe="rowwise")',
-    evidence="source: torchao/float8/config.py, Float8LinearConfig.from_recipe_name asserts the name is a "
-    "Float8LinearRecipeName (ValueError under python -O) when the model is converted (torchao 0.18.0)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_precision.py::test_lp612_torchao_refuses_an_unknown_recipe_when_the_model_is_converted "
+    "(torchao asserts the recipe name)",
 )  # fmt: skip
 def float8_recipe_known(ctx: PrecisionContext) -> Problem | None:
     recipe = ctx.values.get("recipe", "tensorwise")

@@ -57,8 +57,8 @@ bf16_compress_needs_cuda = needs_cuda(
     hint="run it with accelerator='cuda'; on CPU use strategy='ddp_static_graph' or strategy='ddp'",
     fails='Trainer(strategy="ddp_bf16_compress", accelerator="cpu", devices=2)',
     fixed='Trainer(strategy="ddp_bf16_compress", accelerator="cuda", devices=8)',
-    evidence="runtime: tests/field/test_reproductions.py::test_bf16_compress_hook_needs_cuda_and_nccl (torch refuses "
-    "the hook without CUDA 11+ and NCCL 2.10+: TypeError when DDP wraps the model)",
+    evidence="runtime: tests/evidence/test_fails_ddp.py::test_lp303_bf16_compression_off_cuda_is_ignored_or_refused "
+    "(the Trainer trains without the hook; with Fabric a CPU build of torch raises TypeError)",
 )  # fmt: skip
 
 

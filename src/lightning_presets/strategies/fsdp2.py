@@ -62,8 +62,9 @@ _STEPS = {
     "LP210", "error", "options", "tensor_parallel_size other than 1",
     fails='lightning_presets.strategy("fsdp2", tensor_parallel_size=2)',
     fixed='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=2)',
-    evidence="source: lightning/fabric/strategies/model_parallel.py, _setup_device_mesh raises RuntimeError after "
-    "launch: the preset makes data_parallel_size the world size, so data × tensor exceeds it (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_model_parallel.py::test_lp210_fsdp2_with_tensor_parallel_fails_in_the_mesh (fit: "
+    "Lightning raises RuntimeError 'multiplied should equal the world size')",
 )  # fmt: skip
 def fsdp2_without_tensor_parallel(options: Options) -> Problem | None:
     value = options.values.get("tensor_parallel_size", 1)
@@ -82,8 +83,9 @@ def fsdp2_without_tensor_parallel(options: Options) -> Problem | None:
     fails='Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=4), accelerator="cpu", '
     "devices=2)",
     fixed='Trainer(strategy="fsdp2", accelerator="cpu", devices=2)',
-    evidence="source: lightning/fabric/strategies/model_parallel.py, _setup_device_mesh raises RuntimeError 'The "
-    "sizes ... multiplied should equal the world size' in every process after launch (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_model_parallel.py::test_lp211_fsdp2_data_parallel_size_fails_in_the_mesh (fit: "
+    "Lightning raises RuntimeError 'multiplied should equal the world size')",
 )  # fmt: skip
 def data_parallel_is_world(ctx: Context) -> Problem | None:
     value = ctx.options.get("data_parallel_size", "auto")

@@ -22,10 +22,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]  # tests/evidence (proof), tests/ (models)
 
-import torch
-import torch.distributed as dist
-
-from proof import report
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from proof import report  # noqa: E402
 
 STATE = "STATE "
 SCENARIOS = (
