@@ -491,18 +491,17 @@ def _prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
 
 
 _EVIDENCE = "construction (Trainer and Fabric, simulated CUDA, deepspeed 0.19.8 installed; no GPU run)"
-_CONSTRUCTION = (
-    "Trainer and Fabric on 8 simulated CUDA devices, with DeepSpeed 0.19.8 installed (ZeRO needs CUDA to run)"
-)
 TESTED_WITH_ZERO2 = tested(
     _EVIDENCE,
-    construction=_CONSTRUCTION,
+    construction="the Trainer on 2 simulated nodes of 4 CUDA devices, with DeepSpeed 0.19.8 installed: ZeRO stage 2 "
+    "with the optimizer offloaded to CPU in the config Lightning holds (ZeRO needs CUDA to run)",
     construction_test="tests/test_deepspeed.py::test_zero2_offload_constructs_on_simulated_cuda",
     deepspeed="0.19.8",
 )
 TESTED_WITH_ZERO3 = tested(
     _EVIDENCE,
-    construction=_CONSTRUCTION + "; activation checkpointing of each block run on CPU",
+    construction="Trainer and Fabric on 8 simulated CUDA devices, with DeepSpeed 0.19.8 installed: ZeRO stage 3 with "
+    "parameters and optimizer offloaded to CPU in the config (ZeRO needs CUDA to run)",
     construction_test="tests/test_deepspeed.py::test_zero3_offload_ckpt_constructs_for_trainer_and_fabric",
     deepspeed="0.19.8",
 )

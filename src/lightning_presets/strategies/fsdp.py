@@ -206,8 +206,8 @@ FSDP_OFFLOAD_CKPT = Preset(
     tested_with=tested(
         "construction on simulated CUDA (Trainer, Fabric, pytorch_lightning, lightning_fabric); "
         "block detection and activation checkpointing run on CPU; FSDP1 needs CUDA and never ran on a GPU here",
-        construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices; the wrapping hook with "
-        "a recording FSDP, activation checkpointing of the blocks run on CPU (FSDP1 needs CUDA to run)",
+        construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices: each namespace's own "
+        "FSDPStrategy and FSDPPrecision, FULL_SHARD with parameters offloaded (FSDP1 needs CUDA to run)",
         construction_test="tests/test_fsdp_offload_ckpt.py::test_constructs_on_simulated_cuda_in_every_namespace",
     ),
 )

@@ -35,14 +35,14 @@ PRESET_SHARDING = {
 _EVIDENCE = "construction on simulated CUDA (Trainer and Fabric); never run on a GPU"
 TESTED_WITH_HYBRID = tested(
     _EVIDENCE,
-    construction="Trainer, Fabric and the standalone packages on simulated CUDA (8 devices, 1 to 4 nodes); the "
-    "wrapping hook with a recording FSDP (FSDP1 needs CUDA to run)",
+    construction="Trainer, Fabric and the standalone packages on 2 simulated nodes of 8 CUDA devices: the (2, 8) "
+    "device mesh filled in, HYBRID_SHARD (FSDP1 needs CUDA to run)",
     construction_test="tests/test_fsdp_family.py::test_hybrid_fills_the_mesh_from_nodes_and_devices",
 )
 TESTED_WITH_GRAD_OP = tested(
     _EVIDENCE,
-    construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices; the wrapping hook with a "
-    "recording FSDP (FSDP1 needs CUDA to run)",
+    construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices: SHARD_GRAD_OP without "
+    "offload (FSDP1 needs CUDA to run)",
     construction_test="tests/test_fsdp_family.py::test_grad_op_constructs_in_every_namespace",
 )
 

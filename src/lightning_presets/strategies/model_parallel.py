@@ -262,10 +262,11 @@ TP2D_HYBRID = Preset(
     tested_with=tested(
         "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, 1×2 and 2×1 meshes; construction on simulated "
         "CUDA",
-        construction="Trainer, Fabric and the standalone packages, on CPU and on 8 simulated CUDA devices",
-        construction_test="tests/test_tp2d_hybrid.py::test_lp203_neighbour_on_simulated_cuda",
-        runtime_cpu="Trainer.fit and a Fabric loop on 2 processes (gloo), 1×2 and 2×1 meshes: DTensor shards on "
-        "each rank, the first loss equal to an unsharded copy's",
+        construction="Trainer (by name) and Fabric (with a parallelize_fn) in the four namespaces on 8 simulated CUDA "
+        "devices: the (1, 8) mesh of one node",
+        construction_test="tests/test_tp2d_hybrid.py::test_constructs_in_every_namespace_on_simulated_cuda",
+        runtime_cpu="Trainer.fit by name on 2 processes (gloo), registered by the start-up hook alone: a 1×2 mesh, "
+        "DTensor shards on each rank, decreasing losses",
         runtime_cpu_test="tests/test_tp2d_hybrid.py::test_trainer_by_name_trains_tensor_parallel_1x2_with_autoload_only",
     ),
 )
