@@ -21,8 +21,11 @@ POLICY = """\
 ## Severity policy
 
 - **error**: the configuration would fail, hang, or train silently wrong. Every error names its evidence below
-  ("How we know"): a reproduction the test suite runs on CPU (`runtime: tests/...`), or the place in Lightning,
-  torch or DeepSpeed that fails, with the version (`source: ...`). A test fails for an error without evidence.
+  ("How we know"), an executed proof: a test under `tests/evidence/` that runs the configuration with the guard
+  switched off (`LIGHTNING_PRESETS_SKIP`), or the Lightning, torch or DeepSpeed code that fails, and observes the
+  failure (`runtime: tests/evidence/...`), or a check of the GPU harness where nothing runs without a GPU
+  (`gpu: benchmarks/gpu/...`). A test fails for an error without one; the few errors still without an executed
+  proof cite the code that fails (`source: ...`) and are listed, with the reason, in `tests/test_examples.py`.
 - **warning**: legal but slow, wasteful or unusual (tensor groups across nodes, an uneven mesh, bf16 emulated on
   a pre-Ampere GPU, no block found to checkpoint), a preset option that contradicts the preset's name, or a check
   that could not be made (capability unknown without NVML).

@@ -251,3 +251,17 @@ def test_exit_code_tells_a_skipped_package_from_no_gpu(
     monkeypatch.setattr(gpu_checks, "_probe", _fake_probe(gpus))
     assert gpu_checks.main(["--only", ",".join(names), "--out", str(tmp_path)]) == code
     assert {check["status"] for check in _report(tmp_path)["checks"]} == {"skipped"}
+
+
+def test_a_proof_check_passes_only_when_its_configuration_fails() -> None:
+    closure = gpu_checks.BY_NAME["proof_lp412_deepspeed_closure"]
+    assert gpu_checks.proof_result(closure, {"losses": []}, None) == []
+    assert gpu_checks.proof_result(closure, {"failure": "x"}, "AssertionError: x") == []
+    assert "training_step ran 2 time(s)" in gpu_checks.proof_result(closure, {"losses": [1.0, 0.9]}, None)[0]
+    fp8 = gpu_checks.BY_NAME["proof_lp604_fp8_below_capability"]
+    assert gpu_checks.proof_result(fp8, {}, "RuntimeError: torch._scaled_mm is only supported on ...") == []
+    assert "a run that trained" in gpu_checks.proof_result(fp8, {"losses": [1.0]}, None)[0]
+    assert "proves a failure below compute capability 8.9" in (
+        gpu_checks._skip_reason(fp8, _gpu_env(capability="9.0", torchao="0.18.0"), cpu=False) or ""
+    )
+    assert gpu_checks._skip_reason(fp8, _gpu_env(capability="8.0", torchao="0.18.0"), cpu=False) is None

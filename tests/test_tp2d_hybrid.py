@@ -301,8 +301,27 @@ def test_lp203_the_issues_two_by_twelve_on_three_nodes_of_eight_is_accepted_with
 
 
 def test_lp203_neighbour_on_simulated_cuda(cuda8: SimulatedGPU) -> None:
+    """Tensor groups of 3 on nodes of 3 devices: no warning at all (an LP203 here fails the test)."""
     strategy = lightning_presets.strategy(PRESET, data_parallel_size=4, tensor_parallel_size=3)
-    Trainer(strategy=strategy, accelerator="cuda", devices=3, num_nodes=4, **QUIET)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PresetWarning)
+        trainer = Trainer(strategy=strategy, accelerator="cuda", devices=3, num_nodes=4, **QUIET)
+    assert mp.resolved_sizes(trainer.strategy._lp_context) == (4, 3)
+
+
+@pytest.mark.parametrize(("target", "package"), TRAINER_NAMESPACES + FABRIC_NAMESPACES)
+def test_constructs_in_every_namespace_on_simulated_cuda(cuda8: SimulatedGPU, target: str, package: str) -> None:
+    """By name in the Trainer; with a parallelize_fn in Fabric (which needs one): one node of 8, a (1, 8) mesh."""
+    module = importlib.import_module(package)
+    if hasattr(module, "Trainer"):
+        strategy = module.Trainer(strategy=PRESET, accelerator="cuda", devices=8, **QUIET).strategy
+    else:
+        strategy = lightning_presets.strategy(PRESET, target=target, parallelize_fn=keep_model)
+        module.Fabric(strategy=strategy, accelerator="cuda", devices=8)
+    assert isinstance(strategy, importlib.import_module(f"{package}.strategies").ModelParallelStrategy)
+    assert strategy._lp_context.target == target
+    assert (strategy._lp_context.accelerator, strategy._lp_context.world_size) == ("cuda", 8)
+    assert mp.resolved_sizes(strategy._lp_context) == (1, 8)
 
 
 def test_lp204_warns_on_simulated_cuda(cuda8: SimulatedGPU) -> None:

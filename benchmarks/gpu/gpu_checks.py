@@ -93,6 +93,16 @@ class Check:
     configure_model: bool = False
     """The LightningModule applies tensor parallelism + FSDP2 itself (the tp2d_hybrid contract)."""
     trainable_only: bool = False
+    proves: tuple[str, ...] = ()
+    """Error codes this check proves: it runs their configuration with the guards switched off
+    (``LIGHTNING_PRESETS_SKIP``) and passes only when the run fails as ``expect`` says."""
+    expect: str = ""
+    """For a proof: a regular expression over ``ExceptionType: message`` of the failed run, or ``no training step``
+    when the run must end without ``training_step`` ever running."""
+    lightning_plugin: str | None = None
+    """A Lightning precision plugin class of ``lightning.pytorch.plugins`` built as ``Class("bf16-mixed", "cuda")``."""
+    below_capability: tuple[int, int] | None = None
+    """Runs only on GPUs of a compute capability below this (else skipped)."""
 
 
 CHECKS: tuple[Check, ...] = (
@@ -121,6 +131,14 @@ CHECKS: tuple[Check, ...] = (
           strategy="deepspeed_zero2_offload", requires=("deepspeed",), timeout_s=120),
     Check(name="deepspeed_zero3_offload_ckpt", what="DeepSpeed ZeRO-3, parameters + optimizer offloaded, "
           "blocks checkpointed", strategy="deepspeed_zero3_offload_ckpt", requires=("deepspeed",), timeout_s=120),
+    Check(name="proof_lp412_deepspeed_closure", what="LP412 off: DeepSpeed ZeRO-2 with Lightning's MixedPrecision "
+          "plugin; DeepSpeed's optimizer never calls the closure, so training_step never runs",
+          strategy="deepspeed_zero2_offload", all_devices=False, precision=None, lightning_plugin="MixedPrecision",
+          requires=("deepspeed",), timeout_s=120, proves=("LP412",), expect="no training step"),
+    Check(name="proof_lp604_fp8_below_capability", what="LP604 off: fp8-torchao on a GPU below compute capability "
+          "8.9: torch._scaled_mm refuses it at the first step", all_devices=False, plugin="fp8-torchao",
+          precision=None, requires=("torchao",), below_capability=(8, 9), proves=("LP604",),
+          expect=r"(?i)scaled_mm|capability"),
     Check(name="plan_memory", what="`plan --model`'s traced peak per GPU vs torch.cuda.max_memory_allocated of a "
           "real step, per preset (within 15%)", precision=None, timeout_s=160),
 )  # fmt: skip
@@ -310,12 +328,30 @@ def _expectations(check: Check, figures: dict[str, Any], sizes: Sizes, cpu: bool
     return problems
 
 
+def proof_result(check: Check, figures: dict[str, Any], failure: str | None) -> list[str]:
+    """What a proof check must show: its configuration failed as ``check.expect`` says; empty when it did."""
+    if check.expect == "no training step":
+        if failure is not None or not figures.get("losses"):
+            return []
+        return [f"training_step ran {len(figures['losses'])} time(s): {check.proves} did not fail"]
+    if failure is not None and re.search(check.expect, failure):
+        return []
+    return [f"expected a failure matching {check.expect!r}, got {failure or 'a run that trained'}"]
+
+
 def _require(check: Check, cpu: bool) -> None:
     for module in check.requires:
         try:
             importlib.import_module(module)
         except Exception as error:  # an optional package that fails to import for any reason
             raise CheckSkipped(f"{module} does not import: {type(error).__name__}: {error}") from None
+    if check.below_capability is not None and not cpu:
+        import torch
+
+        have = torch.cuda.get_device_capability(0)
+        if have >= check.below_capability:
+            need = ".".join(map(str, check.below_capability))
+            raise CheckSkipped(f"proves a failure below compute capability {need}; the GPU has {have[0]}.{have[1]}")
     if check.min_capability is not None and not cpu:
         import torch
 
@@ -392,6 +428,9 @@ def _fit(check: Check, sizes: Sizes, cpu: bool) -> dict[str, Any]:
         arguments["precision"] = "32-true" if cpu else check.precision
     if check.plugin is not None:
         arguments["plugins"] = [lightning_presets.precision(check.plugin)]
+    if check.lightning_plugin is not None:
+        plugins = importlib.import_module("lightning.pytorch.plugins")
+        arguments["plugins"] = [getattr(plugins, check.lightning_plugin)("bf16-mixed", "cpu" if cpu else "cuda")]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer = pl.Trainer(**arguments, max_steps=sizes.steps, logger=False, enable_checkpointing=False,
@@ -524,6 +563,17 @@ def run_child(name: str, cpu: bool) -> int:
             figures = _cli_check()
         elif name == "plan_memory":
             figures = _plan_memory(cpu)
+        elif check.proves:
+            os.environ["LIGHTNING_PRESETS_SKIP"] = ",".join(check.proves)
+            failure = None
+            try:
+                figures = _fit(check, sizes, cpu)
+            except Exception as error:  # the failure the proof is about
+                failure = f"{type(error).__name__}: {error}"[:2000]
+                figures = {"failure": failure}
+            problems = proof_result(check, figures, failure)
+            if problems:
+                raise CheckFailed("; ".join(problems))
         else:
             figures = _fit(check, sizes, cpu)
             problems = _expectations(check, figures, sizes, cpu)
@@ -759,6 +809,11 @@ def _skip_reason(check: Check, env: dict[str, Any], cpu: bool) -> str | None:
         state = optional.get(module, "not installed")
         if state == "not installed" or state.startswith("fails"):
             return f"{module} {state}"
+    if check.below_capability is not None and not cpu:
+        capability = tuple(int(part) for part in env["devices"][0]["capability"].split("."))
+        if capability >= check.below_capability:
+            need = ".".join(map(str, check.below_capability))
+            return f"proves a failure below compute capability {need}; the GPU has {env['devices'][0]['capability']}"
     if check.min_capability is not None and not cpu:
         capability = tuple(int(part) for part in env["devices"][0]["capability"].split("."))
         if capability < check.min_capability:

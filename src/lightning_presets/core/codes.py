@@ -18,9 +18,11 @@ STAGES = ("catalog", "options", "construction", "trainer", "model", "setup", "op
 the commands of that name."""
 
 
-EVIDENCE_KINDS = ("runtime", "source")
-"""How an ``error`` knows the configuration fails: ``runtime: tests/<file>.py::<test> (...)`` names a reproduction
-the test suite runs; ``source: <file>, <function> (<project> <version>)`` names the code that fails."""
+EVIDENCE_KINDS = ("runtime", "gpu")
+"""How an ``error`` knows the configuration fails, by an executed proof: ``runtime: tests/evidence/<file>.py::<test>
+(...)`` names a test that runs the configuration with the guard switched off, or the Lightning/torch/DeepSpeed code
+that fails, and observes the failure; ``gpu: benchmarks/gpu/gpu_checks.py::<check> (...)`` a GPU check that does so
+where nothing runs without a GPU. A source citation explains; it is not evidence."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,11 +16,6 @@ A100 = Setting(capability=(8, 0))
 V100 = Setting(capability=(7, 0))
 UNKNOWN_CAPABILITY = Setting(capability=None)
 TRANSFORMER_ENGINE = Setting(simulated=("transformer_engine",))
-_FP8_EVIDENCE = (
-    "source: transformer_engine/pytorch/fp8.py, check_fp8_support asserts 'Device compute capability 8.9 or higher "
-    "required for FP8 execution' (NVIDIA/TransformerEngine#1159); torch._scaled_mm, which torchao's float8 "
-    "matmuls call, refuses GPUs below 8.9 (torch 2.13)"
-)
 
 
 def emulates_bf16(capability: tuple[int, int] | None) -> bool:
@@ -36,9 +31,9 @@ def _capability_text(capability: tuple[int, int]) -> str:
     "LP603", "error", "options", "a CUDA-only precision preset without a CUDA device",
     fails='lightning_presets.precision("nf4-bnb")   # on a machine without a CUDA GPU',
     fixed='lightning_presets.precision("nf4-bnb")   # on a machine with an H100',
-    evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, _validate_precision_choice "
-    "raises 'Bitsandbytes is only supported on CUDA GPUs'; Transformer Engine and torchao float8 run CUDA kernels "
-    "only (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_precision.py::test_lp603_lp606_lightning_refuses_bitsandbytes_off_cuda (the Trainer "
+    "raises RuntimeError 'Bitsandbytes is only supported on CUDA GPUs')",
     setting=NO_GPU,
     fixed_setting=Setting(),
 )  # fmt: skip
@@ -58,7 +53,8 @@ def needs_cuda_device(ctx: PrecisionContext) -> Problem | None:
     "LP604", "error", "options", "a GPU whose compute capability is below what the precision needs",
     fails='lightning_presets.precision("fp8-te")   # on an A100 (capability 8.0)',
     fixed='lightning_presets.precision("bf16-fp32-reduce")   # on an A100; FP8 needs an H100/L4/RTX 4090 (8.9+)',
-    evidence=_FP8_EVIDENCE,
+    evidence="gpu: benchmarks/gpu/gpu_checks.py::proof_lp604_fp8_below_capability (torch._scaled_mm refuses the GPU; "
+    "runs on GPUs below 8.9 only, not run yet)",
     setting=A100,
 )  # fmt: skip
 def capability_sufficient(ctx: PrecisionContext) -> Problem | None:
@@ -180,9 +176,9 @@ def half_weights_have_a_scaler(ctx: Context) -> Problem | None:
     "LP606", "error", "construction", "a CUDA-only precision preset with another accelerator",
     fails='Trainer(strategy="fsdp2", accelerator="cpu", devices=2, plugins=[lightning_presets.precision("fp8-te")])',
     fixed='Trainer(strategy="fsdp2", accelerator="cpu", devices=2, precision="bf16-mixed")',
-    evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, _validate_precision_choice "
-    "raises 'Bitsandbytes is only supported on CUDA GPUs'; Transformer Engine and torchao float8 run CUDA kernels "
-    "only (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_precision.py::test_lp603_lp606_lightning_refuses_bitsandbytes_off_cuda (the Trainer "
+    "raises RuntimeError 'Bitsandbytes is only supported on CUDA GPUs')",
     setting=TRANSFORMER_ENGINE,
 )  # fmt: skip
 def precision_preset_on_cuda(ctx: Context) -> Problem | None:
@@ -202,9 +198,9 @@ def precision_preset_on_cuda(ctx: Context) -> Problem | None:
     '"bf16-fp32-reduce")])',
     fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", plugins=[lightning_presets.precision('
     '"bf16-fp32-reduce")])',
-    evidence="source: each precision preset's `incompatible` table names the failure per strategy family, e.g. "
-    "lightning/pytorch/plugins/precision/precision.py, Precision.optimizer_step hands DeepSpeed's optimizer a closure "
-    "it never runs (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_precision.py::test_lp607_torchao_float8_after_fully_shard_fails_at_the_first_step "
+    "(fit of fsdp2 with fp8-torchao: torchao raises RuntimeError mixing Tensor and DTensor)",
 )  # fmt: skip
 def precision_preset_fits_strategy(ctx: Context) -> Problem | None:
     preset = ctx.precision_preset

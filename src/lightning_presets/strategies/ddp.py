@@ -24,13 +24,14 @@ TESTED_WITH_STATIC_GRAPH = tested(
     "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA",
     construction="Trainer, Fabric and the standalone packages on CPU",
     construction_test="tests/test_ddp.py::test_static_graph_constructs_in_every_namespace",
-    runtime_cpu="Trainer.fit and a Fabric loop on 2 processes (gloo), automatic and manual optimization",
+    runtime_cpu="Trainer.fit and a Fabric loop on 2 processes (gloo): static_graph and gradient_as_bucket_view in "
+    "torch's DDP, each rank its own batches, identical weights after",
     runtime_cpu_test="tests/test_ddp.py::test_static_graph_fit_on_two_processes",
 )
 TESTED_WITH_BF16_COMPRESS = tested(
     "construction on simulated CUDA (Trainer and Fabric); never run on a GPU",
-    construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices; the hook registered after "
-    "wrapping (torch refuses the bf16 hook on a CPU-only build)",
+    construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices: the Trainer's DDPStrategy "
+    "holds the bf16 hook, Fabric's preset keeps it to register after wrapping",
     construction_test="tests/test_ddp.py::test_bf16_compress_constructs_on_simulated_cuda",
 )
 
@@ -60,8 +61,8 @@ NCCL_FOR_BF16 = (2, 10)
     fails='Trainer(strategy="ddp_bf16_compress", accelerator="cpu", devices=2)   # a CPU-only build of torch',
     fixed='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2)   # a CPU-only build of torch',
     setting=Setting(gpus=0, simulated=("cpu_only_torch",)),
-    evidence="runtime: tests/field/test_reproductions.py::test_bf16_compress_hook_needs_cuda_and_nccl (torch refuses "
-    "the hook without CUDA 11+ and NCCL 2.10+: TypeError when DDP wraps the model)",
+    evidence="runtime: tests/evidence/test_fails_ddp.py::test_lp303_bf16_compression_off_cuda_is_ignored_or_refused "
+    "(the Trainer trains without the hook; with Fabric a CPU build of torch raises TypeError)",
 )  # fmt: skip
 def bf16_compress_supported(ctx: Context) -> Problem | None:
     """Lightning's Trainer registers a DDP comm hook only on CUDA devices (on CPU it trains plain DDP, the hook

@@ -52,12 +52,6 @@ _FILLED_WHEN_ABSENT = {
 }
 
 
-_BATCH_EVIDENCE = (
-    "source: deepspeed/runtime/config.py, DeepSpeedConfig._batch_assertion asserts train_batch_size == micro-batch × "
-    "gradient accumulation × world size when the engine is created (deepspeed 0.19.8; deepspeedai/DeepSpeed#6914)"
-)
-
-
 def resolved_config(ctx: Context) -> Mapping[str, Any]:
     """The DeepSpeed config the strategy holds (loaded from a path, or built from the arguments)."""
     config = ctx.resolved.get("config")
@@ -161,8 +155,8 @@ deepspeed_needs_cuda = needs_cuda(
     show=("accelerator", "devices"),
     fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cpu", devices=2)',
     fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8)',
-    evidence="source: lightning/pytorch/strategies/deepspeed.py, DeepSpeedStrategy.setup_environment raises "
-    "RuntimeError 'The DeepSpeed strategy is only supported on CUDA GPUs' when `fit` starts (lightning 2.6.6)",
+    evidence="runtime: tests/evidence/test_fails_deepspeed.py::test_lp403_deepspeed_on_cpu_fails_when_fit_starts "
+    "(fit: Lightning raises RuntimeError 'only supported on CUDA GPUs')",
 )  # fmt: skip
 
 
@@ -193,8 +187,9 @@ def param_offload_needs_stage3(ctx: Context) -> Problem | None:
     'True}, "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"bf16": {"enabled": '
     'True}, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
-    evidence="source: deepspeed/runtime/config.py, DeepSpeedConfig asserts 'bfloat16 and fp16 modes cannot be "
-    "simultaneously enabled' when the engine is created (deepspeed 0.19.8)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_deepspeed.py::test_lp405_fp16_and_bf16_together_fail_in_deepspeeds_config "
+    "(DeepSpeedConfig asserts on the config Lightning formats)",
 )  # fmt: skip
 def one_half_precision(ctx: Context) -> Problem | None:
     fp16, bf16, added = half_precision_sections(resolved_config(ctx), ctx.precision)
@@ -221,7 +216,9 @@ def one_half_precision(ctx: Context) -> Problem | None:
     fixed='Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config={'
     '"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), '
     'accelerator="cuda", devices=8)',
-    evidence=_BATCH_EVIDENCE,
+    evidence="runtime: "
+    "tests/evidence/test_fails_deepspeed.py::test_lp406_fabrics_train_batch_size_fails_deepspeeds_batch_assertion "
+    "(DeepSpeedConfig asserts on the config Fabric formats)",
 )  # fmt: skip
 def fabric_batch_size_adds_up(ctx: Context) -> Problem | None:
     config = resolved_config(ctx)
@@ -249,7 +246,9 @@ def fabric_batch_size_adds_up(ctx: Context) -> Problem | None:
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"train_batch_size": 64, '
     '"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8, '
     "accumulate_grad_batches=2).fit(nn.Linear(64, 64))",
-    evidence=_BATCH_EVIDENCE,
+    evidence="runtime: "
+    "tests/evidence/test_fails_deepspeed.py::test_lp407_the_trainers_accumulation_fails_deepspeeds_batch_assertion "
+    "(DeepSpeedConfig asserts on the config the Trainer formats)",
 )  # fmt: skip
 def trainer_batch_size_adds_up(ctx: Context) -> Problem | None:
     config = resolved_config(ctx)
@@ -301,8 +300,9 @@ def _auto_fixes(ctx: Context, keys: list[str]) -> str:
     '"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8)',
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
     '{"stage": 2}}), accelerator="cuda", devices=8)',
-    evidence="runtime: tests/field/test_reproductions.py::test_deepspeed_fails_on_auto_batch_values (DeepSpeedConfig "
-    "raises TypeError on the string; stanford-crfm/mistral#101 is such a config)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_deepspeed.py::test_lp408_auto_batch_values_fail_in_deepspeeds_config (DeepSpeedConfig "
+    "raises TypeError on \"auto\")",
 )  # fmt: skip
 def no_auto_values(ctx: Context) -> Problem | None:
     keys = [key for key in auto_keys(resolved_config(ctx)) if _auto_used_as_given(key)]
@@ -341,9 +341,9 @@ def auto_values_defaulted(ctx: Context) -> Problem | None:
     '"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
     '"zero_optimization": {"stage": 2}}), accelerator="cuda", accumulate_grad_batches=4)',
-    evidence="source: lightning/pytorch/strategies/deepspeed.py, _format_batch_size_and_grad_accum_config raises "
-    "MisconfigurationException 'Do not set gradient_accumulation_steps in the DeepSpeed config' when `fit` starts "
-    "(lightning 2.6.6; Lightning-AI/pytorch-lightning#19891)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_deepspeed.py::test_lp409_accumulation_steps_in_the_config_fail_in_fit (Lightning "
+    "raises MisconfigurationException)",
 )  # fmt: skip
 def trainer_owns_accumulation(ctx: Context) -> Problem | None:
     steps = resolved_config(ctx).get("gradient_accumulation_steps")
@@ -360,8 +360,9 @@ def trainer_owns_accumulation(ctx: Context) -> Problem | None:
     "LP410", "error", "options", "a ZeRO stage or offload device DeepSpeed does not know",
     fails='lightning_presets.strategy("deepspeed_zero2_offload", offload_optimizer_device="gpu")',
     fixed='lightning_presets.strategy("deepspeed_zero2_offload", offload_optimizer_device="cpu")',
-    evidence="runtime: tests/field/test_reproductions.py::test_deepspeed_refuses_unknown_stage_and_offload_device "
-    "(DeepSpeed's config validation, on CPU)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_deepspeed.py::test_lp410_an_unknown_offload_device_fails_deepspeeds_config_validation "
+    "(DeepSpeedConfig raises a validation error)",
 )  # fmt: skip
 def zero_values_known(options: Options) -> Problem | None:
     bad = []
@@ -398,10 +399,8 @@ checkpoint_block_found = repeated_block(
     'Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, '
     'plugins=[MixedPrecision("bf16-mixed", "cuda")])',
     fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, precision="bf16-mixed")',
-    evidence="source: lightning/pytorch/plugins/precision/precision.py, Precision.optimizer_step calls "
-    "optimizer.step(closure=...), and deepspeed/runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.step(closure="
-    "None) never runs it, so training_step and backward never run (lightning 2.6.6, deepspeed 0.19.8; "
-    "Lightning-AI/pytorch-lightning#10686)",
+    evidence="gpu: benchmarks/gpu/gpu_checks.py::proof_lp412_deepspeed_closure (training_step never runs; not run on "
+    "a GPU yet)",
 )  # fmt: skip
 def deepspeed_precision_plugin(ctx: Context) -> Problem | None:
     preset = ctx.precision_preset
@@ -424,9 +423,9 @@ def deepspeed_precision_plugin(ctx: Context) -> Problem | None:
     'contiguous_memory_optimization=True), accelerator="cuda", devices=8)',
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero3_offload_ckpt", partition_activations=True), '
     'accelerator="cuda", devices=8)',
-    evidence="runtime: tests/field/test_reproductions.py::test_deepspeed_contiguous_checkpointing_fails_as_lightning_"
-    "configures_it (lightning/pytorch/strategies/deepspeed.py, _set_deepspeed_activation_checkpointing never passes "
-    "number_checkpoints, and deepspeed.checkpointing.configure asserts it)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_deepspeed.py::test_lp413_contiguous_checkpointing_fails_as_lightning_configures_it "
+    "(deepspeed.checkpointing.configure asserts)",
 )  # fmt: skip
 def contiguous_checkpointing_configurable(ctx: Context) -> Problem | None:
     checkpointing = _section(resolved_config(ctx), "activation_checkpointing")
@@ -707,18 +706,17 @@ def _prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
 
 
 _EVIDENCE = "construction (Trainer and Fabric, simulated CUDA, deepspeed 0.19.8 installed; no GPU run)"
-_CONSTRUCTION = (
-    "Trainer and Fabric on 8 simulated CUDA devices, with DeepSpeed 0.19.8 installed (ZeRO needs CUDA to run)"
-)
 TESTED_WITH_ZERO2 = tested(
     _EVIDENCE,
-    construction=_CONSTRUCTION,
+    construction="the Trainer on 2 simulated nodes of 4 CUDA devices, with DeepSpeed 0.19.8 installed: ZeRO stage 2 "
+    "with the optimizer offloaded to CPU in the config Lightning holds (ZeRO needs CUDA to run)",
     construction_test="tests/test_deepspeed.py::test_zero2_offload_constructs_on_simulated_cuda",
     deepspeed="0.19.8",
 )
 TESTED_WITH_ZERO3 = tested(
     _EVIDENCE,
-    construction=_CONSTRUCTION + "; activation checkpointing of each block run on CPU",
+    construction="Trainer and Fabric on 8 simulated CUDA devices, with DeepSpeed 0.19.8 installed: ZeRO stage 3 with "
+    "parameters and optimizer offloaded to CPU in the config (ZeRO needs CUDA to run)",
     construction_test="tests/test_deepspeed.py::test_zero3_offload_ckpt_constructs_for_trainer_and_fabric",
     deepspeed="0.19.8",
 )

@@ -30,8 +30,8 @@ fsdp_needs_cuda = needs_cuda(
     "strategy='tp2d_hybrid' (tensor parallel and FSDP2) or strategy='ddp'",
     fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cpu", devices=2)',
     fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8)',
-    evidence="source: torch/distributed/fsdp/_init_utils.py, _init_device_handle raises 'FSDP needs a non-CPU "
-    "accelerator device' when the model is wrapped (torch 2.13; Lightning-AI/pytorch-lightning#21778)",
+    evidence="runtime: tests/evidence/test_fails_fsdp.py::test_lp101_fsdp_on_cpu_fails_when_the_model_is_wrapped "
+    "(fit on CPU: torch raises RuntimeError 'FSDP needs a non-CPU accelerator device')",
 )  # fmt: skip
 
 
@@ -39,8 +39,9 @@ fsdp_needs_cuda = needs_cuda(
     "LP104", "error", "options", "unknown sharding_strategy",
     fails='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARDED")',
     fixed='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARD")',
-    evidence="source: lightning/fabric/strategies/fsdp.py, _init_sharding_strategy looks the name up in "
-    "ShardingStrategy[...] and raises KeyError (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_fsdp.py::test_lp104_an_unknown_sharding_strategy_fails_in_lightnings_constructor "
+    "(KeyError from ShardingStrategy[...])",
 )  # fmt: skip
 def sharding_strategy_known(options: Options) -> Problem | None:
     value = options.values.get("sharding_strategy", "FULL_SHARD")
@@ -56,8 +57,9 @@ def sharding_strategy_known(options: Options) -> Problem | None:
     "LP105", "error", "options", "unknown state_dict_type",
     fails='lightning_presets.strategy("fsdp_offload_ckpt", state_dict_type="sharding")',
     fixed='lightning_presets.strategy("fsdp_offload_ckpt", state_dict_type="sharded")',
-    evidence="source: lightning/pytorch/strategies/fsdp.py, FSDPStrategy.lightning_module_state_dict raises "
-    "ValueError 'Unknown state_dict_type' when the first checkpoint is saved (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_fsdp.py::test_lp105_an_unknown_state_dict_type_fails_at_the_first_checkpoint "
+    "(Lightning raises ValueError 'Unknown state_dict_type')",
 )  # fmt: skip
 def state_dict_type_known(options: Options) -> Problem | None:
     value = options.values.get("state_dict_type", "full")
@@ -84,9 +86,9 @@ def _two_dimensional(mesh: Any) -> bool:
     "LP117", "error", "options", "a 2-D device_mesh with a sharding strategy that is not hybrid",
     fails='lightning_presets.strategy("fsdp_grad_op", device_mesh=(2, 8))',
     fixed='lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 8))',
-    evidence="source: torch/distributed/fsdp/_init_utils.py, _init_process_group_state: without a hybrid sharding "
-    "strategy FSDP takes only the mesh's first dimension (device_mesh.get_group(mesh_dim=0)), so the groups of the "
-    "other dimension never exchange gradients and train apart silently (torch 2.13)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_fsdp.py::test_lp117_a_2d_mesh_without_hybrid_sharding_reduces_over_dim_0 (2 "
+    "processes: torch's FSDP init reduces each rank's gradients over itself alone)",
 )  # fmt: skip
 def mesh_needs_hybrid_sharding(options: Options) -> Problem | None:
     mesh = options.values.get("device_mesh")
@@ -249,8 +251,8 @@ FSDP_OFFLOAD_CKPT = Preset(
     tested_with=tested(
         "construction on simulated CUDA (Trainer, Fabric, pytorch_lightning, lightning_fabric); "
         "block detection and activation checkpointing run on CPU; FSDP1 needs CUDA and never ran on a GPU here",
-        construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices; the wrapping hook with "
-        "a recording FSDP, activation checkpointing of the blocks run on CPU (FSDP1 needs CUDA to run)",
+        construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices: each namespace's own "
+        "FSDPStrategy and FSDPPrecision, FULL_SHARD with parameters offloaded (FSDP1 needs CUDA to run)",
         construction_test="tests/test_fsdp_offload_ckpt.py::test_constructs_on_simulated_cuda_in_every_namespace",
     ),
 )

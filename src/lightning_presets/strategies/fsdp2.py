@@ -37,19 +37,19 @@ from lightning_presets.strategies.model_parallel import (
 
 TESTED_WITH = tested(
     "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA",
-    construction="Trainer, Fabric and the standalone packages, on CPU and on simulated CUDA across nodes",
-    construction_test="tests/test_fsdp2.py::test_data_parallel_spans_nodes_on_simulated_cuda",
-    runtime_cpu="Trainer.fit and a Fabric loop on 2 processes (gloo): each rank holds half of the parameters, the "
-    "losses equal DDP's",
+    construction="Trainer, Fabric and the standalone packages on CPU: data parallel over the whole world",
+    construction_test="tests/test_fsdp2.py::test_data_parallel_is_the_whole_world_in_every_namespace",
+    runtime_cpu="Trainer.fit on 2 processes (gloo): the losses equal ddp_static_graph's on the same model, data and "
+    "seed",
     runtime_cpu_test="tests/test_fsdp2.py::test_fsdp2_trainer_fit_computes_the_losses_of_ddp",
 )
 TESTED_WITH_OFFLOAD = tested(
     "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, offload policy without pinned memory and "
     "activation checkpointing; construction on simulated CUDA",
-    construction="Trainer and Fabric on CPU and on 8 simulated CUDA devices",
-    construction_test="tests/test_fsdp2.py::test_fabric_gets_the_presets_parallelize_fn",
-    runtime_cpu="Trainer.fit and a Fabric loop on 2 processes (gloo), CPU offload policy (no pinned memory) and "
-    "activation checkpointing applied",
+    construction="the Trainer on 2 simulated nodes of 8 CUDA devices: data parallel over all 16",
+    construction_test="tests/test_fsdp2.py::test_data_parallel_spans_nodes_on_simulated_cuda",
+    runtime_cpu="Trainer.fit on 2 processes (gloo), bf16-mixed: half of the parameters on each rank, CPUOffloadPolicy "
+    "on the root, every block run twice per step (activation checkpointing), losses within 2% of fp32's",
     runtime_cpu_test="tests/test_fsdp2.py::test_fsdp2_offload_ckpt_trainer_fit_offloads_and_recomputes",
 )
 # The modules this preset sharded itself (their root needs the steps routed through it); never kept alive.
@@ -90,8 +90,9 @@ data_parallel_is_world = sizes_cover_world(
     fails='Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=4), accelerator="cpu", devices=2)',
     fixed='Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=1, tensor_parallel_size=2), '
     'accelerator="cpu", devices=2)',
-    evidence="source: lightning/fabric/strategies/model_parallel.py, _setup_device_mesh raises RuntimeError 'The "
-    "sizes ... multiplied should equal the world size' in every process after launch (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_model_parallel.py::test_lp211_fsdp2_data_parallel_size_fails_in_the_mesh (fit: "
+    "Lightning raises RuntimeError 'multiplied should equal the world size')",
 )  # fmt: skip
 
 

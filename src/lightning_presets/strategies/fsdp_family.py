@@ -40,14 +40,14 @@ PRESET_SHARDING = {
 _EVIDENCE = "construction on simulated CUDA (Trainer and Fabric); never run on a GPU"
 TESTED_WITH_HYBRID = tested(
     _EVIDENCE,
-    construction="Trainer, Fabric and the standalone packages on simulated CUDA (8 devices, 1 to 4 nodes); the "
-    "wrapping hook with a recording FSDP (FSDP1 needs CUDA to run)",
+    construction="Trainer, Fabric and the standalone packages on 2 simulated nodes of 8 CUDA devices: the (2, 8) "
+    "device mesh filled in, HYBRID_SHARD (FSDP1 needs CUDA to run)",
     construction_test="tests/test_fsdp_family.py::test_hybrid_fills_the_mesh_from_nodes_and_devices",
 )
 TESTED_WITH_GRAD_OP = tested(
     _EVIDENCE,
-    construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices; the wrapping hook with a "
-    "recording FSDP (FSDP1 needs CUDA to run)",
+    construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices: SHARD_GRAD_OP without "
+    "offload (FSDP1 needs CUDA to run)",
     construction_test="tests/test_fsdp_family.py::test_grad_op_constructs_in_every_namespace",
 )
 
@@ -98,8 +98,9 @@ def _dimensions(mesh: Any) -> int | None:
     "LP111", "error", "options", "a device_mesh of the wrong shape for the sharding strategy",
     fails='lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 4, 2))',
     fixed='lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 8))',
-    evidence="source: torch/distributed/fsdp/_init_utils.py, _init_process_group_state_for_hybrid_shard raises "
-    "ValueError 'Expected device_mesh to have ndim=2' when the model is wrapped (torch 2.13; RLinf/RLinf#1502)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_fsdp.py::test_lp111_a_three_dimensional_mesh_fails_when_fsdp_wraps_the_model (torch's "
+    "FSDP init raises ValueError 'Expected device_mesh to have ndim=2')",
 )  # fmt: skip
 def device_mesh_shape(options: Options) -> Problem | None:
     value = options.values.get("device_mesh", AUTO)
@@ -139,9 +140,9 @@ def hybrid_has_replicas(ctx: Context) -> Problem | None:
     "LP116", "error", "construction", "hybrid sharding with shard groups of one device",
     fails='Trainer(strategy="fsdp_hybrid_shard", accelerator="cuda", devices=1, num_nodes=4)',
     fixed='Trainer(strategy="fsdp_grad_op", accelerator="cuda", devices=1, num_nodes=4)',
-    evidence="source: torch/distributed/fsdp/_init_utils.py, _init_core_state switches a shard group of world size 1 "
-    "to NO_SHARD, and no gradient all-reduce then runs across the replicas, which diverge (torch 2.13; "
-    "pytorch/pytorch#154888)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_fsdp.py::test_lp116_hybrid_shards_of_one_device_never_reduce_across_replicas (2 "
+    "processes: torch's FSDP init switches to NO_SHARD over a 1-rank group, so no gradient reaches the other replica)",
 )  # fmt: skip
 def shards_have_peers(ctx: Context) -> Problem | None:
     mesh = resolved_mesh(ctx)
@@ -162,9 +163,9 @@ def shards_have_peers(ctx: Context) -> Problem | None:
     'accelerator="cuda", devices=8, num_nodes=2)',
     fixed='Trainer(strategy=lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 8)), '
     'accelerator="cuda", devices=8, num_nodes=2)',
-    evidence="source: lightning/pytorch/strategies/fsdp.py, FSDPStrategy.setup_environment builds the mesh with "
-    "torch's init_device_mesh after launch, and torch/distributed/device_mesh.py raises 'Mesh should not be bigger "
-    "than default world size' (a smaller mesh leaves ranks without a coordinate) (lightning 2.6.6, torch 2.13)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_fsdp.py::test_lp112_a_mesh_that_is_not_the_world_fails_when_lightning_builds_it "
+    "(torch raises RuntimeError for a larger mesh; the rank a smaller mesh leaves out raises IndexError, 2 processes)",
 )  # fmt: skip
 def mesh_matches_world(ctx: Context) -> Problem | None:
     mesh = resolved_mesh(ctx)

@@ -55,8 +55,9 @@ def _is_size(value: Any) -> bool:
     "LP202", "error", "options", "a parallel size that is neither 'auto' nor a positive integer",
     fails='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=0)',
     fixed='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=2)',
-    evidence="source: lightning/fabric/strategies/model_parallel.py, _setup_device_mesh passes the sizes to torch's "
-    "init_device_mesh after launch, which refuses sizes that are not positive integers (lightning 2.6.6, torch 2.13)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_model_parallel.py::test_lp202_a_zero_size_fails_when_the_mesh_is_built (fit: "
+    "Lightning raises RuntimeError for tensor_parallel_size=0)",
 )  # fmt: skip
 def sizes_are_positive(options: Options) -> Problem | None:
     bad = [key for key in _SIZES if not _is_size(options.values.get(key, "auto"))]
@@ -97,9 +98,9 @@ sizes_match_world = sizes_cover_world(
     'tensor_parallel_size=4), accelerator="cuda", devices=4)',
     fixed='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=1, '
     'tensor_parallel_size=4), accelerator="cuda", devices=4)',
-    evidence="source: lightning/fabric/strategies/model_parallel.py, _setup_device_mesh raises RuntimeError 'The "
-    "sizes ... multiplied should equal the world size' in every process after launch (lightning 2.6.6; "
-    "pytorch/torchtitan#1184)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_model_parallel.py::test_lp201_sizes_that_miss_the_world_fail_in_every_process (fit: "
+    "Lightning raises RuntimeError 'multiplied should equal the world size')",
 )  # fmt: skip
 
 
@@ -146,9 +147,8 @@ def tp_stays_in_node(ctx: Context) -> Problem | None:
     "LP205", "error", "construction", "precision outside what ModelParallelStrategy supports",
     fails='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, precision="16-mixed")',
     fixed='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, precision="bf16-mixed")',
-    evidence="source: lightning/fabric/connector.py, _check_and_init_precision raises ValueError 'The "
-    "ModelParallelStrategy does not support ... precision' (the Trainer skips this check for strategy names; "
-    "lightning 2.6.6)",
+    evidence="runtime: tests/evidence/test_fails_model_parallel.py::test_lp205_lightning_refuses_the_precision "
+    "(Lightning's connector raises ValueError for the strategy object; given by name, 64-true trained on CPU)",
 )  # fmt: skip
 def model_parallel_precision(ctx: Context) -> Problem | None:
     if ctx.precision in MODEL_PARALLEL_PRECISIONS:
@@ -168,9 +168,9 @@ model_parallel_accelerator = needs_accelerator(
     hint="use accelerator='cuda' on GPUs, or accelerator='cpu' to test the sharding on a laptop",
     fails='Trainer(strategy="tp2d_hybrid", accelerator="mps", devices=1)',
     fixed='Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2)',
-    evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, _check_config_and_set_final_flags "
-    "raises ValueError for a ParallelStrategy instance on MPS ('not supported on the MPS accelerator'), a check "
-    "strategy names skip (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_model_parallel.py::test_lp206_lightning_refuses_a_parallel_strategy_on_mps (Lightning "
+    "raises ValueError for the strategy object on a simulated MPS device)",
     setting=Setting(simulated=("mps",)),
 )  # fmt: skip
 
@@ -181,8 +181,9 @@ model_parallel_accelerator = needs_accelerator(
     fixed="def parallelize(module, device_mesh):\n    return module   # apply tensor parallelism and fully_shard\n"
     'Fabric(strategy=lightning_presets.strategy("tp2d_hybrid", target="fabric", '
     'parallelize_fn=parallelize), accelerator="cpu", devices=2)',
-    evidence="source: lightning/fabric/strategies/model_parallel.py, ModelParallelStrategy.__init__ takes "
-    "parallelize_fn as a required argument (a strategy name cannot carry one) (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_model_parallel.py::test_lp207_fabrics_model_parallel_strategy_requires_a_parallelize_fn "
+    "(Lightning's signature raises TypeError without parallelize_fn)",
 )  # fmt: skip
 def fabric_has_parallelize_fn(ctx: Context) -> Problem | None:
     if ctx.caller != "Fabric" or ctx.options.get("parallelize_fn") is not None:
@@ -209,8 +210,9 @@ def _defines_configure_model(model: nn.Module) -> bool:
     "class Model(LightningModule):\n    def configure_model(self):\n"
     "        ...   # tensor parallelism and fully_shard with self.device_mesh\n\n"
     'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8).fit(Model())',
-    evidence="source: lightning/pytorch/strategies/model_parallel.py, ModelParallelStrategy.setup raises TypeError "
-    "'you are required to override the configure_model() hook' after every process joined (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_model_parallel.py::test_lp208_a_module_without_configure_model_fails_after_launch "
+    "(fit: Lightning raises TypeError in setup)",
 )  # fmt: skip
 def model_has_configure_model(ctx: Context, model: nn.Module) -> Problem | None:
     if ctx.caller != "Trainer" or _defines_configure_model(model):
@@ -266,10 +268,11 @@ TP2D_HYBRID = Preset(
     tested_with=tested(
         "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, 1×2 and 2×1 meshes; construction on simulated "
         "CUDA",
-        construction="Trainer, Fabric and the standalone packages, on CPU and on 8 simulated CUDA devices",
-        construction_test="tests/test_tp2d_hybrid.py::test_lp203_neighbour_on_simulated_cuda",
-        runtime_cpu="Trainer.fit and a Fabric loop on 2 processes (gloo), 1×2 and 2×1 meshes: DTensor shards on "
-        "each rank, the first loss equal to an unsharded copy's",
+        construction="Trainer (by name) and Fabric (with a parallelize_fn) in the four namespaces on 8 simulated CUDA "
+        "devices: the (1, 8) mesh of one node",
+        construction_test="tests/test_tp2d_hybrid.py::test_constructs_in_every_namespace_on_simulated_cuda",
+        runtime_cpu="Trainer.fit by name on 2 processes (gloo), registered by the start-up hook alone: a 1×2 mesh, "
+        "DTensor shards on each rank, decreasing losses",
         runtime_cpu_test="tests/test_tp2d_hybrid.py::test_trainer_by_name_trains_tensor_parallel_1x2_with_autoload_only",
     ),
 )

@@ -52,8 +52,8 @@ xla_fsdp_has_peers = one_device(
     hint="use all devices of each TPU host (devices='auto'), or strategy='single_xla' for one device",
     fails='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=1, num_nodes=4)',
     fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices="auto", num_nodes=4)',
-    evidence="source: lightning/fabric/strategies/xla_fsdp.py, XLAFSDPStrategy.setup_environment raises 'does not "
-    "support running on a single device with the PjRT runtime' (lightning 2.6.6)",
+    evidence="runtime: tests/evidence/test_fails_xla.py::test_lp504_xla_fsdp_refuses_a_single_device "
+    "(XLAFSDPStrategy.setup_environment raises NotImplementedError)",
     setting=XLA,
 )  # fmt: skip
 
@@ -64,8 +64,9 @@ xla_fsdp_has_peers = one_device(
     "activation_checkpointing_policy=[nn.TransformerEncoderLayer])",
     fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", '
     "activation_checkpointing_policy={nn.TransformerEncoderLayer})",
-    evidence="source: lightning/fabric/strategies/xla_fsdp.py, _activation_checkpointing_kwargs raises TypeError for "
-    "a policy that is not a set when the module is set up (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_xla.py::test_lp505_lp506_lightning_refuses_the_checkpointing_arguments (Lightning "
+    "raises TypeError for a list)",
     setting=XLA,
 )  # fmt: skip
 def checkpointing_policy_is_set(options: Options) -> Problem | None:
@@ -86,8 +87,9 @@ def checkpointing_policy_is_set(options: Options) -> Problem | None:
     'lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", auto_wrapper_callable=my_wrapper)',
     fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", '
     "activation_checkpointing_policy={nn.TransformerEncoderLayer})",
-    evidence="source: lightning/fabric/strategies/xla_fsdp.py, _activation_checkpointing_kwargs raises ValueError "
-    "for auto_wrapper_callable together with an activation checkpointing policy (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_xla.py::test_lp505_lp506_lightning_refuses_the_checkpointing_arguments (Lightning "
+    "raises ValueError for both)",
     setting=XLA,
 )  # fmt: skip
 def one_auto_wrapper(options: Options) -> Problem | None:

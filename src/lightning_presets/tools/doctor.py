@@ -128,7 +128,9 @@ NO_LIGHTNING = Code(
     code="LP721", severity="error", title="no Lightning package installed",
     fails=f"{DOCTOR}   # neither lightning nor pytorch-lightning installed",
     fixed=f"{DOCTOR}   # after pip install 'lightning{RANGE}'",
-    evidence="runtime: tests/test_cli_doctor.py::test_lp721_no_lightning_installed (nothing to register into)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_registry.py::test_lp016_lp721_without_an_importable_lightning_there_is_no_trainer "
+    "(importing pytorch_lightning raises ImportError)",
 )  # fmt: skip
 
 AUTOLOAD_OFF = Code(
@@ -150,8 +152,9 @@ NOT_REGISTERED = Code(
     code="LP724", severity="error", title="a preset missing from an importable Lightning registry",
     fails=f"{DOCTOR}   # fsdp2 absent from lightning.pytorch.strategies.StrategyRegistry",
     fixed=f"{DOCTOR}   # after `import lightning_presets` or {REINSTALL}",
-    evidence="runtime: tests/test_cli_doctor.py::test_lp724_preset_missing_from_a_registry (Lightning raises for "
-    "the unregistered name)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_registry.py::test_lp724_a_preset_missing_from_the_registry_is_an_unknown_name (the "
+    "Trainer raises ValueError 'invalid strategy name')",
 )  # fmt: skip
 
 LIGHTNING_BROKEN = Code(
@@ -159,8 +162,9 @@ LIGHTNING_BROKEN = Code(
     code="LP016", severity="error", title="an installed Lightning package that fails to import",
     fails=f"{DOCTOR}   # `import lightning.pytorch.strategies` raises ImportError (a broken install)",
     fixed=f"{DOCTOR}   # after pip install --force-reinstall 'lightning{RANGE}'",
-    evidence="runtime: tests/test_reliability.py::test_doctor_reports_a_lightning_that_cannot_be_imported "
-    "(Trainer and Fabric cannot be imported, with or without a preset)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_registry.py::test_lp016_lp721_without_an_importable_lightning_there_is_no_trainer "
+    "(importing Lightning's strategies raises ImportError)",
 )  # fmt: skip
 
 CODES: tuple[Code, ...] = (

@@ -81,8 +81,9 @@ def _int(value: str | None) -> int | None:
     code="LP705", severity="error", stage="check", title="SLURM tasks per node differ from devices",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --cluster slurm --env SLURM_NTASKS_PER_NODE=4",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --cluster slurm --env SLURM_NTASKS_PER_NODE=4",
-    evidence="source: lightning/fabric/plugins/environments/slurm.py, SLURMEnvironment.validate_settings raises "
-    "ValueError when Lightning builds the strategy (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_check.py::test_lp705_lp706_slurms_own_settings_disagree_with_devices_and_nodes (fit: "
+    "Lightning's SLURM check raises ValueError)",
 )  # fmt: skip
 def slurm_tasks_per_node(t: Target) -> Problem | None:
     tasks = _int(t.env.get("SLURM_NTASKS_PER_NODE"))
@@ -99,8 +100,9 @@ def slurm_tasks_per_node(t: Target) -> Problem | None:
     code="LP706", severity="error", stage="check", title="SLURM node count differs from num_nodes",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NNODES=2",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster slurm --env SLURM_NNODES=2",
-    evidence="source: lightning/fabric/plugins/environments/slurm.py, SLURMEnvironment.validate_settings raises "
-    "ValueError when Lightning builds the strategy (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_check.py::test_lp705_lp706_slurms_own_settings_disagree_with_devices_and_nodes (fit: "
+    "Lightning's SLURM check raises ValueError)",
 )  # fmt: skip
 def slurm_nodes(t: Target) -> Problem | None:
     nodes = _int(t.env.get("SLURM_NNODES"))
@@ -117,8 +119,9 @@ def slurm_nodes(t: Target) -> Problem | None:
     code="LP707", severity="error", stage="check", title="SLURM_NTASKS differs from devices × num_nodes",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=8",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=32",
-    evidence="source: lightning/fabric/plugins/environments/slurm.py, SLURMEnvironment.world_size reads "
-    "SLURM_NTASKS, so the launched processes wait for ranks that are never started (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_check.py::test_lp707_slurm_ntasks_decides_the_world_whatever_devices_and_nodes_say "
+    "(Lightning trains with SLURM's world of 1 and silently ignores devices × num_nodes = 2)",
 )  # fmt: skip
 def slurm_tasks(t: Target) -> Problem | None:
     tasks = _int(t.env.get("SLURM_NTASKS"))
@@ -138,8 +141,9 @@ def slurm_tasks(t: Target) -> Problem | None:
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic "
     "--env WORLD_SIZE=8",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic",
-    evidence="source: lightning/fabric/plugins/environments/torchelastic.py, "
-    "TorchElasticEnvironment.validate_settings raises ValueError (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_check.py::test_lp708_torchelastic_world_size_disagrees_with_devices_and_nodes (fit: "
+    "Lightning raises ValueError)",
 )  # fmt: skip
 def elastic_world_size(t: Target) -> Problem | None:
     size = _int(t.env.get("WORLD_SIZE"))
@@ -155,11 +159,9 @@ def elastic_world_size(t: Target) -> Problem | None:
 
 
 @rule(
-    code="LP709", severity="error", stage="check", title="torchelastic LOCAL_WORLD_SIZE differs from devices",
+    code="LP709", severity="warning", stage="check", title="torchelastic LOCAL_WORLD_SIZE differs from devices",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --cluster torchelastic --env LOCAL_WORLD_SIZE=4",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --cluster torchelastic --env LOCAL_WORLD_SIZE=4",
-    evidence="source: lightning/fabric/plugins/environments/torchelastic.py, TorchElasticEnvironment.local_rank "
-    "comes from torchrun's LOCAL_RANK, so devices beyond LOCAL_WORLD_SIZE never get a process (lightning 2.6.6)",
 )  # fmt: skip
 def elastic_local_world_size(t: Target) -> Problem | None:
     size = _int(t.env.get("LOCAL_WORLD_SIZE"))
@@ -176,8 +178,8 @@ def elastic_local_world_size(t: Target) -> Problem | None:
     code="LP714", severity="error", stage="check", title="LSF JSM_NAMESPACE_SIZE differs from devices × num_nodes",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster lsf --env JSM_NAMESPACE_SIZE=8",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster lsf",
-    evidence="source: lightning/fabric/plugins/environments/lsf.py, LSFEnvironment.world_size reads "
-    "JSM_NAMESPACE_SIZE, so the processes wait for ranks that are never started (lightning 2.6.6)",
+    evidence="runtime: tests/evidence/test_fails_check.py::test_lp714_lsf_jsm_namespace_size_decides_the_world "
+    "(Lightning trains with LSF's world of 1 and silently ignores devices × num_nodes = 2)",
 )  # fmt: skip
 def lsf_world_size(t: Target) -> Problem | None:
     size = _int(t.env.get("JSM_NAMESPACE_SIZE"))
@@ -195,8 +197,8 @@ def lsf_world_size(t: Target) -> Problem | None:
     code="LP710", severity="error", stage="check", title="more devices than GPUs visible",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --env CUDA_VISIBLE_DEVICES=0,1,2,3",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --env CUDA_VISIBLE_DEVICES=0,1,2,3",
-    evidence="source: lightning/fabric/utilities/device_parser.py, _sanitize_gpu_ids raises "
-    "MisconfigurationException: 'You requested gpu ... But your machine only has' (lightning 2.6.6)",
+    evidence="runtime: tests/evidence/test_fails_check.py::test_lp710_more_devices_than_visible_gpus (Lightning "
+    "raises MisconfigurationException)",
 )  # fmt: skip
 def devices_visible(t: Target) -> Problem | None:
     if t.accelerator not in ("cuda", "gpu"):
@@ -226,8 +228,9 @@ def devices_visible(t: Target) -> Problem | None:
     code="LP711", severity="error", stage="check", title="a strategy that cannot run in an interactive session",
     fails=f"{CHECK} --accelerator cpu --devices 2 --strategy ddp --interactive",
     fixed=f"{CHECK} --accelerator cpu --devices 2 --strategy ddp_notebook --interactive",
-    evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, _lazy_init_strategy raises "
-    "MisconfigurationException: not compatible with an interactive environment (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_check.py::test_lp711_a_launcher_that_reruns_the_script_in_a_notebook (Lightning "
+    "raises MisconfigurationException)",
 )  # fmt: skip
 def interactive_session(t: Target) -> Problem | None:
     if not t.interactive or t.interactive_compatible is not False:
@@ -244,8 +247,8 @@ def interactive_session(t: Target) -> Problem | None:
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm "
     "--env SLURM_JOB_NAME=interactive",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm",
-    evidence="source: lightning/fabric/plugins/environments/slurm.py, _is_slurm_interactive_mode: SLURM is "
-    "ignored for job names bash/interactive, so each node starts alone and waits (lightning 2.6.6)",
+    evidence="runtime: tests/evidence/test_fails_check.py::test_lp712_interactive_slurm_on_several_nodes_hangs (a "
+    "hang: torch's rendezvous times out, 1/2 clients joined)",
 )  # fmt: skip
 def slurm_interactive_nodes(t: Target) -> Problem | None:
     if not (t.slurm_interactive and "SLURM_NTASKS" in t.env and t.num_nodes > 1):

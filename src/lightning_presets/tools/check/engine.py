@@ -49,16 +49,18 @@ LIGHTNING_REJECTED = Code(
     code="LP700", severity="error", stage="check", title="Lightning rejected the configuration",
     fails=f"{CHECK} --accelerator cpu --devices 0 --strategy ddp",
     fixed=f"{CHECK} --accelerator cpu --devices 2 --strategy ddp",
-    evidence="runtime: tests/test_cli_check.py::test_documented_failing_example_fires (Lightning's own exception, "
-    "reported as raised)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_check.py::test_lp700_to_lp704_lightning_rejects_these_arguments_itself (Lightning's "
+    "own exception)",
 )  # fmt: skip
 
 UNKNOWN_STRATEGY_ARGUMENT = Code(
     code="LP715", severity="error", stage="check", title="an override key a Lightning strategy does not take",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --strategy fsdp --set sharding_stratgy=FULL_SHARD",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --strategy fsdp --set sharding_strategy=FULL_SHARD",
-    evidence="source: the strategy's constructor raises TypeError for an unexpected keyword (FSDP and DDP forward "
-    "unknown keywords to torch's wrapper, which raises when the model is wrapped) (lightning 2.6.6, torch 2.13)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_registry.py::test_lp006_lp715_an_unknown_keyword_fails_when_ddp_wraps (Lightning's "
+    "DDPStrategy passes it to DistributedDataParallel in fit: TypeError 'unexpected keyword argument')",
 )  # fmt: skip
 
 CODES: tuple[Code, ...] = (LIGHTNING_REJECTED, *_names.CODES, *_cluster.CLUSTER_RULES, UNKNOWN_STRATEGY_ARGUMENT)

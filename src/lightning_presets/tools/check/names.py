@@ -19,32 +19,36 @@ UNKNOWN_STRATEGY = Code(
     code="LP701", severity="error", stage="check", title="an unknown strategy name",
     fails=f"{CHECK} --strategy fsdp_ofload_ckpt",
     fixed=f"{CHECK} --strategy fsdp_offload_ckpt",
-    evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, "
-    "_check_config_and_set_final_flags raises ValueError for an unknown strategy name (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_check.py::test_lp700_to_lp704_lightning_rejects_these_arguments_itself (the Trainer "
+    "raises ValueError 'invalid strategy name')",
 )  # fmt: skip
 
 UNKNOWN_PRECISION = Code(
     code="LP702", severity="error", stage="check", title="an unknown precision value",
     fails=f"{CHECK} --precision bf16-mix",
     fixed=f"{CHECK} --precision bf16-mixed",
-    evidence="source: lightning/fabric/connector.py, _convert_precision_to_unified_args raises ValueError for an "
-    "unknown precision (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_check.py::test_lp700_to_lp704_lightning_rejects_these_arguments_itself (the Trainer "
+    "raises ValueError for the precision)",
 )  # fmt: skip
 
 UNKNOWN_ACCELERATOR = Code(
     code="LP703", severity="error", stage="check", title="an unknown accelerator name",
     fails=f"{CHECK} --accelerator cdua",
     fixed=f"{CHECK} --accelerator cuda --gpus 8",
-    evidence="source: lightning/pytorch/trainer/connectors/accelerator_connector.py, "
-    "_check_config_and_set_final_flags raises ValueError for an unknown accelerator name (lightning 2.6.6)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_check.py::test_lp700_to_lp704_lightning_rejects_these_arguments_itself (the Trainer "
+    "raises ValueError 'invalid accelerator name')",
 )  # fmt: skip
 
 UNKNOWN_PRECISION_PRESET = Code(
     code="LP704", severity="error", stage="check", title="an unknown precision preset",
     fails=f"{CHECK} --plugin fp8_everything",
     fixed=f"{CHECK} --precision bf16-mixed",
-    evidence="runtime: tests/test_cli_check.py::test_documented_failing_example_fires "
-    "(lightning_presets.precision raises for the unknown name)",
+    evidence="runtime: "
+    "tests/evidence/test_fails_check.py::test_lp700_to_lp704_lightning_rejects_these_arguments_itself (the Trainer "
+    "refuses the name as a plugin)",
 )  # fmt: skip
 
 CODES: tuple[Code, ...] = (UNKNOWN_STRATEGY, UNKNOWN_PRECISION, UNKNOWN_ACCELERATOR, UNKNOWN_PRECISION_PRESET)

@@ -20,9 +20,9 @@ _MODEL = "lightning_presets.tools.plan.reference_models:decoder_tiny"
 
 PEAK_EXCEEDS_MEMORY = Code(
     code="LP730", severity="error", stage="check", title="the traced peak memory per GPU exceeds --gpu-memory",
-    evidence="runtime: tests/test_plan_trace.py::test_traced_plan_matches_a_real_two_process_run (the traced "
-    "step's peak equals a real step's on 2 gloo processes; a CUDA step past the device's memory raises "
-    "torch.OutOfMemoryError)",
+    evidence="source: torch/cuda, the caching allocator raises torch.OutOfMemoryError when a step's peak exceeds the "
+    "device's memory (torch 2.13); tests/test_plan_trace.py::test_traced_plan_matches_a_real_two_process_run shows "
+    "that the traced peak equals a real step's (2 gloo processes)",
     fails=f"{CHECK} --strategy ddp_static_graph --accelerator cuda --gpus 2 --devices 2 --gpu-memory 512KiB "
     f"--model {_MODEL}",
     fixed=f"{CHECK} --strategy ddp_static_graph --accelerator cuda --gpus 2 --devices 2 --gpu-memory 80GiB "

@@ -1,0 +1,111 @@
+"""The ``proves`` marker and the ``proof`` fixture of the evidence tests, and the check that a marked test observed a
+failure for every code it names (see ``proof.py``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from proof import Proof, unproven
+
+_PROOF = pytest.StashKey[Proof]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "proves(*codes): an evidence test; it must observe a failure for each code (tests/evidence/)"
+    )
+
+
+@pytest.fixture
+def proof(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Proof:
+    if request.node.get_closest_marker("proves") is None:
+        pytest.fail("the proof fixture belongs to tests marked @pytest.mark.proves(...)")
+    monkeypatch.delenv("LIGHTNING_PRESETS_SKIP", raising=False)
+    recorded = Proof(monkeypatch)
+    request.node.stash[_PROOF] = recorded
+    return recorded
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    result = yield
+    marker = item.get_closest_marker("proves")
+    if marker is not None:
+        problems = unproven(tuple(marker.args), item.stash.get(_PROOF, None))
+        if problems:
+            raise AssertionError("not proven: " + "; ".join(problems))
+    return result
+
+
+@pytest.fixture
+def process_group() -> Iterator[None]:
+    """A test that runs Lightning's 1-process launch in this process: its process group and the variables Lightning
+    writes (MASTER_PORT, LOCAL_RANK, ...) are gone afterwards."""
+    import torch.distributed as dist
+
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One launch of ``scripts/two_ranks.py`` on 2 gloo processes, shared by the tests that read it: its ``STATE``
+    lines by scenario and rank, its ``PROOF`` lines, and the output."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from proof import reports
+
+    def free_port() -> int:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return int(probe.getsockname()[1])
+
+    script = Path(__file__).resolve().parent / "scripts" / "two_ranks.py"
+    base = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
+    ports = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "ELASTIC_PORT": str(free_port()),
+             "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    cwd = tmp_path_factory.mktemp("two_ranks")
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script)],
+            env={**base, **ports, "RANK": str(rank)},
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = []
+    for process in ranks:
+        try:
+            outputs.append(process.communicate(timeout=240)[0])
+        except subprocess.TimeoutExpired:
+            for each in ranks:
+                each.kill()
+            raise
+    output = "\n".join(outputs)
+    assert all(process.returncode == 0 for process in ranks), output[-4000:]
+    states: dict[tuple[str, int], dict[str, Any]] = {}
+    for line in output.splitlines():
+        if line.startswith("STATE "):
+            state = json.loads(line[len("STATE ") :])
+            states[(state["scenario"], state["rank"])] = state
+    return {"states": states, "reports": reports(output), "output": output}
+
+
+LAUNCH_VARIABLES = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GLOBAL_RANK", "MASTER_ADDR", "MASTER_PORT", "RANK",
+                    "LIGHTNING_PRESETS_SKIP")  # fmt: skip
