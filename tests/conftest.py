@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import textwrap
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
@@ -100,31 +97,3 @@ def recording_fsdp() -> Iterator[list[dict[str, Any]]]:
     RecordingFSDP.calls = []
     with mock.patch("torch.distributed.fsdp.FullyShardedDataParallel", RecordingFSDP):
         yield RecordingFSDP.calls
-
-
-def run_python(
-    code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter of this environment and capture its output."""
-    full_env = {**os.environ, "PYTHONWARNINGS": "default", **(env or {})}
-    return subprocess.run(
-        [sys.executable, *args, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """Run ``lightning-presets *argv`` in this process: (exit code, stdout, stderr); never a traceback."""
-    from lightning_presets.cli import main
-
-    try:
-        code = main(list(argv))
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err

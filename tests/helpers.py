@@ -5,6 +5,10 @@ Import them the way the tests import ``models``: ``from helpers import QUIET, NA
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -65,3 +69,31 @@ def setup_model(strategy: Any, model: nn.Module) -> nn.Module:
 def wrapped_modules(policy: Any, model: nn.Module) -> set[nn.Module]:
     """The modules an FSDP wrap policy selects in ``model`` (what FSDP and checkpointing would wrap)."""
     return set(policy._run_policy(model, set(), {}))
+
+
+def run_python(
+    code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter of this environment and capture its output."""
+    full_env = {**os.environ, "PYTHONWARNINGS": "default", **(env or {})}
+    return subprocess.run(
+        [sys.executable, *args, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run ``lightning-presets *argv`` in this process: (exit code, stdout, stderr); never a traceback."""
+    from lightning_presets.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err

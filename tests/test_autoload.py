@@ -17,7 +17,7 @@ import pytest
 
 import _lightning_presets_autoload as hook  # type: ignore[import-untyped, unused-ignore]  # installed copy: no py.typed
 from _dists import IMPORTER, build_wheel, make_venv, pip, pip_install, site_packages, write_installed
-from conftest import run_python
+from helpers import run_python
 from lightning_presets import _activate
 from lightning_presets.core.environment import autoload_enabled
 from lightning_presets.core.namespaces import NAMESPACES

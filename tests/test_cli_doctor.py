@@ -9,8 +9,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from conftest import run_python
-from helpers import run
+from helpers import run, run_python
 from lightning_presets.core.findings import Finding
 from lightning_presets.core.namespaces import NAMESPACES
 from lightning_presets.registry import requirements as _requirements

@@ -19,8 +19,7 @@ from lightning.pytorch import LightningModule, Trainer
 from torch import nn
 
 import lightning_presets
-from conftest import run_python
-from helpers import QUIET, codes
+from helpers import QUIET, codes, run_python
 from lightning_presets import PresetConfigError, PresetWarning
 from lightning_presets.registry import requirements
 from lightning_presets.strategies import deepspeed as ds

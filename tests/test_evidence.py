@@ -65,7 +65,7 @@ def test_a_claim_without_its_test_is_reported() -> None:
 
 
 def test_show_prints_the_claims(capsys: pytest.CaptureFixture[str]) -> None:
-    from conftest import run_cli
+    from helpers import run_cli
 
     code, out, _ = run_cli(capsys, "show", "fsdp2")
     assert code == 0

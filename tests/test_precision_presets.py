@@ -22,8 +22,7 @@ from lightning.pytorch import Trainer
 from torch import nn
 
 import lightning_presets
-from conftest import run_python
-from helpers import QUIET, codes
+from helpers import QUIET, codes, run_python
 from lightning_presets import PresetConfigError, PresetWarning
 from lightning_presets.core import hardware as _capability
 from lightning_presets.plugins.torchao_float8 import float8_split

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_python
+from helpers import run_python
 from lightning_presets.core.namespaces import NAMESPACES
 from lightning_presets.registry.catalog import LIGHTNING_BUILTIN_NAMES, strategy_catalog
 

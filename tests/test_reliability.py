@@ -38,8 +38,7 @@ from _dists import (
     Dist,
     write_installed,
 )
-from conftest import run_cli, run_python
-from helpers import QUIET
+from helpers import QUIET, run_cli, run_python
 from lightning_presets import Preset, PresetConfigError, PresetWarning, _activate
 from lightning_presets.core.environment import distribution_names
 from lightning_presets.core.namespaces import namespace_for_target

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from _dists import Dist
-from conftest import run_cli
+from helpers import run_cli
 from lightning_presets.cli import _check as check_cli
 from lightning_presets.cli import _matrix as matrix_cli
 from lightning_presets.tools import simulation as _simulation

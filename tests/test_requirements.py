@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_python
+from helpers import run_python
 from lightning_presets import Requirement
 from lightning_presets.core.preset import Preset
 from lightning_presets.registry import codes, requirements

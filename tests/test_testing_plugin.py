@@ -12,8 +12,7 @@ import pytest
 import torch
 from errors_doc import builtin_presets
 
-from conftest import run_python
-from helpers import QUIET
+from helpers import QUIET, run_python
 from lightning_presets.core.hardware import SimulatedGPU
 from lightning_presets.testing import check_examples
 from lightning_presets.tools.examples import rules_of

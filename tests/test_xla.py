@@ -20,7 +20,7 @@ from lightning.fabric.plugins.precision import HalfPrecision
 from torch import nn
 
 import lightning_presets
-from conftest import run_python
+from helpers import run_python
 from lightning_presets import PresetConfigError, PresetWarning
 from lightning_presets.registry import requirements
 

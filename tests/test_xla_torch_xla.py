@@ -12,8 +12,7 @@ import re
 
 import pytest
 
-from conftest import run_python
-from helpers import SCRIPTS
+from helpers import SCRIPTS, run_python
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torch_xla") is None, reason="needs torch_xla (the XLA leg of .ci/run installs it)"

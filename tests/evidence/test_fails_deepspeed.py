@@ -156,7 +156,7 @@ def test_lp409_accumulation_steps_in_the_config_fail_in_fit(proof: Proof) -> Non
 @pytest.mark.proves("LP410")
 def test_lp410_an_unknown_offload_device_fails_deepspeeds_config_validation(proof: Proof) -> None:
     proof.refused("LP410", lambda: _strategy(offload_optimizer_device="gpu"))
-    with proof.guard_off("LP410"):
+    with proof.guard_off("LP410", "LP418"):  # LP418: DeepSpeed's own parser, run at construction, refuses it too
         formatted = _trainer_config(_strategy(offload_optimizer_device="gpu"))
         assert formatted["zero_optimization"]["offload_optimizer"]["device"] == "gpu"
         with proof.raises(ValueError, r"offload_optimizer\.device"):
