@@ -38,27 +38,28 @@ class Tolerance:
                 "parameter_deviation": self.parameters}  # fmt: skip
 
 
+_SIDES = (
+    "the result's `numerics` lists, per class, the largest deviation among runs that trained and the smallest beyond"
+)
 EXACT = Tolerance(
     "exact", loss=1e-4, grad_norm=1e-3, parameters=1e-3,
     why="fp32/fp64: the run and the reference differ only in the order of floating-point sums (two half-batch "
-    "gradients all-reduced against one full-batch backward): over the 163 fp32/fp64 runs that trained in a 300-run "
-    "sweep, at most 1.8e-7 (loss), 1.2e-7 (gradient norm) and 5.3e-5 (parameters). A BatchNorm left unsynchronised "
-    "moved them by 1e-2, 1.5e-2 and 0.32; clipping skipped on the ranks moves the gradient norm by a factor of ~20; "
-    "an ignored accumulation, data split or gradient synchronisation changes a count or a sample set compared exactly",
+    "gradients all-reduced against one full-batch backward), a 1e-7-level relative effect on losses and gradient "
+    "norms; an ignored setting moves at least one figure by orders of magnitude more (a BatchNorm left "
+    "unsynchronised: ~1e-2 on the loss and ~0.3 of the update on the parameters; clipping skipped: the gradient "
+    f"norm ×20) or changes a count or a sample set that is compared exactly; {_SIDES}",
 )  # fmt: skip
 LOW = Tolerance(
     "low_precision", loss=5e-3, grad_norm=1e-2, parameters=0.15,
     why="bf16/fp16 (precision, the bf16-fp32-reduce plugin, bf16 gradient compression): one bf16 rounding is ~4e-3 "
-    "relative and another sum order rounds differently: over the 77 such runs of a 300-run sweep, those that trained "
-    "deviated at most 4.5e-4 (loss), 5.2e-4 (gradient norm) and 0.048 (parameters: AdamW divides by the root of tiny "
-    "second moments, so rounding noise in small gradients moves parameters most)",
+    "relative and another sum order rounds differently; AdamW divides by the root of tiny second moments, so "
+    f"rounding noise in small gradients moves parameters by a few percent of the update; {_SIDES}",
 )  # fmt: skip
 FP8 = Tolerance(
     "fp8", loss=1e-2, grad_norm=2e-2, parameters=0.5,
     why="fp8-torchao: tensorwise float8 scales come from the amax of each rank's own activations, so a rank "
-    "quantizes its half of the batch differently from the reference's whole batch, by design: measured 1.7e-3 "
-    "(loss), 3.1e-3 (gradient norm) and 0.19 (parameters) with ddp_static_graph (few runs: most fp8 jobs in the "
-    "sweep use a model-parallel preset, which refuses the plugin)",
+    "quantizes its half of the batch differently from the reference's whole batch, by design (few runs: most fp8 "
+    f"jobs use a model-parallel preset, which refuses the plugin); {_SIDES}",
 )  # fmt: skip
 TOLERANCES = (EXACT, LOW, FP8)
 
