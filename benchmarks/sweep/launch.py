@@ -1,0 +1,180 @@
+"""Start the processes of one configuration and collect what they wrote.
+
+The ranks are forked from a fork server that has imported torch, Lightning and the presets once, and are started
+the way torchrun starts them (``LOCAL_RANK``, ``MASTER_PORT``): Lightning then launches nothing itself. That saves
+the ~9 s each fresh interpreter spends importing on this machine; ``launch="lightning"`` runs the worker as a script
+instead and lets Lightning's own launcher re-run it for rank 1, as ``python train.py`` would.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "tests" / "scripts"
+WORKER = SCRIPTS / "sweep_worker.py"
+
+GRACE_SECONDS = 5.0
+"""How long the other ranks may still run once one rank reported an error (they usually wait in a collective)."""
+PRELOAD = (
+    "sweep_worker",
+    "lightning.pytorch",
+    "lightning_presets",
+    "lightning_presets.strategies.fsdp2",
+    "lightning_presets.strategies.model_parallel",
+    "lightning_presets.strategies.ddp",
+    "lightning_presets.plugins.presets",
+    "torch.distributed.fsdp",
+    "torch.distributed.tensor.parallel",
+    "torch.distributed.checkpoint",
+    "torchao.float8",
+)
+"""Imported once by the fork server (a module that fails to import is skipped by it)."""
+_context: Any = None
+
+
+@dataclass
+class Processes:
+    """What the processes of one run wrote (``<role>.json``, ``<role>.pt``) and how they ended."""
+
+    folder: Path
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    exit_codes: dict[str, int | None] = field(default_factory=dict)
+    killed: set[str] = field(default_factory=set)
+    """The processes this module killed (at the timeout, or after the grace period that follows an error)."""
+    timed_out: bool = False
+    seconds: float = 0.0
+
+    def log_tail(self, role: str, lines: int = 20) -> str:
+        path = self.folder / f"{role}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+def worker() -> Any:
+    """``tests/scripts/sweep_worker.py``, the job every process runs (imported from there, as the tests do)."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    return importlib.import_module("sweep_worker")
+
+
+def fork_context() -> Any:
+    """The fork server, started once, with the heavy modules imported before it forks anything."""
+    global _context
+    if _context is None:
+        worker()  # the fork server takes its sys.path from this process
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(list(PRELOAD))
+    return _context
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _read(folder: Path, role: str) -> dict[str, Any] | None:
+    path = folder / f"{role}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _wait(handles: dict[str, Any], folder: Path, timeout: float, poll: Any, kill: Any) -> Processes:
+    """Wait for every process; after an error in one, give the others ``GRACE_SECONDS``; kill on timeout."""
+    out = Processes(folder=folder)
+    start = time.monotonic()
+    deadline = start + timeout
+    while True:
+        codes = {role: poll(handle) for role, handle in handles.items()}
+        if all(code is not None for code in codes.values()):
+            break
+        now = time.monotonic()
+        failed = any((_read(folder, role) or {}).get("status") == "error" for role in handles)
+        if failed:
+            deadline = min(deadline, now + GRACE_SECONDS)
+        if now >= deadline:
+            out.timed_out = not failed
+            for role, handle in handles.items():
+                if codes[role] is None:
+                    kill(handle)
+                    out.killed.add(role)
+            codes = {role: poll(handle) for role, handle in handles.items()}
+            break
+        time.sleep(0.05)
+    out.seconds = time.monotonic() - start
+    out.exit_codes = codes
+    for role in handles:
+        result = _read(folder, role)
+        if result is not None:
+            out.results[role] = result
+    return out
+
+
+def _kill_process(process: Any) -> None:
+    process.kill()
+    process.join(5)
+
+
+def run_forked(target: str, roles: dict[str, tuple[Any, ...]], folder: Path, timeout: float) -> Processes:
+    """Fork one process per role, each calling ``sweep_worker.<target>(*arguments)``."""
+    context = fork_context()
+    handles = {}
+    for role, arguments in roles.items():
+        process = context.Process(target=getattr(worker(), target), args=arguments, name=role, daemon=True)
+        process.start()
+        handles[role] = process
+    return _wait(handles, folder, timeout, lambda p: p.exitcode, _kill_process)
+
+
+def run_ranks(config: dict[str, Any], world_size: int, folder: Path, timeout: float) -> Processes:
+    port = free_port()
+    roles = {f"rank{rank}": (config, rank, world_size, port, str(folder)) for rank in range(world_size)}
+    return run_forked("rank_main", roles, folder, timeout)
+
+
+def run_reference(config: dict[str, Any], replicas: int, shuffled: bool, folder: Path, timeout: float) -> Processes:
+    return run_forked("reference_main", {"reference": (config, replicas, shuffled, str(folder))}, folder, timeout)
+
+
+def run_script(config: dict[str, Any], world_size: int, folder: Path, timeout: float) -> Processes:
+    """``python sweep_worker.py``: rank 0 is a fresh interpreter, and Lightning's launcher starts the other ranks."""
+    env = {key: value for key, value in os.environ.items() if key not in ("LOCAL_RANK", "RANK", "WORLD_SIZE")}
+    env["MASTER_PORT"] = str(free_port())
+    process = subprocess.Popen(
+        [sys.executable, str(WORKER), "--config", json.dumps(config), "--out", str(folder)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+    def poll(_: Any) -> int | None:
+        code = process.poll()
+        if code is None:
+            return None
+        # rank 0 is done; the ranks it launched share its session and finish with it
+        return code
+
+    def kill(_: Any) -> None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(5)
+
+    out = _wait({"rank0": process}, folder, timeout, poll, kill)
+    for rank in range(1, world_size):
+        result = _read(folder, f"rank{rank}")
+        if result is not None:
+            out.results[f"rank{rank}"] = result
+    return out
+
+
+def scratch() -> Path:
+    return Path(tempfile.mkdtemp(prefix="guard-sweep-"))
