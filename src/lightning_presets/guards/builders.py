@@ -6,6 +6,7 @@ and examples. Messages are ``str.format`` templates over :func:`fields`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
@@ -104,18 +105,20 @@ def repeated_block(
     fails: str,
     fixed: str,
     unless_given: tuple[str, ...] = (),
+    unless_model: Callable[[nn.Module], bool] | None = None,
     **declared: Any,
 ) -> Rule:
     """A setup-stage warning when the model has no repeated block to wrap or checkpoint.
 
-    It stays silent when every option in ``unless_given`` was set (the user named the blocks). ``consequence``
+    It stays silent when every option in ``unless_given`` was set (the user named the blocks), or when
+    ``unless_model(model)`` says the preset leaves this model alone (it shards itself). ``consequence``
     may contain ``{checkpointing}``: " and nothing is checkpointed" for presets that checkpoint activations.
     """
 
     def check(ctx: Context, model: nn.Module) -> Problem | None:
         if unless_given and all(_given(ctx.options.get(key)) for key in unless_given):
             return None
-        if find_repeated_blocks(model):
+        if (unless_model is not None and unless_model(model)) or find_repeated_blocks(model):
             return None
         checkpointing = " and nothing is checkpointed" if ctx.activation_checkpointing else ""
         return Problem(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 
 from lightning_presets.core.codes import Setting
@@ -14,6 +15,7 @@ from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import one_device
+from lightning_presets.guards.models import batch_norm_layers
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES
 from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.registry import compat
@@ -68,7 +70,7 @@ def bf16_compress_supported(ctx: Context) -> Problem | None:
     """Lightning's Trainer registers a DDP comm hook only on CUDA devices (on CPU it trains plain DDP, the hook
     silently left out); Fabric registers it anywhere, and torch takes it from a build with CUDA (or ROCm) and NCCL
     2.10+, whatever the backend. A job on CUDA runs where such a build is installed."""
-    if ctx.accelerator == "cuda":
+    if ctx.accelerator == "cuda" or ctx.options.get("ddp_comm_hook") is None:  # no hook: plain DDP (LP307)
         return None
     if ctx.caller == "Trainer":
         return Problem(
@@ -200,8 +202,31 @@ def model_averaging_has_a_period(options: Options) -> Problem | None:
     )
 
 
+@rule(
+    "LP310", "error", "model", "sync_batchnorm with DDP on CPU, which torch's DDP refuses",
+    fails="model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n"
+    'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, sync_batchnorm=True).fit(model)',
+    fixed="model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n"
+    'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model)',
+    evidence="runtime: tests/evidence/test_whole_job.py::test_lp310_ddp_refuses_sync_batchnorm_on_cpu "
+    "(DistributedDataParallel raises ValueError 'SyncBatchNorm layers only work with GPU modules' when it wraps)",
+)  # fmt: skip
+def sync_batchnorm_on_gpus(ctx: Context, model: nn.Module) -> Problem | None:
+    layers = batch_norm_layers(model)
+    if ctx.caller != "Trainer" or ctx.arguments.get("sync_batchnorm") is not True or ctx.accelerator == "cuda":
+        return None
+    if not layers:
+        return None
+    return Problem(
+        f"{ctx.call('accelerator', 'sync_batchnorm')}: Lightning turns {', '.join(layers[:3])} into SyncBatchNorm, "
+        "and torch's DistributedDataParallel refuses SyncBatchNorm on CPU devices when it wraps the model",
+        "drop sync_batchnorm on CPU (each process normalises over its own batch), or run on accelerator='cuda'",
+    )
+
+
 STATIC_GRAPH_RULES: tuple[Rule, ...] = (
     model_averaging_has_a_period,
+    sync_batchnorm_on_gpus,
     static_graph_kept,
     ddp_has_peers,
     static_graph_without_accumulation,
@@ -209,6 +234,7 @@ STATIC_GRAPH_RULES: tuple[Rule, ...] = (
 )
 BF16_COMPRESS_RULES: tuple[Rule, ...] = (
     model_averaging_has_a_period,
+    sync_batchnorm_on_gpus,
     compression_hook_kept,
     bf16_compress_reduced_by_nccl,
     bf16_compress_supported,

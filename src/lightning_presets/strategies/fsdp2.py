@@ -27,6 +27,8 @@ from lightning_presets.guards.hooks import overrides
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.strategies.model_parallel import (
+    batch_norm_synchronised,
+    clipping_by_norm_on_one_mesh,
     fabric_parallelize_fn,
     model_parallel_accelerator,
     model_parallel_precision,
@@ -109,6 +111,7 @@ fsdp2_found_blocks = repeated_block(
     consequence="only the root is sharded, so every forward gathers the whole model at once{checkpointing}",
     hint="hold the repeated layers in an nn.ModuleList, or shard the model yourself in configure_model() "
     "(Trainer) / a parallelize_fn (Fabric)",
+    unless_model=lambda model: is_parallelized(model),
     fails=NO_BLOCKS + 'Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(model)',
     fixed=BLOCKS + 'Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(model)',
 )  # fmt: skip
@@ -129,9 +132,29 @@ def offload_needs_cuda(ctx: Context) -> Problem | None:
     )
 
 
+@rule(
+    "LP218", "warning", "setup", "a model that shards itself: the preset's offload and checkpointing are not applied",
+    fails="# configure_model applies fully_shard itself\n"
+    'Trainer(strategy="fsdp2_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
+    fixed="# the same model, or no fully_shard in configure_model (the preset shards, offloads and checkpoints)\n"
+    'Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(model)',
+)  # fmt: skip
+def preset_applies_its_layout(ctx: Context, model: nn.Module) -> Problem | None:
+    if not ctx.activation_checkpointing or not is_parallelized(model):
+        return None
+    return Problem(
+        f"{ctx.call()}: {type(model).__name__} applies fully_shard or tensor parallelism itself in configure_model, so "
+        f"{ctx.preset!r} leaves it as it is: no CPU offload and no activation checkpointing are applied",
+        "pass offload_policy=CPUOffloadPolicy() to your fully_shard calls and checkpoint the blocks yourself, or drop "
+        "fully_shard from configure_model and let the preset shard, offload and checkpoint",
+    )
+
+
 RULES: tuple[Rule, ...] = (
     sizes_are_positive,
     tensor_dimension_used,
+    batch_norm_synchronised,
+    clipping_by_norm_on_one_mesh,
     data_parallel_is_world,
     model_parallel_precision,
     model_parallel_accelerator,
@@ -140,7 +163,7 @@ RULES: tuple[Rule, ...] = (
     half_weights_have_a_scaler,
     *STRATEGY_HARDWARE_RULES,
 )
-OFFLOAD_RULES: tuple[Rule, ...] = (*RULES, offload_needs_cuda)
+OFFLOAD_RULES: tuple[Rule, ...] = (*RULES, offload_needs_cuda, preset_applies_its_layout)
 
 
 def is_parallelized(model: nn.Module) -> bool:
@@ -242,8 +265,9 @@ class FSDP2TrainerHooks(_DataParallelWorld):
     def setup(self, trainer: Any) -> None:
         """Runs for every ``fit``/``validate``/``test``/``predict``; shards once, the first time."""
         model = self.model
-        if model is not None and not is_parallelized(model):
+        if model is not None:
             self._lp_check_setup(model)
+        if model is not None and not is_parallelized(model):
             preset = self._lp_preset
             shard_blocks_and_root(
                 model,

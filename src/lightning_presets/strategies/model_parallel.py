@@ -10,13 +10,16 @@ from torch import nn
 from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import MODEL_PARALLEL, MeshSpec
+from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import needs_accelerator
 from lightning_presets.guards.hooks import overrides
+from lightning_presets.guards.models import batch_norm_layers, parameter_meshes
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
+from lightning_presets.guards.strategy import PresetHooks
 
 MODEL_PARALLEL_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true")
 MODEL_PARALLEL_ACCELERATORS = ("cpu", "cuda")
@@ -225,9 +228,80 @@ def model_has_configure_model(ctx: Context, model: nn.Module) -> Problem | None:
     )
 
 
+@rule(
+    "LP217", "error", "model", "sync_batchnorm with ModelParallelStrategy, which never applies it",
+    fails="model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n"
+    'Trainer(strategy="fsdp2", accelerator="cpu", devices=2, sync_batchnorm=True).fit(model)',
+    fixed="model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))\n"
+    'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model)',
+    evidence="runtime: tests/evidence/test_whole_job.py::test_lp217_model_parallel_ignores_sync_batchnorm "
+    "(ModelParallelStrategy.setup never converts BatchNorm: after setup the layers are still BatchNorm1d)",
+)  # fmt: skip
+def batch_norm_synchronised(ctx: Context, model: nn.Module) -> Problem | None:
+    layers = batch_norm_layers(model)
+    if ctx.caller != "Trainer" or ctx.arguments.get("sync_batchnorm") is not True or not layers:
+        return None
+    return Problem(
+        f"{ctx.call('sync_batchnorm')}: ModelParallelStrategy never converts batch norm to SyncBatchNorm (DDP and FSDP "
+        f"do), so {', '.join(layers[:3])}{' ...' if len(layers) > 3 else ''} normalise over each rank's own batch "
+        "and the ranks train differently from what you asked, without an error",
+        "convert the layers yourself in configure_model (torch.nn.SyncBatchNorm.convert_sync_batchnorm(self)) before "
+        "sharding, replace batch norm with LayerNorm/GroupNorm, or use a DDP preset",
+    )
+
+
+@rule(
+    "LP215", "error", "setup", "clipping by norm across parameters on different device meshes",
+    fails="# configure_model applies tensor parallelism to some layers and fully_shard to the rest\n"
+    'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, gradient_clip_val=1.0).fit(model)',
+    fixed="# the same model\n"
+    'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, gradient_clip_val=1.0, '
+    'gradient_clip_algorithm="value").fit(model)',
+    evidence="runtime: tests/evidence/test_whole_job.py::test_lp215_clipping_by_norm_stacks_norms_of_two_meshes "
+    "(torch.nn.utils.clip_grad_norm_ raises RuntimeError 'All operands in aten.stack.default must have the same "
+    "mesh')",
+)  # fmt: skip
+def clipping_by_norm_on_one_mesh(ctx: Context, model: nn.Module) -> Problem | None:
+    algorithm = ctx.arguments.get("gradient_clip_algorithm")
+    by_norm = algorithm is None or str(getattr(algorithm, "value", algorithm)).lower() == "norm"
+    if ctx.caller != "Trainer" or not ctx.arguments.get("gradient_clip_val") or not by_norm:
+        return None
+    meshes = parameter_meshes(model)
+    if len(meshes) < 2 or overrides(model, "configure_gradient_clipping"):
+        return None
+    return Problem(
+        f"{ctx.call('gradient_clip_val')}: {type(model).__name__}'s parameters live on {len(meshes)} different device "
+        f"meshes ({', '.join(sorted(meshes))}), and clipping by norm (torch.nn.utils.clip_grad_norm_) stacks their "
+        "norms: torch raises at the first optimizer step, on every rank",
+        "pass gradient_clip_algorithm='value', or clip in configure_gradient_clipping per mesh (the norms of each "
+        "mesh's parameters, combined with .full_tensor())",
+    )
+
+
+@rule(
+    "LP216", "error", "construction", "detect_anomaly with tensor parallelism",
+    fails='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, detect_anomaly=True)',
+    fixed='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8)',
+    evidence="runtime: tests/evidence/test_whole_job.py::test_lp216_anomaly_mode_has_no_dtensor_kernel (DTensor "
+    "raises NotImplementedError for aten._is_any_true, which anomaly mode calls on every gradient)",
+)  # fmt: skip
+def anomaly_detection_without_tensor_parallel(ctx: Context) -> Problem | None:
+    _, tensor = resolved_sizes(ctx)
+    if ctx.arguments.get("detect_anomaly") is not True or not isinstance(tensor, int) or tensor < 2:
+        return None
+    return Problem(
+        f"{ctx.call('detect_anomaly')} with tensor_parallel_size={tensor}: anomaly mode checks every gradient with "
+        "aten._is_any_true, which DTensor has no sharding rule for: the first backward raises NotImplementedError",
+        "drop detect_anomaly (torch.autograd.set_detect_anomaly on a tensor_parallel_size=1 run finds NaNs too)",
+    )
+
+
 RULES: tuple[Rule, ...] = (
     sizes_are_positive,
     sizes_match_world,
+    anomaly_detection_without_tensor_parallel,
+    batch_norm_synchronised,
+    clipping_by_norm_on_one_mesh,
     tp_divides_devices_per_node,
     tp_stays_in_node,
     model_parallel_precision,
@@ -237,6 +311,17 @@ RULES: tuple[Rule, ...] = (
     half_weights_have_a_scaler,
     *STRATEGY_HARDWARE_RULES,
 )
+
+
+class ModelParallelTrainerHooks(PresetHooks):
+    """Trainer side: the setup rules run on the model ``configure_model`` parallelized, before Lightning's setup."""
+
+    model: nn.Module | None
+
+    def setup(self, trainer: Any) -> None:
+        if self.model is not None:
+            self._lp_check_setup(self.model)
+        base(super()).setup(trainer)
 
 
 def fabric_parallelize_fn(placeholder: Callable[[nn.Module, Any], nn.Module]) -> Callable[..., dict[str, Any]]:
@@ -263,6 +348,7 @@ TP2D_HYBRID = Preset(
     strategy={"trainer": "ModelParallelStrategy", "fabric": "ModelParallelStrategy"},
     init_params={"data_parallel_size": "auto", "tensor_parallel_size": "auto"},
     rules=RULES,
+    mixins={"trainer": ModelParallelTrainerHooks},
     prepare=fabric_parallelize_fn(_missing_parallelize_fn),
     mesh=MODEL_PARALLEL,
     tested_with=tested(

@@ -1,0 +1,29 @@
+"""What model rules read off a model: its batch-norm layers and the device meshes its parameters live on."""
+
+from __future__ import annotations
+
+from torch import nn
+
+
+def batch_norm_layers(model: nn.Module) -> list[str]:
+    """The names of the model's batch-norm layers (``nn.BatchNorm1d/2d/3d`` and their subclasses)."""
+    return [name or type(model).__name__ for name, module in model.named_modules()
+            if isinstance(module, nn.modules.batchnorm._BatchNorm)]  # fmt: skip
+
+
+def parameter_meshes(model: nn.Module) -> set[str]:
+    """The device meshes the model's parameters live on, described (``(dp=1, tp=2)``); ``local`` for plain tensors.
+
+    After ``configure_model`` applied tensor parallelism and FSDP2, each DTensor parameter names its mesh.
+    """
+    from torch.distributed.tensor import DTensor
+
+    found = set()
+    for parameter in model.parameters():
+        if isinstance(parameter, DTensor):
+            mesh = parameter.device_mesh
+            names = mesh.mesh_dim_names or tuple(f"dim{index}" for index in range(mesh.ndim))
+            found.add("(" + ", ".join(f"{name}={size}" for name, size in zip(names, mesh.shape, strict=True)) + ")")
+        else:
+            found.add("local")
+    return found
