@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from lightning_presets.tools.plan.estimates import (
     GIB,
+    KERNELS,
     Estimate,
     PlanRequest,
     format_bytes,
@@ -22,6 +23,6 @@ from lightning_presets.tools.plan.layouts import OPTIMIZERS, PRECISIONS, bytes_p
 from lightning_presets.tools.plan.planner import RULE, Plan, plan
 
 __all__ = [
-    "GIB", "OPTIMIZERS", "PRECISIONS", "RULE", "Estimate", "Plan", "PlanRequest", "format_bytes", "format_count",
-    "bytes_per_param", "format_size", "parse_count", "plan", "planned_presets",
+    "GIB", "KERNELS", "OPTIMIZERS", "PRECISIONS", "RULE", "Estimate", "Plan", "PlanRequest", "format_bytes",
+    "format_count", "bytes_per_param", "format_size", "parse_count", "plan", "planned_presets",
 ]  # fmt: skip
