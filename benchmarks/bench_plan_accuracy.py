@@ -115,21 +115,40 @@ def main() -> None:
         "first with the previous step's gradients and the optimizer state)",
     )
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results"), help="folder for the results")
+    parser.add_argument("--resume", action="store_true", help="keep the rows of the JSON already in --output")
     args = parser.parse_args()
     kernels = args.kernels or args.accelerator
     presets = tuple(args.presets.split(","))
     started = time.perf_counter()
-    rows = []
+    rows = _earlier(args, kernels) if args.resume else []
+    done = {(row["model"], row["preset"]) for row in rows}
     for model in args.models.split(","):
+        if all((model, preset) in done for preset in presets):
+            continue
         try:
             plans = planned(model, presets, args.precision, kernels)
         except Exception as error:  # a model the planner refuses is a result too
             plans = {preset: {"error": f"{type(error).__name__}: {error}"[:300]} for preset in presets}
-        for preset in presets:
+        for preset in [each for each in presets if (model, each) not in done]:
             real = measured(model, preset, args.precision, args.accelerator, args.steps)
             rows.append({"model": model, "preset": preset, "planned": plans[preset], "measured": real})
             print(json.dumps(rows[-1]["measured"])[:200], file=sys.stderr, flush=True)
             report(rows, args, kernels, time.perf_counter() - started)  # as it goes: a stopped run keeps its rows
+
+
+def _path(args: argparse.Namespace, suffix: str) -> Path:
+    return Path(args.output) / (("plan_accuracy" if args.accelerator == "cpu" else "plan_accuracy_gpu") + suffix)
+
+
+def _earlier(args: argparse.Namespace, kernels: str) -> list[dict[str, Any]]:
+    """The rows of an earlier run of the same kind (``--resume``), in the order they were measured."""
+    path = _path(args, ".json")
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    same = (data["precision"], data["accelerator"], data["kernels"]) == (args.precision, args.accelerator, kernels)
+    rows: list[dict[str, Any]] = data["rows"] if same else []
+    return rows
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace, kernels: str, seconds: float) -> None:
@@ -154,12 +173,10 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, kernels: str, s
         f"{len(judged) - len(outside)} within {GOAL:.0%}" + (f"; outside: {', '.join(outside)}" if outside else ""),
     ]
     text = "\n".join(header + table(rows) + summary) + "\n"
-    folder = Path(args.output)
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = "plan_accuracy" if args.accelerator == "cpu" else "plan_accuracy_gpu"
-    (folder / f"{stem}.txt").write_text(text, encoding="utf-8")
-    (folder / f"{stem}.json").write_text(json.dumps({"precision": args.precision, "accelerator": args.accelerator,
-                                                     "kernels": kernels, "rows": rows}, indent=1) + "\n")  # fmt: skip
+    Path(args.output).mkdir(parents=True, exist_ok=True)
+    _path(args, ".txt").write_text(text, encoding="utf-8")
+    _path(args, ".json").write_text(json.dumps({"precision": args.precision, "accelerator": args.accelerator,
+                                                "kernels": kernels, "rows": rows}, indent=1) + "\n")  # fmt: skip
     if len(rows) == len(args.models.split(",")) * len(args.presets.split(",")):
         sys.stdout.write(text)
 

@@ -2,8 +2,10 @@
 
 ``planner`` puts a plan together from per-preset ``estimates``: arithmetic from ``layouts`` (where each preset
 keeps the model states), or a ``trace`` of one training step of the user's model (``user_model``) under fake
-tensors, run in a child process (``worker``). ``fit`` turns a plan into ``check --model``'s findings;
-``reference_models`` are decoders to plan without a model of one's own.
+tensors, run in a child process (``worker``). The step is Lightning's (``step``), attention is planned for
+CUDA's kernels (``attention``), and what fake tensors cannot run is said in the user's terms
+(``untraceable``). ``fit`` turns a plan into ``check --model``'s findings; ``reference_models`` are decoders
+to plan without a model of one's own.
 """
 
 from __future__ import annotations

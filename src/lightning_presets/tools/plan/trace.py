@@ -216,6 +216,26 @@ class _Peaks:
         self.lp_transient = max(self.lp_transient, total - _category_sum(snapshot, STATES))
 
 
+class _NestedCalls:
+    """Mixed into ``FSDPMemTracker``: a module entered again in the same forward (a ``training_step`` that calls
+    ``self(...)`` while the preset routes the step through the root's ``__call__``, as Lightning's forward
+    redirection does) runs FSDP's own hook without the tracker's per-module statistics, which refuse a second
+    entry; its memory is still counted where it is allocated."""
+
+    memory_tracking: dict[Any, Any]
+    _mod_tracker: Any
+
+    def _fsdp_state_pre_forward(self, fsdp_mod: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+        tracked = super()._fsdp_state_pre_forward(fsdp_mod, original)  # type: ignore[misc]
+
+        def pre_forward(*args: Any, **kwargs: Any) -> Any:
+            if fsdp_mod in self.memory_tracking and not self._mod_tracker.is_bw:
+                return original(*args, **kwargs)
+            return tracked(*args, **kwargs)
+
+        return pre_forward
+
+
 def _tracker(model: nn.Module, optimizers: list[torch.optim.Optimizer], offloaded: bool) -> Any:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -224,7 +244,9 @@ def _tracker(model: nn.Module, optimizers: list[torch.optim.Optimizer], offloade
     outermost = next((module for module in model.modules() if isinstance(module, FSDPModule)), None)
     tracker: Any
     if outermost is not None:
-        tracker = type("FSDPPeaks", (_Peaks, FSDPMemTracker), {})(outermost, optimizers[0] if optimizers else None)
+        tracker = type("FSDPPeaks", (_Peaks, _NestedCalls, FSDPMemTracker), {})(
+            outermost, optimizers[0] if optimizers else None
+        )
     else:
         tracker = type("Peaks", (_Peaks, MemTracker), {})()
         tracker.track_external(model, *optimizers)
