@@ -45,7 +45,8 @@ def measured(model: str, preset: str, precision: str, accelerator: str, steps: i
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False, cwd=SCRIPTS)
     line = next((line for line in done.stdout.splitlines() if line.startswith("FIT_MEMORY ")), None)
     if done.returncode != 0 or line is None:
-        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:300]}
+        errors = [line for line in done.stderr.splitlines() if "Error: " in line] or [f"exit {done.returncode}"]
+        return {"error": errors[-1].split("]: ", 1)[-1][:300]}
     result: dict[str, Any] = json.loads(line.removeprefix("FIT_MEMORY "))
     return result
 
@@ -115,7 +116,7 @@ def main() -> None:
         "first with the previous step's gradients and the optimizer state)",
     )
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results"), help="folder for the results")
-    parser.add_argument("--resume", action="store_true", help="keep the rows of the JSON already in --output")
+    parser.add_argument("--resume", action="store_true", help="keep the measured rows of the JSON already in --output")
     args = parser.parse_args()
     kernels = args.kernels or args.accelerator
     presets = tuple(args.presets.split(","))
@@ -148,7 +149,7 @@ def _earlier(args: argparse.Namespace, kernels: str) -> list[dict[str, Any]]:
     data = json.loads(path.read_text(encoding="utf-8"))
     same = (data["precision"], data["accelerator"], data["kernels"]) == (args.precision, args.accelerator, kernels)
     rows: list[dict[str, Any]] = data["rows"] if same else []
-    return rows
+    return [row for row in rows if "error" not in row["measured"] and "error" not in row["planned"]]
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace, kernels: str, seconds: float) -> None:

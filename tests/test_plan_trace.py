@@ -426,6 +426,7 @@ class _Recording(nn.Module):
 
 
 SEEN: list[tuple[bool, bool]] = []
+GRADIENTS_ALIVE: list[bool] = []
 
 
 def recording_module() -> Any:
@@ -443,11 +444,14 @@ def recording_module() -> Any:
             return out
 
         def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            optimized = [p for group in self.optimizer.param_groups for p in group["params"]]  # FSDP2: the shards
+            GRADIENTS_ALIVE.append(all(p.grad is not None for p in optimized))
             logits = self(batch).float()
             return torch.nn.functional.log_softmax(logits * 2.0, dim=-1).mean()  # saves more than a sum would
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.AdamW(self.parameters(), lr=1e-3, foreach=False)
+            self.optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3, foreach=False)
+            return self.optimizer
 
     return Recording()
 
@@ -477,13 +481,14 @@ def test_the_step_is_training_step_under_lightnings_autocast_without_the_cast_ca
 
 
 def test_the_previous_steps_gradients_are_alive_during_the_forward() -> None:
-    """Lightning zeroes the gradients after the step function: at the end of the forward the rank holds the
-    states, the old gradients and every activation at once."""
-    request = PlanRequest(model=TINY, gpus_per_node=2, precision="32-true", presets=("fsdp2",), kernels="cpu")
+    """Lightning zeroes the gradients after the step function: the forward runs beside the old gradients (under
+    FSDP2, which frees them with ``set_to_none``), and the plan's peak holds both."""
+    GRADIENTS_ALIVE.clear()
+    request = PlanRequest(model=f"{__name__}:recording_module", gpus_per_node=2, presets=("fsdp2",))
     (estimate,), _ = plan_worker.plan_in_process(request)
+    assert GRADIENTS_ALIVE == [True]
     assert estimate.activations is not None
-    held = estimate.parameters + estimate.gradients + estimate.optimizer + estimate.activations
-    assert estimate.total_peak >= held
+    assert estimate.total_peak >= estimate.parameters + estimate.gradients + estimate.optimizer + estimate.activations
 
 
 def attention_with_dropout() -> Any:

@@ -146,7 +146,8 @@ def t5() -> HFModule:
     256; the labels are the inputs."""
     from transformers import T5Config, T5ForConditionalGeneration
 
-    config = T5Config(vocab_size=VOCAB, d_model=256, d_kv=32, d_ff=1024, num_layers=2, num_heads=8)
+    config = T5Config(vocab_size=VOCAB, d_model=256, d_kv=32, d_ff=1024, num_layers=2, num_heads=8,
+                      decoder_start_token_id=0, pad_token_id=0)  # fmt: skip
     blocks = {f"{side}.block": {f"layer.{ff}.DenseReluDense.wi": "colwise", f"layer.{ff}.DenseReluDense.wo": "rowwise"}
               for side, ff in (("encoder", 1), ("decoder", 2))}  # fmt: skip
     return HFModule(lambda: T5ForConditionalGeneration(config), _tokens(), loss="lm", blocks=blocks)
