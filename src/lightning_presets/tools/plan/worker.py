@@ -62,7 +62,7 @@ def run(request: PlanRequest, progress: Progress | None = None) -> tuple[list[Es
     parameters = None
     process = subprocess.Popen(
         [sys.executable, "-m", _MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True,
+        start_new_session=True, env=_child_environment(),
     )  # fmt: skip
     events: queue.Queue[dict[str, Any] | None] = queue.Queue()
     tail = bytearray()
@@ -110,6 +110,16 @@ def run(request: PlanRequest, progress: Progress | None = None) -> tuple[list[Es
         text = bytes(tail).decode("utf-8", errors="replace")[-_SHOWN_TAIL:].strip()
         raise PlanFailed(_ended(request, code, text, timed_out=timed_out))
     return estimates, parameters
+
+
+def _child_environment() -> dict[str, str]:
+    """This environment, with the folder this package was imported from first on ``PYTHONPATH``: the child runs
+    this copy of the worker, whatever the caller's ``PYTHONPATH`` says (the rest of the path comes on stdin)."""
+    from pathlib import Path
+
+    here = str(Path(__file__).resolve().parents[3])  # .../lightning_presets/tools/plan/worker.py -> its folder
+    rest = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": here + (os.pathsep + rest if rest else "")}
 
 
 def _exited(process: subprocess.Popen[bytes]) -> bool:
