@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from typing import Any
 
 import pytest
 import torch
@@ -309,3 +310,153 @@ def test_install_note_agrees_with_doctor(monkeypatch: pytest.MonkeyPatch) -> Non
     assert missing.install == "pip install --no-build-isolation 'deepspeed>=0.16'"
     assert missing.fits  # the plan is for the target machine: a missing package here is a note, not a misfit
     assert any("not installed here" in why for why in missing.why)
+
+
+# --- the child that traces: bounded, importable from here (issues 16 and 18) -------------------------------------
+
+TINY = "lightning_presets.tools.plan.reference_models:decoder_tiny"
+HELPER_PID = "plan-helper.pid"
+
+
+def forks_a_helper_and_hangs() -> torch.nn.Module:
+    """A factory that forks a helper holding the event pipe, then never returns."""
+    import os
+    import time
+
+    pid = os.fork()
+    if pid == 0:  # the helper: sleeps with every inherited descriptor open
+        time.sleep(600)
+        os._exit(0)
+    with open(os.environ["LP_TEST_HELPER_PID"], "w", encoding="utf-8") as record:
+        record.write(str(pid))
+    time.sleep(600)
+    return tiny_model()
+
+
+def floods_stderr() -> torch.nn.Module:
+    """A factory that writes 100 MB to stderr, then returns a model."""
+    import os
+
+    chunk = b"x" * (1 << 20)
+    for _ in range(100):
+        os.write(2, chunk)
+    return tiny_model()
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:  # a zombie is dead, whoever reaps it
+        return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_a_timeout_kills_the_childs_process_group(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from lightning_presets.tools.plan import worker
+
+    record = tmp_path / HELPER_PID
+    monkeypatch.setenv("LP_TEST_HELPER_PID", str(record))
+    request = PlanRequest(model=f"{__name__}:forks_a_helper_and_hangs", gpus_per_node=1, timeout_s=60,
+                          presets=("ddp_static_graph",))  # fmt: skip
+    started = time.monotonic()
+    with pytest.raises(worker.PlanFailed, match="took longer than 60 s and was stopped"):
+        worker.run(request)
+    assert time.monotonic() - started < 120  # not the helper's 600 s
+    helper = int(record.read_text(encoding="utf-8"))
+    deadline = time.monotonic() + 5
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(helper)
+
+
+def test_a_flood_of_stderr_keeps_only_a_bounded_tail() -> None:
+    """100 MB of the child's stderr: the parent's peak memory grows by far less (only the last 4 KiB are kept)."""
+    import subprocess
+    import sys
+
+    program = f"""
+import resource, sys
+sys.path[:0] = {sys.path!r}
+from lightning_presets.tools.plan import worker, PlanRequest
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+estimates, _ = worker.run(PlanRequest(model="test_cli_plan:floods_stderr", gpus_per_node=1,
+                                      presets=("ddp_static_graph",)))
+print(len(estimates), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    count, grown_kib = map(int, done.stdout.split()[-2:])
+    assert count == 1
+    assert grown_kib < 30 * 1024  # 100 MB went through; the parent kept a tail
+
+
+def test_a_long_sys_path_reaches_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """300 KB of sys.path (one argument may hold 128 KiB): the request goes through the child's stdin."""
+    import sys
+
+    from lightning_presets.tools.plan import worker
+
+    monkeypatch.setattr(sys, "path", [*sys.path, *(f"/nonexistent/{'p' * 90}/{i}" for i in range(3000))])
+    estimates, parameters = worker.run(PlanRequest(model=TINY, gpus_per_node=1, presets=("ddp_static_graph",)))
+    assert parameters == 29_312
+    assert len(estimates) == 1
+
+
+def test_breakpoint_as_a_factory_is_a_one_line_message(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", "--model", "builtins:breakpoint", "--gpus", "1", "--preset", "ddp_static_graph"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "called breakpoint()" in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+MODELS_PY = """
+import torch
+
+
+def build():
+    model = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.Linear(20, 5))
+    model.example_input_array = torch.zeros(4, 10)
+    return model
+"""
+
+
+def test_the_console_script_imports_a_module_of_the_current_folder(tmp_path: Any) -> None:
+    """``lightning-presets plan --model models:build`` from the folder that holds models.py, as ``python -m``."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "models.py").write_text(MODELS_PY, encoding="utf-8")
+    script = Path(sys.executable).with_name("lightning-presets")
+    assert script.exists()
+    import lightning_presets
+
+    here = str(Path(lightning_presets.__file__).parents[1])  # the package under test, as the script imports it
+    env = {**os.environ, "PYTHONPATH": here}
+    done = subprocess.run([str(script), "plan", "--model", "models:build", "--gpus", "1", "--preset",
+                           "ddp_static_graph", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          check=False, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["model_parameters"] == 325
+
+
+def test_with_every_preset_denied_there_is_nothing_to_plan() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LIGHTNING_PRESETS_DENY": "lightning-presets"}
+    done = subprocess.run([sys.executable, "-m", "lightning_presets", "plan", "--params", "7B", "--gpus", "8"],
+                          capture_output=True, text=True, timeout=300, check=False, env=env)  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "nothing to plan" in done.stderr
+    assert "NOTHING FITS" not in done.stdout + done.stderr

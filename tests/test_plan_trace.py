@@ -1,10 +1,11 @@
-"""``plan --model``: the traced plan against real runs, its activations against a real forward, the batch
-search, a user's factory run safely, and the progress display.
+"""``plan --model``: the traced plan against a real ``Trainer.fit`` measured at the allocator, the step as
+Lightning runs it, untraceable models, the batch search, a user's factory run safely, and the progress display.
 
-The real runs are 2 gloo processes on CPU (``tests/scripts/plan_real_run.py``) that wrap the reference
-decoder with the presets' own code and measure one training step independently of the planner: exact
-tensor accounting for parameters, gradients and optimizer state, ``saved_tensors_hooks`` for the
-activations, torch's tracker in real mode for the peak.
+The real run is ``tests/scripts/plan_fit_run.py``: ``Trainer(strategy=PRESET, devices=2)`` on 2 gloo processes,
+its memory measured independently of the planner and of torch's memory trackers (``torch.profiler``'s
+allocation events for the peak, storage accounting for the model states, ``saved_tensors_hooks`` for the
+activations). The full comparison (seven models, four presets) is ``benchmarks/bench_plan_accuracy.py``;
+this is its sample in CI.
 """
 
 from __future__ import annotations
@@ -32,90 +33,100 @@ from lightning_presets.tools.plan.estimates import Estimate, PlanRequest, traced
 
 TINY = "lightning_presets.tools.plan.reference_models:decoder_tiny"
 VALIDATED = ("fsdp2", "fsdp2_offload_ckpt", "ddp_static_graph", "tp2d_hybrid")
-CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "peak")
 TOLERANCE = 0.10
+SAMPLE = ("hf_models:llama_lazy", ("fsdp2", "ddp_static_graph"))
+"""The accuracy sample run in CI: a Llama built in ``configure_model``, under sharding and a replica."""
 
 
-@pytest.fixture(scope="module")
-def real_run() -> dict[str, dict[str, int]]:
-    """One real training step per preset, measured on rank 0 of 2 gloo processes."""
+def _fit(model: str, preset: str) -> dict[str, Any]:
+    """One real ``Trainer.fit`` (2 gloo processes, 2 steps), rank 0's memory."""
     done = subprocess.run(
-        [sys.executable, str(SCRIPTS / "plan_real_run.py"), "--model", TINY],
-        capture_output=True, text=True, timeout=240, check=False,
+        [sys.executable, str(SCRIPTS / "plan_fit_run.py"), "--model", model, "--preset", preset, "--steps", "2",
+         "--precision", "32-true"],
+        capture_output=True, text=True, timeout=600, check=False, cwd=SCRIPTS,
     )  # fmt: skip
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("FIT_MEMORY ")]
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert lines, done.stdout[-2000:]
-    result: dict[str, dict[str, int]] = json.loads(lines[0].removeprefix("RESULT "))
+    result: dict[str, Any] = json.loads(lines[0].removeprefix("FIT_MEMORY "))
     return result
 
 
 @pytest.fixture(scope="module")
-def planned() -> dict[str, tuple[Estimate, trace.Traced]]:
-    """The plan of the same model for 2 GPUs, traced in this process: each preset's estimate and trace."""
-    request = PlanRequest(model=TINY, gpus_per_node=2, precision="32-true", presets=VALIDATED)
+def sample_plan(monkeypatch_module: pytest.MonkeyPatch) -> dict[str, Estimate]:
+    monkeypatch_module.syspath_prepend(str(SCRIPTS))
+    model, presets = SAMPLE
+    request = PlanRequest(model=model, gpus_per_node=2, precision="32-true", presets=presets, kernels="cpu")
     estimates, _ = plan_worker.plan_in_process(request)
-    presets = strategy_catalog().presets
-    factory = user_model.load_factory(TINY)
-    traces = {}
-    with trace.fake_world(2):
-        for name in VALIDATED:
-            layout = memory.layout_of(presets[name])
-            assert layout is not None
-            mesh = {"data_parallel": 1, "tensor_parallel": 2} if layout.tensor_parallel else None
-            if layout.family == "model_parallel" and mesh is None:
-                mesh = {"data_parallel": 2, "tensor_parallel": 1}
-            traces[name] = trace.trace(factory, TINY, layout, precision="32-true", mesh_sizes=mesh)
-    return {each.preset: (each, traces[each.preset]) for each in estimates}
+    return {each.preset: each for each in estimates}
 
 
-def _close(planned: float, real: float) -> bool:
-    return abs(planned - real) <= TOLERANCE * real
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Any:
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
 
 
-@pytest.mark.parametrize("category", CATEGORIES)
-@pytest.mark.parametrize("preset", VALIDATED)
-def test_traced_plan_matches_a_real_two_process_run(
-    real_run: dict[str, dict[str, int]], planned: dict[str, tuple[Estimate, trace.Traced]], preset: str, category: str
+@pytest.mark.distributed
+@pytest.mark.parametrize("preset", SAMPLE[1])
+def test_planned_peak_and_categories_match_a_real_fit_at_the_allocator(
+    sample_plan: dict[str, Estimate], preset: str
 ) -> None:
-    estimate, traced = planned[preset]
-    real = real_run[preset][category]
-    assert real > 0
-    if category == "peak":
-        # On CPU the offloaded state lives where everything else does: the whole rank's peak is what compares.
-        figure = traced.peak_all if traced.offloaded else estimate.total_peak
-    elif category == "activations":
-        figure = estimate.activations or 0
-    elif traced.offloaded:  # kept in CPU memory: reported per GPU as offloaded bytes, not on the GPU
-        assert getattr(estimate, category) == 0
-        figure = getattr(traced, category)
-    else:
-        figure = getattr(estimate, category)
-    assert _close(figure, real), f"{preset} {category}: planned {figure}, real {real}"
+    real = _fit(SAMPLE[0], preset)
+    estimate = sample_plan[preset]
     assert estimate.evidence == "traced"
+    planned = {"parameters": estimate.parameters, "gradients": estimate.gradients, "optimizer": estimate.optimizer,
+               "activations": estimate.activations, "peak": estimate.rank_peak}  # fmt: skip
+    for category, figure in planned.items():
+        assert real[category] > 0
+        assert figure is not None
+        assert abs(figure - real[category]) <= TOLERANCE * real[category], (category, figure, real[category])
+    assert real["steps"][0][1] < real["peak"]  # the first step (no optimizer state, no old gradients) peaks lower
 
 
-def test_offloaded_state_is_counted_in_cpu_memory(planned: dict[str, tuple[Estimate, trace.Traced]]) -> None:
-    estimate, traced = planned["fsdp2_offload_ckpt"]
-    assert estimate.offloaded_per_gpu == traced.parameters + traced.gradients + traced.optimizer > 0
+def test_configure_model_layers_are_counted_under_every_preset(sample_plan: dict[str, Estimate]) -> None:
+    """The Llama of the sample has no parameter before ``configure_model``: FSDP1 and DeepSpeed count it too."""
+    request = PlanRequest(model=SAMPLE[0], gpus_per_node=2, presets=("fsdp_grad_op", "deepspeed_zero2_offload"))
+    estimates, parameters = plan_worker.plan_in_process(request)
+    assert parameters == 3_164_416
+    for each in estimates:
+        assert each.evidence == "arithmetic + traced activations"
+        assert each.parameters > 0, each
+        assert each.cpu_bytes_per_node + each.gradients > 0, each
+    replica = sample_plan["ddp_static_graph"]
+    assert 4 * parameters <= replica.parameters < 4 * parameters + 1024  # fp32, whole (and the rotary buffer)
+
+
+def test_offloaded_state_is_counted_in_cpu_memory() -> None:
+    request = PlanRequest(model=TINY, gpus_per_node=2, precision="32-true", presets=("fsdp2_offload_ckpt",))
+    (estimate,), _ = plan_worker.plan_in_process(request)
+    assert (estimate.parameters, estimate.gradients, estimate.optimizer) == (0, 0, 0)  # none on the GPU
+    assert estimate.offloaded_per_gpu == sum(estimate.offloaded) > 0
     assert estimate.cpu_bytes_per_node == 2 * estimate.offloaded_per_gpu  # two GPUs per node
-    assert estimate.total_peak == traced.peak < traced.peak_all  # the device peak leaves the CPU side out
+    assert estimate.rank_peak is not None
+    assert estimate.total_peak < estimate.rank_peak  # the GPU side leaves the offloaded state out
 
 
-def test_sharding_divides_the_states_the_replica_holds(planned: dict[str, tuple[Estimate, trace.Traced]]) -> None:
-    replica, _ = planned["ddp_static_graph"]
-    sharded, _ = planned["fsdp2"]
+def test_sharding_divides_the_states_the_replica_holds() -> None:
+    request = PlanRequest(model=TINY, gpus_per_node=2, precision="32-true", presets=("ddp_static_graph", "fsdp2"))
+    estimates, _ = plan_worker.plan_in_process(request)
+    replica, sharded = sorted(estimates, key=lambda each: each.preset)
     numel = 29_312  # decoder_tiny
     assert replica.parameters == replica.gradients == numel * 4  # fp32, whole
     assert replica.optimizer >= 2 * numel * 4  # AdamW: two moments (+ step counters)
     assert sharded.parameters == numel * 4 // 2  # 2 ranks, even dimensions: no padding
 
 
+def _close(planned: float, real: float) -> bool:
+    return abs(planned - real) <= TOLERANCE * real
+
+
 # --- activations: the bytes a real forward saves for backward ------------------------------------------------
 
 
-def _real_saved_bytes(model: nn.Module, tokens: torch.Tensor, autocast: torch.dtype | None) -> int:
-    """Distinct storages saved for backward in a real forward, parameters excluded (told apart by address)."""
+def _real_saved_bytes(model: Any, tokens: torch.Tensor, autocast: torch.dtype | None) -> int:
+    """Distinct storages saved for backward in a real ``training_step`` under Lightning's autocast
+    (``cache_enabled=False``), parameters excluded (told apart by address)."""
     parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
     found: dict[int, int] = {}
 
@@ -125,10 +136,9 @@ def _real_saved_bytes(model: nn.Module, tokens: torch.Tensor, autocast: torch.dt
             found[storage.data_ptr()] = storage.nbytes()
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        with torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext():
-            output = model(tokens)
-        output.float().sum()
+    precision = torch.autocast("cpu", dtype=autocast, cache_enabled=False) if autocast else contextlib.nullcontext()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), precision:
+        model.training_step(tokens, 0)
     return sum(found.values())
 
 
@@ -139,7 +149,7 @@ def test_traced_activations_equal_what_a_real_forward_saves(precision: str, chec
     layout = dataclasses.replace(layout, checkpoint=checkpoint)
     factory = user_model.load_factory(TINY)
     with trace.fake_world(1):
-        traced = trace.trace(factory, TINY, layout, precision=precision, optimize=False)
+        traced = trace.trace(factory, TINY, layout, precision=precision, optimize=False, kernels="cpu")
     torch.manual_seed(0)
     model = factory()
     if checkpoint:
@@ -399,3 +409,238 @@ def test_tensor_parallel_needs_a_configure_model() -> None:
     assert not by_name["tp2d_hybrid"].applicable
     assert any("LP208" in why for why in by_name["tp2d_hybrid"].why)
     assert by_name["fsdp2"].fits  # the preset shards it itself
+
+
+# --- the step Lightning runs ---------------------------------------------------------------------------------
+
+
+class _Recording(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        SEEN.append((torch.is_autocast_enabled("cpu"), torch.is_autocast_cache_enabled()))
+        out: torch.Tensor = self.linear(x)
+        return out
+
+
+SEEN: list[tuple[bool, bool]] = []
+GRADIENTS_ALIVE: list[bool] = []
+
+
+def recording_module() -> Any:
+    """A LightningModule whose training_step keeps an extra fp32 copy of its logits, and records the autocast."""
+    from lightning.pytorch import LightningModule
+
+    class Recording(LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = _Recording()
+            self.example_input_array = torch.zeros(32, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.inner(x)
+            return out
+
+        def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            optimized = [p for group in self.optimizer.param_groups for p in group["params"]]  # FSDP2: the shards
+            GRADIENTS_ALIVE.append(all(p.grad is not None for p in optimized))
+            logits = self(batch).float()
+            return torch.nn.functional.log_softmax(logits * 2.0, dim=-1).mean()  # saves more than a sum would
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            self.optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3, foreach=False)
+            return self.optimizer
+
+    return Recording()
+
+
+def plain_recording_module() -> nn.Module:
+    """The same layer without a training_step: the plan steps on the sum of the outputs, and says so."""
+    module = _Recording()
+    module.example_input_array = torch.zeros(32, 64)  # type: ignore[assignment]
+    return module
+
+
+def test_the_step_is_training_step_under_lightnings_autocast_without_the_cast_cache() -> None:
+    SEEN.clear()
+    request = PlanRequest(model=f"{__name__}:recording_module", gpus_per_node=2, presets=("ddp_static_graph",))
+    (estimate,), _ = plan_worker.plan_in_process(request)
+    assert SEEN
+    assert all(seen == (True, False) for seen in SEEN)  # bf16-mixed: autocast, cache_enabled=False
+    assert any("Recording.training_step(example_input_array, 0)" in line for line in estimate.step)
+    assert any("cache_enabled=False" in line for line in estimate.step)
+    assert any("AdamW(lr=0.001" in line and "foreach=False" in line for line in estimate.step)  # its own settings
+    plain = PlanRequest(model=f"{__name__}:plain_recording_module", gpus_per_node=2, presets=("ddp_static_graph",))
+    (summed,), _ = plan_worker.plan_in_process(plain)
+    assert any("sum of the outputs" in line and "not a LightningModule" in line for line in summed.step)
+    assert estimate.activations is not None
+    assert summed.activations is not None
+    assert estimate.activations > summed.activations  # the module's own loss keeps its log-softmax
+
+
+def test_the_previous_steps_gradients_are_alive_during_the_forward() -> None:
+    """Lightning zeroes the gradients after the step function: the forward runs beside the old gradients (under
+    FSDP2, which frees them with ``set_to_none``), and the plan's peak holds both."""
+    GRADIENTS_ALIVE.clear()
+    request = PlanRequest(model=f"{__name__}:recording_module", gpus_per_node=2, presets=("fsdp2",))
+    (estimate,), _ = plan_worker.plan_in_process(request)
+    assert GRADIENTS_ALIVE == [True]
+    assert estimate.activations is not None
+    assert estimate.total_peak >= estimate.parameters + estimate.gradients + estimate.optimizer + estimate.activations
+
+
+def attention_with_dropout() -> Any:
+    """A GPT-2-style attention with dropout 0.1, the case where CPU's kernel choice (math) differs from CUDA's."""
+    from lightning.pytorch import LightningModule
+
+    class Attention(LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(64, 192)
+            self.example_input_array = torch.zeros(4, 256, 64)
+
+        def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            q, k, v = (each.view(4, 256, 4, 16).transpose(1, 2) for each in self.qkv(batch).chunk(3, dim=-1))
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.1, is_causal=True)
+            return out.float().pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Attention()
+
+
+def test_attention_is_planned_for_cudas_kernel_and_says_so() -> None:
+    def planned(kernels: str) -> Estimate:
+        request = PlanRequest(model=f"{__name__}:attention_with_dropout", gpus_per_node=2, kernels=kernels,
+                              presets=("ddp_static_graph",))  # fmt: skip
+        (estimate,), _ = plan_worker.plan_in_process(request)
+        return estimate
+
+    cuda, cpu = planned("cuda"), planned("cpu")
+    assert cuda.activations is not None
+    assert cpu.activations is not None
+    matrix = 4 * 4 * 256 * 256 * 2  # one bf16 attention matrix: batch × heads × length²
+    assert cpu.activations - cuda.activations >= matrix  # the math path keeps attention matrices, flash does not
+    assert any("FlashAttention-2" in line for line in cuda.step)
+    assert not any("FlashAttention-2" in line for line in cpu.step)
+
+
+def test_cuda_attention_runs_again_when_checkpointed_blocks_are_recomputed() -> None:
+    request = PlanRequest(model="hf_models:llama", gpus_per_node=2, presets=("fsdp2_offload_ckpt",))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(SCRIPTS))
+        (estimate,), _ = plan_worker.plan_in_process(request)
+    assert estimate.evidence == "traced", estimate.why
+
+
+def compiled_module() -> nn.Module:
+    module = torch.compile(plain_recording_module())
+    module.example_input_array = torch.zeros(32, 64)  # type: ignore[assignment]
+    return module  # type: ignore[return-value]
+
+
+def test_a_compiled_module_is_an_eager_estimate() -> None:
+    request = PlanRequest(model=f"{__name__}:compiled_module", gpus_per_node=2, presets=("ddp_static_graph",))
+    (estimate,), _ = plan_worker.plan_in_process(request)
+    assert estimate.evidence == "traced"
+    assert any("torch.compile" in why for why in estimate.why)
+    plan_text = PlanRequest(model=f"{__name__}:plain_recording_module", gpus_per_node=2, presets=("fsdp2",))
+    (eager,), _ = plan_worker.plan_in_process(plan_text)
+    assert not any("eager estimate" in line for line in eager.step)
+
+
+def compiled_inside() -> nn.Module:
+    module = plain_recording_module()
+    module.linear = torch.compile(module.linear)  # type: ignore[assignment]
+    return module
+
+
+def test_a_module_compiled_inside_is_marked_eager_estimate() -> None:
+    request = PlanRequest(model=f"{__name__}:compiled_inside", gpus_per_node=2, presets=("ddp_static_graph",))
+    (estimate,), _ = plan_worker.plan_in_process(request)
+    assert any(line.startswith("eager estimate: 1 torch.compile'd module") for line in estimate.step)
+
+
+# --- what fake tensors cannot trace ---------------------------------------------------------------------------
+
+
+class _Branching(nn.Module):
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.linear, self.kind = nn.Linear(8, 8), kind
+        self.example_input_array = torch.zeros(4, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h: torch.Tensor = self.linear(x)
+        if self.kind == "branch":
+            if h.mean() > 0:  # the user's data-dependent line
+                h = h * 2
+        elif self.kind == "nonzero":
+            h = h[h > 0]  # a boolean mask: its size depends on the values
+        return h
+
+
+def branching() -> nn.Module:
+    return _Branching("branch")
+
+
+def masking() -> nn.Module:
+    return _Branching("nonzero")
+
+
+class _TruncNormal(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(64, 64))
+        nn.init.trunc_normal_(self.weight, std=0.02)  # loops on .any() until no sample is out of range
+        self.example_input_array = torch.zeros(4, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight
+
+
+@pytest.mark.parametrize(("factory", "what", "line"), [
+    ("branching", "reads a Python value from a tensor", "if h.mean() > 0:"),
+    ("masking", "calls nonzero", "h = h[h > 0]"),
+])  # fmt: skip
+def test_an_untraceable_step_names_the_operation_and_the_line(
+    factory: str, what: str, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = PlanRequest(model=f"{__name__}:{factory}", gpus_per_node=2, presets=("ddp_static_graph", "fsdp2"))
+    with pytest.raises(plan_worker.PlanFailed) as failed:
+        plan_worker.plan_in_process(request)
+    message = str(failed.value)
+    assert "cannot be traced" in message
+    assert what in message
+    assert re.search(r"test_plan_trace\.py:\d+: " + re.escape(line), message), message
+    for command in (["plan", "--model", f"{__name__}:{factory}", "--gpus", "2"],
+                    ["check", "--strategy", "fsdp2", "--accelerator", "cuda", "--devices", "2", "--gpus", "2",
+                     "--gpu-memory", "80GiB", "--model", f"{__name__}:{factory}"]):  # fmt: skip
+        with pytest.raises(SystemExit) as exited:
+            main(command)
+        assert exited.value.code == 2  # a usage error with that message: never a verdict from missing figures
+        err = capsys.readouterr().err
+        assert what in err
+        assert "Traceback" not in err
+
+
+def test_an_initialiser_that_reads_values_does_not_stop_the_plan() -> None:
+    request = PlanRequest(model=f"{__name__}:_TruncNormal", gpus_per_node=2, presets=("ddp_static_graph",))
+    (estimate,), parameters = plan_worker.plan_in_process(request)
+    assert parameters == 64 * 64
+    assert estimate.evidence == "traced"
+    assert any("answered with 0" in why and "test_plan_trace.py" in why for why in estimate.why)
+
+
+@pytest.mark.parametrize("model", ["vit", "mixtral"])
+def test_transformers_vision_and_mixture_of_experts_models_plan(model: str) -> None:
+    """ViT initialises with trunc_normal_; Mixtral's experts call torch._grouped_mm with fp32 weights."""
+    request = PlanRequest(model=f"hf_models:{model}", gpus_per_node=2, presets=("fsdp2",))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(SCRIPTS))
+        (estimate,), _ = plan_worker.plan_in_process(request)
+    assert estimate.evidence == "traced", estimate.why
+    assert estimate.activations

@@ -2,8 +2,9 @@
 
     python benchmarks/gpu/plan_fit.py --preset fsdp2 [--cpu]
 
-Trains :func:`plan_module` (the reference decoder, with the plan's loss: the sum of the outputs) for two
-steps with ``Trainer(strategy=PRESET, devices=<every GPU>, precision="bf16-mixed")`` and measures
+Trains :func:`plan_module` (the reference decoder whose ``training_step`` is the sum of the outputs; the plan
+traces that ``training_step`` as it is) for two steps with ``Trainer(strategy=PRESET, devices=<every GPU>,
+precision="bf16-mixed")`` and measures
 ``torch.cuda.max_memory_allocated()`` over the second step on rank 0 (the optimizer state exists by then,
 as in the plan). Run as a file: Lightning starts the other ranks by running it again. Rank 0 prints one line
 ``PLAN_FIT {json}``. ``--cpu`` runs 2 gloo processes and measures nothing (the wiring only).

@@ -19,9 +19,9 @@ _EVIDENCE_PARAMS = (
 )
 _EVIDENCE_MODEL = (
     "evidence: per preset. traced = the preset's wrapping and one training step of your model ran under fake "
-    "tensors at world size {world} (example_input_array, configure_optimizers, loss = sum of the outputs); "
-    "arithmetic + traced activations = the named formula for model states (the strategy needs CUDA to wrap), "
-    "plus the traced activations. {headroom:.0%} of each GPU is kept for the CUDA context, NCCL buffers and "
+    "tensors at world size {world}, as the Trainer runs it (below); arithmetic + traced activations = the named "
+    "formula for model states (the strategy needs CUDA to wrap), plus the traced activations; failed = the trace "
+    "broke, nothing is judged. {headroom:.0%} of each GPU is kept for the CUDA context, NCCL buffers and "
     "fragmentation, which no trace sees."
 )
 _GIB = _plan.GIB
@@ -78,6 +78,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--model: the micro-batch per GPU (replaces the batch dimension of example_input_array)",
     )
     parser.add_argument(
+        "--batch",
+        metavar="MODULE:FUNCTION",
+        help="--model: a function returning one batch as your dataloader yields it, for training_step (built under "
+        "fake tensors; default: example_input_array)",
+    )
+    parser.add_argument(
+        "--kernels",
+        choices=_plan.KERNELS,
+        default="cuda",
+        help="--model: plan attention and the optimizer as CUDA runs them (default) or as a run on CPU does, to "
+        "compare the plan with one",
+    )
+    parser.add_argument(
         "--max-batch",
         dest="max_batch",
         action="store_true",
@@ -107,7 +120,8 @@ def request_from(args: argparse.Namespace) -> _plan.PlanRequest:
         return _plan.PlanRequest(params=args.params, model=args.model, gpus_per_node=args.gpus,
                                  num_nodes=args.num_nodes, gpu_memory=args.gpu_memory, precision=args.precision,
                                  optimizer=args.optimizer, headroom=args.headroom, cpu_memory=args.cpu_memory,
-                                 batch_size=args.batch_size, max_batch=args.max_batch, presets=tuple(args.presets),
+                                 batch_size=args.batch_size, batch=args.batch, kernels=args.kernels,
+                                 max_batch=args.max_batch, presets=tuple(args.presets),
                                  timeout_s=args.timeout)  # fmt: skip
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -154,6 +168,7 @@ def render(result: _plan.Plan) -> Group:
             f"{r.gpu_memory / _GIB:g} GiB, precision {r.precision}"
         ),
         indented(evidence),
+        *[indented(line) for line in result.step],
         indented(f"usable per GPU: {r.usable_gpu_bytes / _GIB:.1f} GiB; CPU: {r.cpu_memory_text()}"),
         "",
     ]
@@ -163,8 +178,9 @@ def render(result: _plan.Plan) -> Group:
     unit_name, unit = _unit(result.estimates)
     rows = []
     for each in result.estimates:
-        verdict_ = Text("fits", style="green") if each.fits else (Text("n/a", style="dim") if not each.applicable
-                                                                  else Text("no", style="bold red"))  # fmt: skip
+        verdict_ = (Text("fits", style="green") if each.fits else Text("n/a", style="dim") if not each.applicable
+                    else Text("failed", style="bold yellow") if each.evidence == "failed"
+                    else Text("no", style="bold red"))  # fmt: skip
         name = Text(("*" if each is result.recommended else "") + each.preset,
                     style="bold" if each is result.recommended else "")  # fmt: skip
         row: list[str | Text] = [name, verdict_, each.evidence,
@@ -186,8 +202,9 @@ def render(result: _plan.Plan) -> Group:
     parts.append("")
     best = result.recommended
     if best is None:
+        judged = "" if not result.failed else f" of the {len(result.estimates) - len(result.failed)} presets traced"
         parts += [
-            verdict("NOTHING FITS" + (" (estimate)." if not r.traced else "."), ok=False),
+            verdict("NOTHING FITS" + judged + (" (estimate)." if not r.traced else "."), ok=False),
             fields([("hint", result.hint() or "")], indent=0),
         ]
     else:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from lightning_presets.core.environment import DENY_VARIABLE
 from lightning_presets.core.preset import Preset
 from lightning_presets.registry import catalog
 from lightning_presets.registry.codes import MISSING_DEPENDENCY
@@ -21,7 +23,7 @@ from lightning_presets.tools.plan import layouts
 from lightning_presets.tools.plan.layouts import Layout, bytes_per_param
 
 PLAN_SCHEMA = "lightning-presets/plan"
-PLAN_SCHEMA_VERSION = 2
+PLAN_SCHEMA_VERSION = 3
 GIB = 2**30
 HEADROOM_ARITHMETIC = 0.3
 """``--params``: a share of each GPU for everything but model states (activations are not modelled)."""
@@ -32,6 +34,7 @@ CPU_MEMORY_PER_GPU_MEMORY = 2
 """Without ``--cpu-memory``, a node is assumed to have twice its GPUs' memory as CPU memory."""
 MAX_PARAMS = 10**18
 MAX_BATCH = 2**16
+KERNELS = ("cuda", "cpu")
 _COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 Progress = Callable[[str, int, int], None]
 """``progress(what, done, total)``: called while tracing (``total`` may grow as batch sizes are searched)."""
@@ -56,7 +59,13 @@ class PlanRequest:
     cpu_memory: int | None = None
     """CPU memory per node in bytes; ``None``: assumed (:data:`CPU_MEMORY_PER_GPU_MEMORY`)."""
     batch_size: int | None = None
-    """Overrides the batch dimension of ``example_input_array``."""
+    """Overrides the batch dimension of the batch (``example_input_array`` or ``batch``)."""
+    batch: str | None = None
+    """``MODULE:FUNCTION`` returning one batch as the dataloader yields it, for ``training_step``; without it,
+    ``example_input_array`` is the batch."""
+    kernels: str = "cuda"
+    """Whose kernels the step is planned with: ``cuda`` (the target: attention as CUDA's fused kernels keep it,
+    foreach optimizers) or ``cpu`` (as a run on CPU takes them: to compare the plan with one)."""
     max_batch: bool = False
     """Also search the largest micro-batch that fits, per preset (traced runs)."""
     presets: tuple[str, ...] = ()
@@ -83,10 +92,16 @@ class PlanRequest:
             problems.append(f"batch_size={self.batch_size} must be between 1 and {MAX_BATCH}")
         if self.batch_size is not None and self.model is None:
             problems.append("batch_size needs a model (--model)")
+        if self.batch is not None and self.model is None:
+            problems.append("batch needs a model (--model)")
+        if self.kernels not in KERNELS:
+            problems.append(f"kernels={self.kernels!r} is not one of {', '.join(KERNELS)}")
         if self.max_batch and self.model is None:
             problems.append("the largest batch is searched on a traced model (--model)")
         if self.model is not None:
-            problems += _spec_problems(self.model)
+            problems += _spec_problems(self.model, "--model")
+        if self.batch is not None:
+            problems += _spec_problems(self.batch, "--batch")
         if problems:
             raise ValueError("; ".join(problems))
         bytes_per_param(self.precision, self.optimizer)  # validates both names
@@ -127,15 +142,16 @@ class PlanRequest:
                 "optimizer": self.optimizer, "headroom": self.effective_headroom,
                 "cpu_memory_bytes": self.cpu_memory, "cpu_memory_bytes_assumed": self.cpu_memory is None,
                 "cpu_memory_per_node_bytes": self.cpu_memory_per_node, "batch_size": self.batch_size,
-                "max_batch": self.max_batch, "presets": list(self.presets)}  # fmt: skip
+                "batch": self.batch, "kernels": self.kernels, "max_batch": self.max_batch,
+                "presets": list(self.presets)}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PlanRequest:
         return cls(gpus_per_node=data["gpus_per_node"], params=data["params"], model=data["model"],
                    num_nodes=data["num_nodes"], gpu_memory=data["gpu_memory_bytes"], precision=data["precision"],
                    optimizer=data["optimizer"], headroom=data["headroom"], cpu_memory=data["cpu_memory_bytes"],
-                   batch_size=data["batch_size"], max_batch=data["max_batch"],
-                   presets=tuple(data["presets"]))  # fmt: skip
+                   batch_size=data["batch_size"], batch=data["batch"], kernels=data["kernels"],
+                   max_batch=data["max_batch"], presets=tuple(data["presets"]))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,6 +184,12 @@ class Estimate:
     batch: int | None = None
     max_batch: int | None = None
     max_batch_note: str | None = None
+    rank_peak: int | None = None
+    """The traced step's peak of everything the rank holds, CPU-offloaded state included (traced presets)."""
+    offloaded: tuple[int, int, int] = (0, 0, 0)
+    """Parameters, gradients and optimizer state each GPU's rank keeps in CPU memory."""
+    step: tuple[str, ...] = ()
+    """How the traced step ran: the plan's evidence."""
 
     @property
     def headroom_bytes(self) -> int:
@@ -198,6 +220,9 @@ class Estimate:
             "batch": self.batch,
             "max_micro_batch": self.max_batch,
             "max_micro_batch_note": self.max_batch_note,
+            "rank_peak_bytes": self.rank_peak,
+            "offloaded_per_gpu_bytes": dict(zip(("parameters", "gradients", "optimizer"), self.offloaded, strict=True)),
+            "step": list(self.step),
             "rank": list(self.rank),
         }  # fmt: skip
 
@@ -211,27 +236,39 @@ class Estimate:
                    usable_gpu_bytes=data["usable_gpu_bytes"], offloaded_per_gpu=data["offloaded_bytes_per_gpu"],
                    cpu_bytes_per_node=data["cpu_bytes_per_node"], cpu_fits=data["cpu_fits"],
                    formula=data["formula"], why=tuple(data["why"]), install=data["install"], batch=data["batch"],
-                   max_batch=data["max_micro_batch"], max_batch_note=data["max_micro_batch_note"])  # fmt: skip
+                   max_batch=data["max_micro_batch"], max_batch_note=data["max_micro_batch_note"],
+                   rank_peak=data["rank_peak_bytes"], step=tuple(data["step"]),
+                   offloaded=tuple(data["offloaded_per_gpu_bytes"][key]
+                                   for key in ("parameters", "gradients", "optimizer")))  # fmt: skip
 
 
 def _gib(value: float) -> str:
     return format_bytes(value)
 
 
-def _spec_problems(spec: str) -> list[str]:
-    """What is wrong with ``MODULE:FACTORY`` that can be told without importing anything."""
-    import importlib.util
+def import_path() -> list[str]:
+    """Where the planner's child imports ``--model`` from: the current directory first, as ``python -m`` and
+    ``python -c`` put it (the console script puts its own folder there instead), then this process's path."""
+    import os
+
+    here = os.getcwd()
+    return list(dict.fromkeys([here, *(entry or here for entry in sys.path)]))
+
+
+def _spec_problems(spec: str, flag: str) -> list[str]:
+    """What is wrong with ``MODULE:FUNCTION`` that can be told without importing anything."""
+    from importlib.machinery import PathFinder
 
     module, sep, attr = spec.partition(":")
     if not sep or not re.fullmatch(r"[A-Za-z_][\w.]*", module.strip()) or not attr.strip():
-        return [f"--model {spec!r} is not MODULE:FACTORY, e.g. my_project.models:build_model"]
+        return [f"{flag} {spec!r} is not MODULE:FUNCTION, e.g. my_project.models:build_model"]
     top = module.strip().split(".")[0]
     try:
-        found = importlib.util.find_spec(top) is not None
+        found = top in sys.modules or PathFinder.find_spec(top, import_path()) is not None
     except (ImportError, ValueError):
         found = False
     if not found:
-        return [f"--model {spec}: no module named {top!r} here (run from the directory that holds it, or install it)"]
+        return [f"{flag} {spec}: no module named {top!r} here (run from the directory that holds it, or install it)"]
     return []
 
 
@@ -252,9 +289,25 @@ def planned_presets() -> list[str]:
     return [preset.name for preset, _ in _layouts()]
 
 
+def nothing_to_plan() -> str:
+    """Why there is no preset to plan: the catalog has none with a GPU memory layout (denied, or not installed)."""
+    import os
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = sorted(catalog.strategy_catalog().presets)
+    deny = os.environ.get(DENY_VARIABLE, "").strip()
+    why = f"{DENY_VARIABLE}={deny} is set" if deny else "none is installed"
+    return (f"nothing to plan: no strategy preset with a GPU memory layout is loaded ({why}; loaded: "
+            f"{', '.join(loaded) or 'none'}); remove lightning-presets from {DENY_VARIABLE} to plan its "
+            "presets")  # fmt: skip
+
+
 def plannable(request: PlanRequest) -> list[tuple[Preset, Layout]]:
     """The presets to plan for ``request`` (``request.presets``, or all), in preference order."""
     found = _layouts()
+    if not found:
+        return []
     unknown = sorted(set(request.presets) - {preset.name for preset, _ in found})
     if unknown:
         raise ValueError(f"cannot plan {', '.join(unknown)}: the presets with a GPU memory layout are "
@@ -396,24 +449,29 @@ def traced_estimate(
     and add the trace's activations and transient peak (activations and temporaries of the unwrapped model).
     """
     if layout.traceable:
-        host = traced.parameters + traced.gradients + traced.optimizer if traced.offloaded else 0
+        states = (traced.parameters, traced.gradients, traced.optimizer)
+        host = sum(states) if traced.offloaded else 0
         on_gpu = 0 if traced.offloaded else 1
         how = "DDP replica: the module traced unwrapped, with DDP's gradient buckets held between steps" if (
             layout.kind == "replica") else "the preset's own wrapping, traced"  # fmt: skip
-        return finish(layout, request, reasons=reasons, install=install, evidence="traced",
-                      parameters=traced.parameters * on_gpu, gradients=traced.gradients * on_gpu,
-                      optimizer=traced.optimizer * on_gpu, activations=traced.activations, total_peak=traced.peak,
-                      offloaded_per_gpu=host, cpu_per_node=host * request.gpus_per_node,
-                      formula=how + (" (weights, gradients and optimizer state in CPU memory)" if host else ""),
+        estimate = finish(layout, request, reasons=reasons, install=install, evidence="traced",
+                          parameters=traced.parameters * on_gpu, gradients=traced.gradients * on_gpu,
+                          optimizer=traced.optimizer * on_gpu, activations=traced.activations,
+                          total_peak=traced.peak, offloaded_per_gpu=host, cpu_per_node=host * request.gpus_per_node,
+                          formula=how + (" (weights, gradients and optimizer state in CPU memory)" if host else ""),
+                          notes=traced.notes, batch=traced.batch)  # fmt: skip
+        offloaded = states if traced.offloaded else (0, 0, 0)
+        return replace(estimate, rank_peak=traced.peak_all, offloaded=offloaded, step=traced.step)
+    states_ = layouts.model_states(layout, _sizes(request, traced.facts.numel, traced.facts))
+    estimate = finish(layout, request, reasons=reasons, install=install,
+                      evidence="arithmetic + traced activations", parameters=states_.parameters,
+                      gradients=states_.gradients, optimizer=states_.optimizer, activations=traced.activations,
+                      total_peak=states_.gpu + states_.working_set + traced.transient_peak,
+                      offloaded_per_gpu=states_.cpu_per_node / request.gpus_per_node,
+                      cpu_per_node=states_.cpu_per_node,
+                      formula=f"{states_.formula}; + traced activations and temporaries of the model unwrapped",
                       notes=traced.notes, batch=traced.batch)  # fmt: skip
-    states = layouts.model_states(layout, _sizes(request, traced.facts.numel, traced.facts))
-    return finish(layout, request, reasons=reasons, install=install,
-                  evidence="arithmetic + traced activations", parameters=states.parameters,
-                  gradients=states.gradients, optimizer=states.optimizer, activations=traced.activations,
-                  total_peak=states.gpu + states.working_set + traced.transient_peak,
-                  offloaded_per_gpu=states.cpu_per_node / request.gpus_per_node, cpu_per_node=states.cpu_per_node,
-                  formula=f"{states.formula}; + traced activations and temporaries of the model unwrapped",
-                  notes=traced.notes, batch=traced.batch)  # fmt: skip
+    return replace(estimate, step=traced.step)
 
 
 def with_max_batch(estimate: Estimate, batch: int | None, note: str | None) -> Estimate:

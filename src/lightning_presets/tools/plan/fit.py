@@ -79,6 +79,8 @@ def memory_findings(
                                     num_nodes=resolved.num_nodes, gpu_memory=gpu_memory,
                                     precision=resolved.precision, presets=(preset,))  # fmt: skip
         (estimate,) = _plan.plan(request).estimates
+        if estimate.evidence == "failed":  # no figures to judge the job by: say so, never "valid"
+            raise UsageError(f"--model {model}: {preset} could not be planned: {estimate.why[-1]}")
         peak = estimate.total_peak
         plan_command = (f"lightning-presets plan --model {model} --gpus {resolved.devices_per_node} --num-nodes "
                         f"{resolved.num_nodes} --gpu-memory {_plan.format_size(gpu_memory)}")  # fmt: skip

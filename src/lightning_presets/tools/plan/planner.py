@@ -36,6 +36,7 @@ from lightning_presets.tools.plan.estimates import (
     format_count,
     format_size,
     format_size_up,
+    nothing_to_plan,
     parse_count,
     plannable,
     planned_presets,
@@ -85,7 +86,18 @@ class Plan:
         if not self.request.traced:
             return "none: arithmetic estimate of model states only; nothing was built or measured"
         kinds = sorted({each.evidence for each in self.estimates})
-        return f"traced under fake tensors at world size {self.request.world_size} (per preset: {', '.join(kinds)})"
+        return (f"traced under fake tensors at world size {self.request.world_size} (per preset: {', '.join(kinds)})"
+                + "".join(f"; {line}" for line in self.step))  # fmt: skip
+
+    @property
+    def step(self) -> tuple[str, ...]:
+        """How the traced steps ran (the loss, precision, optimizer, attention kernels, eager or compiled), once."""
+        return tuple(dict.fromkeys(line for each in self.estimates for line in each.step))
+
+    @property
+    def failed(self) -> tuple[Estimate, ...]:
+        """The presets whose trace failed: no figures to judge them by."""
+        return tuple(each for each in self.estimates if each.evidence == "failed")
 
     def trainer_line(self) -> str | None:
         best = self.recommended
@@ -118,8 +130,14 @@ class Plan:
         if self.fitting:
             return None
         r = self.request
-        offload = [each for each in self.estimates if each.applicable and each.gpu_fits and each.cpu_bytes_per_node]
+        offload = [
+            each
+            for each in self.estimates
+            if each.applicable and each.gpu_fits and each.cpu_bytes_per_node and each.evidence != "failed"
+        ]
         parts = []
+        if self.failed:
+            parts.append(f"not judged (the trace failed): {', '.join(each.preset for each in self.failed)}")
         if offload:
             best = min(offload, key=lambda each: each.cpu_bytes_per_node)
             parts.append(f"{best.preset} fits on the GPU ({format_bytes(best.total_peak)} per GPU) and needs "
@@ -147,6 +165,7 @@ class Plan:
             "fabric": self.fabric_line(),
             "check": self.check_command(),
             "hint": self.hint(),
+            "step": list(self.step),
             "presets": [each.as_dict() for each in self.estimates],
             "notes": list(self.notes),
             "exit_code": self.exit_code,
@@ -165,6 +184,8 @@ def plan(request: PlanRequest, progress: Progress | None = None, notes: tuple[st
     request and :class:`lightning_presets.tools.plan.worker.PlanFailed` when the model cannot be planned.
     """
     notes = (*notes, *unplanned(request))
+    if not plannable(request):
+        raise ValueError(nothing_to_plan())
     if request.params is not None:
         estimates = [arithmetic_estimate(preset, layout, request, request.params)
                      for preset, layout in plannable(request)]  # fmt: skip

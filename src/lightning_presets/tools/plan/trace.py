@@ -10,8 +10,10 @@ What is wrapped is what the preset does: ``configure_model`` with the preset's d
 preset's own FSDP2 sharding (``strategies.fsdp2.shard_blocks_and_root``: the repeated blocks, activation
 checkpointing and the CPU offload policy); a DDP replica is the unwrapped module with its gradients kept
 between steps (DDP's gradient buckets, ``gradient_as_bucket_view=True``). The optimizer state is created
-by a step on zero gradients; then one training step is measured: forward (under autocast for ``*-mixed``),
-a loss that is the sum of the outputs, backward, the optimizer step.
+by a step on zero gradients, whose gradients stay alive as a real step's do; then one training step is
+measured as Lightning runs it (``step``): ``training_step`` under the precision plugin's forward context,
+``zero_grad``, backward, the optimizer step. Planned for CUDA, ``F.scaled_dot_product_attention`` keeps
+what CUDA's fused kernels keep (``attention``); torch.compile'd modules run eagerly (an "eager estimate").
 """
 
 from __future__ import annotations
@@ -19,19 +21,21 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten, tree_map_only
+from torch.utils._pytree import tree_map_only
 
 from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.strategies import fsdp2
 from lightning_presets.strategies.model_parallel import _defines_configure_model as defines_configure_model
-from lightning_presets.tools.plan import user_model
+from lightning_presets.tools.plan import step, user_model
+from lightning_presets.tools.plan.attention import CudaAttention
 from lightning_presets.tools.plan.layouts import Layout
-from lightning_presets.tools.simulation.tracing import as_on_a_real_run
+from lightning_presets.tools.plan.untraceable import answering_scalars, untraceable_reason
+from lightning_presets.tools.simulation.tracing import as_on_a_real_run, attention_replaced
 
 PARAMETERS = ("Sharded Param", "Unsharded Param", "Buffer", "Parameter")
 GRADIENTS = ("Sharded Grad", "Unsharded Grad", "Gradient")
@@ -39,7 +43,6 @@ OPTIMIZER = ("OptState", "Optstate")
 STATES = PARAMETERS + GRADIENTS + OPTIMIZER
 HOST_RESIDENT = ("Sharded Param", "Sharded Grad", "OptState")
 """What FSDP2's CPU offload policy keeps in CPU memory: the shards, their gradients and the optimizer state."""
-_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16, "32": torch.float32, "64": torch.float64}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +79,10 @@ class Traced:
     batch: int | None
     facts: ModelFacts
     notes: tuple[str, ...] = field(default=())
+    """About this preset's wrapping, for the reader."""
+    step: tuple[str, ...] = field(default=())
+    """How the step was traced (the loss, the precision, the optimizer, the attention kernels, eager or compiled):
+    the plan's evidence."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -85,7 +92,7 @@ class Traced:
             "facts": {"numel": self.facts.numel, "largest_layer": self.facts.largest_layer,
                       "block_params": self.facts.block_params, "root_params": self.facts.root_params,
                       "blocks": list(self.facts.blocks)},
-            "notes": list(self.notes),
+            "notes": list(self.notes), "step": list(self.step),
         }  # fmt: skip
 
     @classmethod
@@ -98,7 +105,7 @@ class Traced:
             facts=ModelFacts(numel=facts["numel"], largest_layer=facts["largest_layer"],
                              block_params=facts["block_params"], root_params=facts["root_params"],
                              blocks=tuple(facts["blocks"])),
-            notes=tuple(data["notes"]),
+            notes=tuple(data["notes"]), step=tuple(data["step"]),
         )  # fmt: skip
 
 
@@ -209,6 +216,26 @@ class _Peaks:
         self.lp_transient = max(self.lp_transient, total - _category_sum(snapshot, STATES))
 
 
+class _NestedCalls:
+    """Mixed into ``FSDPMemTracker``: a module entered again in the same forward (a ``training_step`` that calls
+    ``self(...)`` while the preset routes the step through the root's ``__call__``, as Lightning's forward
+    redirection does) runs FSDP's own hook without the tracker's per-module statistics, which refuse a second
+    entry; its memory is still counted where it is allocated."""
+
+    memory_tracking: dict[Any, Any]
+    _mod_tracker: Any
+
+    def _fsdp_state_pre_forward(self, fsdp_mod: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+        tracked = super()._fsdp_state_pre_forward(fsdp_mod, original)  # type: ignore[misc]
+
+        def pre_forward(*args: Any, **kwargs: Any) -> Any:
+            if fsdp_mod in self.memory_tracking and not self._mod_tracker.is_bw:
+                return original(*args, **kwargs)
+            return tracked(*args, **kwargs)
+
+        return pre_forward
+
+
 def _tracker(model: nn.Module, optimizers: list[torch.optim.Optimizer], offloaded: bool) -> Any:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -217,7 +244,9 @@ def _tracker(model: nn.Module, optimizers: list[torch.optim.Optimizer], offloade
     outermost = next((module for module in model.modules() if isinstance(module, FSDPModule)), None)
     tracker: Any
     if outermost is not None:
-        tracker = type("FSDPPeaks", (_Peaks, FSDPMemTracker), {})(outermost, optimizers[0] if optimizers else None)
+        tracker = type("FSDPPeaks", (_Peaks, _NestedCalls, FSDPMemTracker), {})(
+            outermost, optimizers[0] if optimizers else None
+        )
     else:
         tracker = type("Peaks", (_Peaks, MemTracker), {})()
         tracker.track_external(model, *optimizers)
@@ -226,27 +255,6 @@ def _tracker(model: nn.Module, optimizers: list[torch.optim.Optimizer], offloade
 
 
 # --------------------------------------------------------------------------------------------- the step
-
-
-def scalar_loss(output: Any) -> torch.Tensor:
-    """The sum of every floating-point tensor in the output: a loss with no buffers of its own."""
-    leaves = [leaf for leaf in tree_flatten(output)[0] if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()]
-    if not leaves:
-        raise TraceError("the forward returned no floating-point tensor to take a loss of")
-    loss = leaves[0].float().sum()
-    for leaf in leaves[1:]:
-        loss = loss + leaf.float().sum()
-    return loss
-
-
-def precision_dtypes(precision: str, compute: str) -> tuple[torch.dtype | None, torch.dtype | None]:
-    """(dtype the module is converted to, autocast dtype) for a Lightning precision and a layout's compute."""
-    dtype = _DTYPES[precision.split("-")[0]]
-    if compute == "autocast":
-        return None, dtype
-    if compute == "half_weights":
-        return dtype, dtype
-    return (None if dtype == torch.float32 else dtype), None
 
 
 def facts_of(model: nn.Module) -> ModelFacts:
@@ -264,29 +272,54 @@ def facts_of(model: nn.Module) -> ModelFacts:
     )
 
 
-def model_facts(factory: Callable[[], Any], spec: str) -> ModelFacts:
-    """The model's sizes, built under fake tensors (no memory)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        return facts_of(user_model.build(factory, spec))
-
-
-def _wrap(model: nn.Module, layout: Layout, mesh: Any, spec: str) -> list[str]:
-    """Apply the preset's wrapping in place, as its strategy does; returns notes for the reader."""
+def build(factory: Callable[[], Any], spec: str, dtype: torch.dtype | None = None) -> tuple[nn.Module, list[str]]:
+    """The user's model built under the caller's fake mode (as ``Trainer.fit`` sees it: a ``torch.compile``
+    wrapper taken off), and notes: initialisers' reads of values that do not exist were answered with zero."""
+    with _default_dtype(dtype), answering_scalars() as answers:  # dtype: as Lightning's init_module() does
+        built = user_model.build(factory, spec)
     notes = []
+    if answers.count:
+        notes.append(f"building the model read {answers.count} value(s) from tensors (first at {answers.first}), "
+                     "answered with 0: fake tensors have no values, and building only fills them")  # fmt: skip
+    model, compiled = step.uncompiled(built)
+    if compiled:
+        notes.append("torch.compile(module) returned by the factory: Trainer.fit unwraps it (and compiles again)")
+    return model, notes
+
+
+def configure(model: nn.Module, spec: str, mesh: Any) -> None:
+    """``configure_model()`` as the strategy calls it (with ``mesh`` as the module's ``device_mesh``)."""
     if mesh is not None:
         object.__setattr__(model, "_device_mesh", mesh)  # what ModelParallelStrategy gives a LightningModule
+    if defines_configure_model(model):
+        with answering_scalars(), user_model.contained(f"{spec}: configure_model()"):
+            cast(Any, model).configure_model()
+
+
+def model_facts(factory: Callable[[], Any], spec: str) -> ModelFacts:
+    """The model's sizes once built and configured as a strategy without a mesh configures it (DDP, FSDP,
+    DeepSpeed: layers made in ``configure_model`` count), built under fake tensors (no memory)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with as_on_a_real_run(), FakeTensorMode(allow_non_fake_inputs=True), step.eager():
+        model, _ = build(factory, spec)
+        with contextlib.suppress(user_model.ModelError):  # one that needs a mesh: the module as built counts
+            configure(model, spec, None)
+        return facts_of(model)
+
+
+def _wrap(model: nn.Module, layout: Layout, mesh: Any, spec: str) -> tuple[list[str], bool]:
+    """Apply the preset's wrapping in place, as its strategy does: notes for the reader, and whether the preset
+    sharded the root itself (its steps then go through the root's ``__call__``)."""
+    notes = []
     defines = defines_configure_model(model)
     if layout.tensor_parallel and not defines:
         raise NotApplicable(f"LP208: {type(model).__name__} does not override configure_model(), so nothing would "
                             f"apply tensor parallelism under {layout.preset}")  # fmt: skip
-    if defines:
-        try:
-            with user_model.contained(f"{spec}: configure_model()"):
-                cast(Any, model).configure_model()
-        except user_model.ModelError as error:
-            raise TraceError(str(error)) from None
+    try:
+        configure(model, spec, mesh)
+    except user_model.ModelError as error:
+        raise TraceError(str(error)) from None
     parallelized = fsdp2.is_parallelized(model)
     if layout.tensor_parallel:
         if not parallelized:
@@ -298,13 +331,14 @@ def _wrap(model: nn.Module, layout: Layout, mesh: Any, spec: str) -> list[str]:
             fsdp2.shard_blocks_and_root(
                 model, mesh["data_parallel"], offload=layout.offload, checkpoint=layout.checkpoint
             )
+            return notes, True
     elif layout.checkpoint:
         from torch.distributed._composable.checkpoint_activation import checkpoint as checkpoint_module
 
         blocks = tuple(find_repeated_blocks(model))
         for module in [each for each in model.modules() if blocks and isinstance(each, blocks)]:
             checkpoint_module(module)
-    return notes
+    return notes, False
 
 
 @contextlib.contextmanager
@@ -327,45 +361,72 @@ def trace(
     optimizer: str = "adamw",
     mesh_sizes: Mapping[str, int] | None = None,
     batch_size: int | None = None,
+    batch: str | None = None,
+    kernels: str = "cuda",
     optimize: bool = True,
 ) -> Traced:
     """Build the model under fake tensors, wrap it as ``layout`` says, measure one training step.
 
+    ``batch``: ``MODULE:FUNCTION`` returning one batch (else ``example_input_array``). ``kernels``: ``cuda``
+    plans attention and the optimizer's default implementation as on a CUDA GPU, ``cpu`` as on the CPU.
     ``optimize=False`` leaves the optimizer out (forward and backward only: for the layouts whose model
     states come from a formula, only the activations and temporaries are used).
 
     Needs :func:`fake_world` around it. A :class:`user_model.ModelError` is the model's own problem (the
-    same for every preset); a :class:`TraceError` is this preset's.
+    same for every preset: it cannot be built, given a batch, or traced); a :class:`TraceError` is this
+    preset's.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mesh = device_mesh(mesh_sizes) if mesh_sizes else None
-    convert, autocast = precision_dtypes(precision, layout.compute_for(precision))
-    with as_on_a_real_run(), FakeTensorMode(allow_non_fake_inputs=True):
-        with _default_dtype(convert):  # as Lightning's init_module() does for true precisions
-            model = user_model.build(factory, spec)
-        facts = facts_of(model)
-        args, kwargs = user_model.example_input(model, spec, batch_size)
-        if convert is not None:
-            args, kwargs = tree_map_only(torch.Tensor, lambda t: t.to(convert) if t.is_floating_point() else t,
-                                         (args, kwargs))  # fmt: skip
-        batch = user_model.batch_of((args, kwargs))
+    compute = layout.compute_for(precision)
+    convert, _ = step.precision_dtypes(precision, compute)
+    context, context_text = step.forward_context(precision, compute)
+    with as_on_a_real_run(), FakeTensorMode(allow_non_fake_inputs=True), step.eager():
+        model, notes = build(factory, spec, convert)
+        the_batch = user_model.batch(model, spec, batch_size, batch)
+        if convert is not None:  # the precision plugin's convert_input for true precisions
+            the_batch = replace(the_batch, value=tree_map_only(
+                torch.Tensor, lambda t: t.to(convert) if t.is_floating_point() else t, the_batch.value))  # fmt: skip
+        described = [step.describe_step(model, the_batch), context_text]
         try:
-            notes = _wrap(model, layout, mesh, spec)
+            wrap_notes, through_root = _wrap(model, layout, mesh, spec)
         except TraceError:
             raise
         except Exception as error:
             raise TraceError(f"wrapping the model as {layout.preset} failed: {type(error).__name__}: {error}") from None
+        facts = facts_of(model)
         optimizers = user_model.optimizers(model, spec, optimizer) if optimize else []
+        compiled = step.compiled_modules(model)
         try:
-            measured = _measured_step(model, optimizers, args, kwargs, autocast, layout)
+            measured, attention = _measured_step(model, optimizers, the_batch, layout, context=context,
+                                                 through_root=through_root, spec=spec, kernels=kernels)  # fmt: skip
         except (TraceError, user_model.ModelError):
             raise
         except Exception as error:
-            first = str(error).strip().splitlines()
-            raise TraceError(f"the training step failed under {layout.preset}: {type(error).__name__}"
-                             + (f": {first[0]}" if first else "")) from None  # fmt: skip
-    return Traced(**measured, batch=batch, facts=facts, notes=tuple(notes), offloaded=layout.offload)
+            raise _step_error(error, layout, spec, the_batch) from None
+    if optimizers:
+        source = "configure_optimizers" if hasattr(model, "configure_optimizers") else f"--optimizer {optimizer}"
+        described.append(step.describe_optimizers(optimizers, source))
+    if attention:
+        described.append(attention)
+    if compiled:
+        described.append(step.EAGER_ESTIMATE.format(count=compiled))
+    return Traced(**measured, batch=user_model.batch_of(the_batch.value), facts=facts,
+                  notes=(*notes, *wrap_notes), offloaded=layout.offload, step=tuple(described))  # fmt: skip
+
+
+def _step_error(error: Exception, layout: Layout, spec: str, batch: user_model.Batch) -> Exception:
+    """An untraceable operation in the user's code is the model's problem; anything else is this preset's."""
+    reason = untraceable_reason(error)
+    if reason and " at " in reason:
+        return user_model.ModelError(
+            f"--model {spec} cannot be traced: under fake tensors (shapes, no values) the training step stopped "
+            f"because {reason}. Nothing is planned from a step that did not run: make that operation independent of "
+            "the values, or plan the model states alone with --params")  # fmt: skip
+    first = str(error).strip().splitlines()
+    return TraceError(f"the training step ({batch.source}) failed under {layout.preset}: {type(error).__name__}"
+                      + (f": {first[0]}" if first else ""))  # fmt: skip
 
 
 class _Stepper:
@@ -408,17 +469,21 @@ class _Stepper:
 def _measured_step(
     model: nn.Module,
     optimizers: list[torch.optim.Optimizer],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    autocast: torch.dtype | None,
+    batch: user_model.Batch,
     layout: Layout,
-) -> dict[str, int]:
-    """Create the optimizer state with one step on zero gradients, then measure one training step."""
+    *,
+    context: contextlib.AbstractContextManager[Any],
+    through_root: bool,
+    spec: str,
+    kernels: str,
+) -> tuple[dict[str, int], str | None]:
+    """Create the optimizer state with one step on zero gradients (they stay alive, as a real step's do), then
+    measure one training step as Lightning runs it. Returns the figures and what attention was planned as."""
     keep_grads = layout.kind == "replica"  # DDP's buckets hold the gradients from one step to the next
     steppers = [_Stepper(optimizer) for optimizer in optimizers]
     for stepper in steppers:
         for group in stepper.optimizer.param_groups:
-            if group.get("foreach", False) is None:  # the default: CUDA tensors get foreach (CPU ones do not)
+            if kernels == "cuda" and group.get("foreach", False) is None:  # torch's default for CUDA tensors
                 group["foreach"] = True
     for optimizer, stepper in zip(optimizers, steppers, strict=True):
         with torch.no_grad():
@@ -426,25 +491,31 @@ def _measured_step(
                 for parameter in group["params"]:
                     parameter.grad = torch.zeros_like(parameter)
         stepper.step()
-        optimizer.zero_grad(set_to_none=not keep_grads)
+    for optimizer, stepper in zip(optimizers, steppers, strict=True):
+        for group, twin in zip(optimizer.param_groups, stepper.optimizer.param_groups, strict=True):
+            group["foreach"] = twin.get("foreach")  # for the plan's description: what ran
     tracker = _tracker(model, [stepper.optimizer for stepper in steppers], layout.offload and layout.traceable)
     if hasattr(tracker, "track_inputs"):  # FSDPMemTracker labels the inputs; MemTracker counts them as they come
-        tracker.track_inputs((args, kwargs))
+        tracker.track_inputs(batch.value)
     counter = SavedBytes()
-    with tracker:
-        with counter.counting():
-            with torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext():
-                output = model(*args, **kwargs)
-            loss = scalar_loss(output)
-        del output
+    planned: list[CudaAttention] = []
+
+    def cuda_attention(original: Callable[..., Any]) -> CudaAttention:
+        planned.append(CudaAttention(original))
+        return planned[-1]
+
+    attention = attention_replaced(cuda_attention) if kernels == "cuda" else contextlib.nullcontext()
+    with tracker, attention:  # the whole step: checkpointed blocks run attention again in backward
+        with counter.counting(), context:
+            loss = step.loss(model, batch, through_root=through_root, spec=spec)
+        for optimizer in optimizers:  # Lightning's zero_grad: after the step function, before backward
+            optimizer.zero_grad(set_to_none=not keep_grads)
         torch.autograd.backward(loss)
         del loss
         for stepper in steppers:
             stepper.step()
         snapshot = tracker.get_tracker_snapshot()
-        for optimizer in optimizers:
-            optimizer.zero_grad(set_to_none=not keep_grads)
-    return {
+    figures = {
         "parameters": _category_sum(snapshot, PARAMETERS),
         "gradients": _category_sum(snapshot, GRADIENTS),
         "optimizer": _category_sum(snapshot, OPTIMIZER),
@@ -453,3 +524,4 @@ def _measured_step(
         "peak_all": tracker.lp_peak_all,
         "transient_peak": tracker.lp_transient,
     }
+    return figures, planned[0].describe() if planned else None

@@ -1,8 +1,9 @@
-"""The user's model for ``plan --model MODULE:FACTORY``: the factory, run safely; the example input; the optimizer.
+"""The user's model for ``plan --model MODULE:FACTORY``: the factory, run safely; the batch; the optimizer.
 
 The factory runs inside the tracer's fake-tensor mode, so building it allocates no real memory. It runs
-with an empty stdin, and whatever it raises or exits with becomes a :class:`ModelError` with a message
-(a factory that aborts the interpreter is contained one level up: the planner runs it in a child process).
+with an empty stdin and no debugger, and whatever it raises or exits with becomes a :class:`ModelError`
+with a message (a factory that aborts the interpreter is contained one level up: the planner runs it in a
+child process).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 import io
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,58 +25,76 @@ class ModelError(Exception):
     """The model named by ``--model`` cannot be planned; the message says why and what to change."""
 
 
-def split_spec(spec: str) -> tuple[str, str]:
+def split_spec(spec: str, noun: str = "--model") -> tuple[str, str]:
     """``my_project.models:build`` -> (``my_project.models``, ``build``); a bad form is a :class:`ModelError`."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name.strip() or not attr.strip():
-        raise ModelError(f"--model {spec!r} is not MODULE:FACTORY, e.g. my_project.models:build_model")
+        raise ModelError(f"{noun} {spec!r} is not MODULE:FUNCTION, e.g. my_project.models:build_model")
     return module_name.strip(), attr.strip()
+
+
+class _Breakpoint(Exception):
+    """``breakpoint()`` was called: there is no one to type at the debugger."""
+
+
+def _no_debugger(*args: Any, **kwargs: Any) -> None:
+    raise _Breakpoint
 
 
 @contextlib.contextmanager
 def contained(what: str) -> Iterator[None]:
-    """Run user code with an empty stdin; anything it raises or exits with becomes a :class:`ModelError`."""
-    stdin = sys.stdin
+    """Run user code with an empty stdin and no debugger; anything it raises or exits with becomes a
+    :class:`ModelError` of one line."""
+    from lightning_presets.tools.plan.untraceable import untraceable_reason
+
+    stdin, hook, tracer = sys.stdin, sys.breakpointhook, sys.gettrace()
     sys.stdin = io.StringIO("")
+    sys.breakpointhook = _no_debugger
     try:
         yield
     except ModelError:
         raise
     except KeyboardInterrupt:
         raise
+    except _Breakpoint:
+        raise ModelError(f"{what} called breakpoint(); a factory must run without a debugger") from None
     except SystemExit as error:
         raise ModelError(f"{what} called sys.exit({error.code!r}); a factory must return the model") from None
     except EOFError as error:
         raise ModelError(f"{what} read from stdin ({error or 'EOFError'}); a factory must not ask for input, "
                          "pass its settings as defaults") from None  # fmt: skip
     except BaseException as error:  # the user's code may raise anything: report it, never a traceback
+        reason = untraceable_reason(error)
+        if reason:
+            raise ModelError(f"{what} cannot run under fake tensors (shapes, no values): {reason}") from None
         text = str(error).strip().splitlines()
         raise ModelError(f"{what} raised {type(error).__name__}" + (f": {text[0]}" if text else "")) from None
     finally:
-        sys.stdin = stdin
+        sys.stdin, sys.breakpointhook = stdin, hook
+        sys.settrace(tracer)  # a debugger the user's code started (pdb.set_trace()) ends with it
 
 
-def load_factory(spec: str) -> Callable[[], Any]:
+def load_factory(spec: str, noun: str = "--model") -> Callable[[], Any]:
     """Import ``MODULE`` and look up ``FACTORY`` (dots allowed: ``models:Decoder.small``)."""
-    module_name, attr = split_spec(spec)
+    module_name, attr = split_spec(spec, noun)
     with contained(f"importing {module_name!r}"):
         try:
             target: Any = importlib.import_module(module_name)
         except ModuleNotFoundError as error:
             if error.name and module_name.startswith(error.name):
-                raise ModelError(f"--model {spec}: no module named {module_name!r} (run from the directory that "
+                raise ModelError(f"{noun} {spec}: no module named {module_name!r} (run from the directory that "
                                  "holds it, or install it)") from None  # fmt: skip
             raise
     for part in attr.split("."):
         if not hasattr(target, part):
-            raise ModelError(f"--model {spec}: {type(target).__name__} {getattr(target, '__name__', '')!r} has no "
+            raise ModelError(f"{noun} {spec}: {type(target).__name__} {getattr(target, '__name__', '')!r} has no "
                              f"attribute {part!r}")  # fmt: skip
         target = getattr(target, part)
     if isinstance(target, nn.Module):
-        raise ModelError(f"--model {spec} is a module instance, already built with real memory; name the function "
+        raise ModelError(f"{noun} {spec} is a module instance, already built with real memory; name the function "
                          "or class that builds it, so it can be built under fake tensors once per preset")  # fmt: skip
     if not callable(target):
-        raise ModelError(f"--model {spec} is a {type(target).__name__}, not a factory (a function or class)")
+        raise ModelError(f"{noun} {spec} is a {type(target).__name__}, not a function or class")
     return target  # type: ignore[no-any-return]  # a callable of the user's; checked above
 
 
@@ -87,21 +107,44 @@ def build(factory: Callable[[], Any], spec: str) -> nn.Module:
     return model
 
 
-def example_input(model: nn.Module, spec: str, batch_size: int | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The module's ``example_input_array`` as (args, kwargs), Lightning's convention; the batch dimension set
-    to ``batch_size`` when given."""
-    example = getattr(model, "example_input_array", None)
-    if example is None:
-        raise ModelError(f"{spec}: {type(model).__name__} has no example_input_array; set one in __init__ "
-                         "(Lightning's convention), e.g. self.example_input_array = torch.zeros(8, 2048, "
-                         "dtype=torch.long)")  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One batch as the dataloader yields it: ``training_step``'s argument (and ``forward``'s input)."""
+
+    value: Any
+    source: str
+    """Where it came from, for messages: ``example_input_array`` or ``--batch MODULE:FUNCTION``."""
+
+
+def batch(model: nn.Module, spec: str, batch_size: int | None = None, given: str | None = None) -> Batch:
+    """The batch of the step: what ``--batch MODULE:FUNCTION`` returns (called here, under the caller's fake
+    mode), else the module's ``example_input_array``; the batch dimension set to ``batch_size`` when given."""
+    if given is not None:
+        source = f"--batch {given}"
+        function = load_factory(given, noun="--batch")
+        with contained(f"the batch function {given}"):
+            value = function()
+        if not any(isinstance(leaf, torch.Tensor) for leaf in tree_flatten(value)[0]):
+            raise ModelError(f"{source} returned a {type(value).__name__} with no tensor in it; return one batch as "
+                             "your dataloader yields it")  # fmt: skip
+    else:
+        source, value = "example_input_array", getattr(model, "example_input_array", None)
+        if value is None:
+            raise ModelError(f"{spec}: {type(model).__name__} has no example_input_array; set one in __init__ "
+                             "(Lightning's convention), e.g. self.example_input_array = torch.zeros(8, 2048, "
+                             "dtype=torch.long), or give a batch with --batch MODULE:FUNCTION")  # fmt: skip
     if batch_size is not None:
-        example = with_batch(example, batch_size, spec)
-    if isinstance(example, dict):
-        return (), dict(example)
-    if isinstance(example, (tuple, list)):
-        return tuple(example), {}
-    return (example,), {}
+        value = with_batch(value, batch_size, source)
+    return Batch(value, source)
+
+
+def as_arguments(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A batch as ``forward``'s (args, kwargs), as Lightning passes ``example_input_array``."""
+    if isinstance(value, dict):
+        return (), dict(value)
+    if isinstance(value, (tuple, list)):
+        return tuple(value), {}
+    return (value,), {}
 
 
 def batch_of(example: Any) -> int | None:
@@ -110,10 +153,10 @@ def batch_of(example: Any) -> int | None:
     return sizes.pop() if len(sizes) == 1 else None
 
 
-def with_batch(example: Any, batch_size: int, spec: str) -> Any:
+def with_batch(example: Any, batch_size: int, source: str) -> Any:
     if batch_of(example) is None:
-        raise ModelError(f"{spec}: the tensors of example_input_array share no leading (batch) dimension, so "
-                         "--batch-size cannot resize them; set the batch in example_input_array instead")  # fmt: skip
+        raise ModelError(f"the tensors of {source} share no leading (batch) dimension, so --batch-size cannot "
+                         f"resize them; set the batch size in {source} instead")  # fmt: skip
     return tree_map_only(torch.Tensor, lambda t: t.new_zeros((batch_size, *t.shape[1:])) if t.dim() else t, example)
 
 

@@ -1,25 +1,30 @@
 """Tracing a user's model for ``plan --model``, in a child process: ``python -m lightning_presets.tools.plan.worker``.
 
-The parent (:func:`run`) starts the child with an empty stdin and reads one JSON event per line from it:
-``progress``, ``estimate``, ``parameters``, ``error``. The child writes its events on the stdout it was started
-with and sends everything else (the user's prints, torch's warnings) to stderr, which the parent keeps for
-its messages. A factory that raises, exits or reads stdin is reported by the child as an ``error``; one
-that aborts the interpreter (``os.abort()``, a crash in native code) ends the child, and the parent says
-so. :func:`plan_in_process` is the work itself, for tests and for callers that already run isolated.
+The parent (:func:`run`) starts the child in a process group of its own, writes the request to its stdin
+(any length: no argument list to overflow) and reads one JSON event per line from its stdout: ``progress``,
+``estimate``, ``parameters``, ``error``. The child reads the request, then gives the user's code an empty
+stdin; it writes its events on the stdout it was started with and sends everything else (the user's prints,
+torch's warnings) to stderr, of which the parent keeps the last few KiB for its messages. A factory that
+raises, exits, reads stdin or calls ``breakpoint()`` is reported by the child as an ``error``; one that aborts
+the interpreter ends the child, and the parent says so. When the child ends or ``timeout_s`` runs out, the
+whole group is killed: a helper process the factory started does not outlive the plan.
+:func:`plan_in_process` is the work itself, for tests and for callers that already run isolated.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import queue
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
+import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import IO, Any
 
 from lightning_presets.tools.plan.estimates import (
@@ -29,6 +34,7 @@ from lightning_presets.tools.plan.estimates import (
     Progress,
     applicability,
     arithmetic_estimate,
+    import_path,
     mesh_sizes,
     plannable,
     traced_estimate,
@@ -36,7 +42,9 @@ from lightning_presets.tools.plan.estimates import (
 )
 
 _MODULE = "lightning_presets.tools.plan.worker"
-_STDERR_TAIL = 1500
+STDERR_TAIL = 4096
+"""Bytes of the child's stderr the parent keeps (the last ones): enough for a message, never more."""
+_SHOWN_TAIL = 1500
 
 
 class PlanFailed(Exception):
@@ -48,59 +56,102 @@ class PlanFailed(Exception):
 
 def run(request: PlanRequest, progress: Progress | None = None) -> tuple[list[Estimate], int | None]:
     """Plan ``request.model`` in a child process: its estimates and parameter count, or :class:`PlanFailed`."""
-    payload = json.dumps({"request": request.as_dict(), "sys_path": [entry or os.getcwd() for entry in sys.path]})
+    payload = json.dumps({"request": request.as_dict(), "sys_path": import_path()}).encode()
     estimates: list[Estimate] = []
     errors: list[str] = []
     parameters = None
-    timed_out = threading.Event()
-    with (
-        tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as stderr,
-        subprocess.Popen(
-            [sys.executable, "-m", _MODULE, payload],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True, encoding="utf-8",
-        ) as process,
-    ):  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", _MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True, env=_child_environment(),
+    )  # fmt: skip
+    events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    tail = bytearray()
+    readers = [threading.Thread(target=_read_events, args=(process.stdout, events), daemon=True),
+               threading.Thread(target=_read_tail, args=(process.stderr, tail), daemon=True)]  # fmt: skip
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + request.timeout_s
+    timed_out = False
 
-        def stop() -> None:
-            timed_out.set()
-            process.kill()
+    def take(event: dict[str, Any]) -> None:
+        nonlocal parameters
+        kind = event.get("event")
+        if kind == "progress" and progress is not None:
+            progress(str(event["what"]), int(event["done"]), int(event["total"]))
+        elif kind == "estimate":
+            estimates.append(Estimate.from_dict(event["estimate"]))
+        elif kind == "parameters":
+            parameters = int(event["parameters"])
+        elif kind == "error":
+            errors.append(str(event["message"]))
 
-        timer = threading.Timer(request.timeout_s, stop)
-        timer.start()
-        try:
-            for event in _events(process.stdout):
-                kind = event.get("event")
-                if kind == "progress" and progress is not None:
-                    progress(str(event["what"]), int(event["done"]), int(event["total"]))
-                elif kind == "estimate":
-                    estimates.append(Estimate.from_dict(event["estimate"]))
-                elif kind == "parameters":
-                    parameters = int(event["parameters"])
-                elif kind == "error":
-                    errors.append(str(event["message"]))
-            code = process.wait()
-        except BaseException:  # Ctrl-C or a broken reader: the child must not outlive the plan
-            process.kill()
-            raise
-        finally:
-            timer.cancel()
-        stderr.seek(0)
-        tail = stderr.read()[-_STDERR_TAIL:].strip()
+    try:
+        with contextlib.suppress(BrokenPipeError), process.stdin or contextlib.nullcontext():
+            if process.stdin is not None:
+                process.stdin.write(payload)
+        while not _exited(process):  # not the end of its stdout: the child may still be tearing down
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            with contextlib.suppress(queue.Empty):
+                if event := events.get(timeout=0.2):
+                    take(event)
+    finally:  # Ctrl-C, a broken reader, the end or the timeout: nothing the child started outlives the plan
+        _kill_group(process)
+        code = process.wait()
+        for reader in readers:
+            reader.join(timeout=5)
+    while not events.empty():  # what the child wrote before it ended
+        if event := events.get_nowait():
+            take(event)
     if errors:
         raise PlanFailed(errors[0])
-    if code != 0 or not estimates:
-        raise PlanFailed(_ended(request, code, tail, timed_out=timed_out.is_set()))
+    if timed_out or code != 0 or not estimates:
+        text = bytes(tail).decode("utf-8", errors="replace")[-_SHOWN_TAIL:].strip()
+        raise PlanFailed(_ended(request, code, text, timed_out=timed_out))
     return estimates, parameters
 
 
-def _events(stream: IO[str] | None) -> Iterator[dict[str, Any]]:
+def _child_environment() -> dict[str, str]:
+    """This environment, with the folder this package was imported from first on ``PYTHONPATH``: the child runs
+    this copy of the worker, whatever the caller's ``PYTHONPATH`` says (the rest of the path comes on stdin)."""
+    from pathlib import Path
+
+    here = str(Path(__file__).resolve().parents[3])  # .../lightning_presets/tools/plan/worker.py -> its folder
+    rest = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": here + (os.pathsep + rest if rest else "")}
+
+
+def _exited(process: subprocess.Popen[bytes]) -> bool:
+    """Whether the child has ended, leaving it unreaped: its process group id stays reserved until it is waited
+    for, so killing the group afterwards cannot reach a stranger that reused the number."""
+    try:
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _read_events(stream: IO[bytes] | None, events: queue.Queue[dict[str, Any] | None]) -> None:
     for line in stream or ():
         try:
             event = json.loads(line)
         except ValueError:
             continue
         if isinstance(event, dict):
-            yield event
+            events.put(event)
+    events.put(None)
+
+
+def _read_tail(stream: IO[bytes] | None, tail: bytearray) -> None:
+    """Read ``stream`` to its end, keeping only its last :data:`STDERR_TAIL` bytes in ``tail``."""
+    while stream is not None and (chunk := stream.read1(65536)):  # type: ignore[attr-defined]
+        tail += chunk
+        del tail[:-STDERR_TAIL]
 
 
 def _ended(request: PlanRequest, code: int, tail: str, *, timed_out: bool) -> str:
@@ -121,8 +172,12 @@ def _ended(request: PlanRequest, code: int, tail: str, *, timed_out: bool) -> st
 # --------------------------------------------------------------------------------------------- the child
 
 
-def main(argv: list[str]) -> int:
-    """The child: plan the request in ``argv[1]``, one JSON event per line on the original stdout."""
+def main() -> int:
+    """The child: plan the request read from stdin, one JSON event per line on the original stdout."""
+    payload = json.loads(sys.stdin.buffer.read())
+    empty = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(empty, 0)  # the user's code finds an empty stdin
+    os.close(empty)
     events = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)  # whatever the user's code prints goes to stderr, never into the events
     sys.stdout = sys.stderr
@@ -130,7 +185,6 @@ def main(argv: list[str]) -> int:
     def emit(**event: Any) -> None:
         events.write(json.dumps(event) + "\n")
 
-    payload = json.loads(argv[1])
     sys.path[:] = list(dict.fromkeys([*payload["sys_path"], *sys.path]))
     try:
         request = PlanRequest.from_dict(payload["request"])
@@ -166,6 +220,7 @@ def plan_in_process(request: PlanRequest, progress: Progress | None = None) -> t
             tracer.total = len({tracer.key(job[0], job[1], request.batch_size) for job in jobs if not job[2]})
             with trace.fake_world(request.world_size):
                 estimates = [tracer.estimate(*job) for job in jobs]
+                tracer.check_something_traced()
                 if request.max_batch:
                     layouts = [job[1] for job in jobs]
                     estimates = [
@@ -182,7 +237,8 @@ class _Tracer:
     def __init__(self, factory: Callable[[], Any], spec: str, request: PlanRequest, progress: Progress) -> None:
         self.factory, self.spec, self.request, self.progress = factory, spec, request, progress
         self.cache: dict[tuple[Any, ...], Any] = {}
-        self.done = self.total = 0
+        self.done = self.total = self.traced = 0
+        self.failures: list[str] = []
         self.facts: Any = None
 
     def key(self, preset: Any, layout: Any, batch: int | None) -> tuple[Any, ...]:
@@ -204,7 +260,8 @@ class _Tracer:
             try:
                 self.cache[key] = trace.trace(self.factory, self.spec, layout, precision=self.request.precision,
                                               optimizer=self.request.optimizer, mesh_sizes=mesh,
-                                              batch_size=batch, optimize=layout.traceable)  # fmt: skip
+                                              batch_size=batch, batch=self.request.batch,
+                                              kernels=self.request.kernels, optimize=layout.traceable)  # fmt: skip
             except trace.TraceError as error:
                 self.cache[key] = error
             self.done += 1
@@ -220,9 +277,16 @@ class _Tracer:
         if isinstance(traced, trace.NotApplicable):
             return arithmetic_estimate(preset, layout, self.request, self.numel(), self.facts, (str(traced),))
         if isinstance(traced, trace.TraceError):  # this preset's wrapping or step failed: the others go on
+            self.failures.append(f"{preset.name}: {traced}")
             failed = arithmetic_estimate(preset, layout, self.request, self.numel(), self.facts)
             return with_why(failed, evidence="failed", fits=False, why=f"the trace failed: {traced}")
+        self.traced += 1
         return traced_estimate(layout, self.request, traced, reasons, install)
+
+    def check_something_traced(self) -> None:
+        """A plan of presets none of which could be traced has no figures to judge by: it is a failure."""
+        if self.failures and not self.traced:
+            raise PlanFailed(f"--model {self.spec} could not be traced under any preset; {self.failures[0]}")
 
     def numel(self) -> int:
         if self.facts is None:
@@ -295,4 +359,4 @@ def _next_probe(measured: dict[int, float], usable: float, low: int, high: int |
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main())
