@@ -181,11 +181,12 @@ def test_lp016_lp721_without_an_importable_lightning_there_is_no_trainer(
 
 
 @pytest.mark.proves("LP724")
-def test_lp724_a_preset_missing_from_the_registry_is_an_unknown_name(
-    proof: Proof, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_lp724_a_preset_missing_from_the_registry_is_an_unknown_name(proof: Proof) -> None:
     from lightning.pytorch.strategies import StrategyRegistry
 
-    monkeypatch.delitem(StrategyRegistry, "fsdp2")
-    with proof.raises(ValueError, r"invalid strategy name: `strategy='fsdp2'`", code="LP724"):
-        trainer("fsdp2")
+    entry = StrategyRegistry.pop("fsdp2")  # not monkeypatch.delitem: it restores what the registry's get() builds
+    try:
+        with proof.raises(ValueError, r"invalid strategy name: `strategy='fsdp2'`", code="LP724"):
+            trainer("fsdp2")
+    finally:
+        StrategyRegistry["fsdp2"] = entry

@@ -13,7 +13,7 @@ from lightning_presets.core.rules import Problem, Rule, rule
     "--ntasks-per-node=4",
     fixed='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=4, num_nodes=2)   # under SLURM with '
     "--ntasks-per-node=4",
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp095_the_refusal_is_the_environments_own "
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp095_the_refusal_is_the_environments_own "
     "(SLURMEnvironment/TorchElasticEnvironment.validate_settings raise ValueError when `fit` launches)",
     setting=Setting(gpus=4, nodes=2, cluster="slurm"),  # SLURM's variables for 4 tasks on each of 2 nodes
 )  # fmt: skip

@@ -95,7 +95,7 @@ def bf16_compress_supported(ctx: Context) -> Problem | None:
     "LP308", "error", "construction", "gradient accumulation in the Trainer with DDP's static graph",
     fails='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, accumulate_grad_batches=2)',
     fixed='Trainer(strategy="ddp", accelerator="cpu", devices=2, accumulate_grad_batches=2)',
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp308_static_graph_with_accumulation_fails_in_backward "
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp308_static_graph_with_accumulation_fails_in_backward "
     "(torch's reducer: 'expect_autograd_hooks_ INTERNAL ASSERT FAILED' on every rank)",
 )  # fmt: skip
 def static_graph_without_accumulation(ctx: Context) -> Problem | None:
@@ -188,7 +188,7 @@ def compression_hook_kept(options: Options) -> Problem | None:
     fixed="from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_localSGD\n"
     'lightning_presets.strategy("ddp_static_graph", ddp_comm_state=post_localSGD.PostLocalSGDState(None, None, 8), '
     "ddp_comm_hook=post_localSGD.post_localSGD_hook, model_averaging_period=4)",
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp309_post_local_sgd_needs_an_averaging_period "
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp309_post_local_sgd_needs_an_averaging_period "
     "(DDPStrategy._enable_model_averaging raises ValueError when `fit` sets the optimizers up)",
 )  # fmt: skip
 def model_averaging_has_a_period(options: Options) -> Problem | None:
@@ -208,7 +208,7 @@ def model_averaging_has_a_period(options: Options) -> Problem | None:
     'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, sync_batchnorm=True).fit(model)',
     fixed="model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n"
     'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model)',
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp310_ddp_refuses_sync_batchnorm_on_cpu "
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp310_ddp_refuses_sync_batchnorm_on_cpu "
     "(DistributedDataParallel raises ValueError 'SyncBatchNorm layers only work with GPU modules' when it wraps)",
 )  # fmt: skip
 def sync_batchnorm_on_gpus(ctx: Context, model: nn.Module) -> Problem | None:

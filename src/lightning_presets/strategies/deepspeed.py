@@ -447,7 +447,7 @@ def contiguous_checkpointing_configurable(ctx: Context) -> Problem | None:
     fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, gradient_clip_val=1.0, '
     'gradient_clip_algorithm="value")',
     fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, gradient_clip_val=1.0)',
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp415_deepspeed_refuses_clipping_by_value "
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp415_deepspeed_refuses_clipping_by_value "
     "(Lightning's DeepSpeedStrategy.init_deepspeed raises MisconfigurationException in `fit`)",
 )  # fmt: skip
 def clipping_by_norm_only(ctx: Context) -> Problem | None:
@@ -497,7 +497,7 @@ def offload_steps_with_cpu_adam(ctx: Context, model: nn.Module | None, optimizer
     'fabric = Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config={'
     '"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "zero_force_ds_cpu_optimizer": '
     'False}), accelerator="cuda", devices=8)\nfabric.setup(model, torch.optim.AdamW(model.parameters()))',
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp417_deepspeed_refuses_a_torch_optimizer_with_offload "
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp417_deepspeed_refuses_a_torch_optimizer_with_offload "
     "(DeepSpeedEngine._configure_optimizer raises ZeRORuntimeException when the engine is created)",
 )  # fmt: skip
 def offload_takes_the_optimizer(ctx: Context, model: nn.Module | None, optimizers: tuple[Any, ...]) -> Problem | None:
@@ -536,7 +536,7 @@ def _as_parsed_at_fit(ctx: Context) -> dict[str, Any]:
     '{"stage": 2, "reduce_bucket_sise": 500000000}}), accelerator="cuda", devices=8)',
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
     '{"stage": 2, "reduce_bucket_size": 500000000}}), accelerator="cuda", devices=8)',
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp418_the_parser_is_deepspeeds_own (DeepSpeedConfig "
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp418_the_parser_is_deepspeeds_own (DeepSpeedConfig "
     "parses the config when the engine is created and raises)",
 )  # fmt: skip
 def deepspeed_accepts_the_config(ctx: Context) -> Problem | None:
@@ -590,7 +590,7 @@ def _device_indices(devices: Any) -> list[int] | None:
     "LP420", "error", "construction", "GPU indices other than 0..n-1, which DeepSpeed cannot map to local ranks",
     fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=[1, 3])',
     fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=2)   # CUDA_VISIBLE_DEVICES=1,3',
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp420_deepspeed_refuses_device_indices "
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp420_deepspeed_refuses_device_indices "
     "(lightning's _validate_device_index_selection raises RuntimeError in setup_environment, when `fit` starts)",
 )  # fmt: skip
 def devices_are_local_ranks(ctx: Context) -> Problem | None:

@@ -131,7 +131,7 @@ repeated_block_found = repeated_block(
     ".fit(nn.Linear(64, 64))",
     fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, gradient_clip_val=1.0, '
     'gradient_clip_algorithm="value").fit(nn.Linear(64, 64))',
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp118_fsdp_precision_refuses_clipping_by_norm "
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp118_fsdp_precision_refuses_clipping_by_norm "
     "(FSDPPrecision.clip_grad_by_norm raises MisconfigurationException at the first optimizer step)",
 )  # fmt: skip
 def clipping_by_norm_goes_through_the_module(ctx: Context, model: nn.Module) -> Problem | None:

@@ -132,12 +132,28 @@ def offload_needs_cuda(ctx: Context) -> Problem | None:
     )
 
 
+SHARDS_ITSELF = """from lightning.pytorch import LightningModule
+from torch.distributed.fsdp import fully_shard
+
+class Model(LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
+
+    def configure_model(self):
+        for block in self.blocks:
+            fully_shard(block, mesh=self.device_mesh["data_parallel"])
+        fully_shard(self, mesh=self.device_mesh["data_parallel"])
+
+"""
+"""A model whose configure_model applies fully_shard itself."""
+
+
 @rule(
     "LP218", "warning", "setup", "a model that shards itself: the preset's offload and checkpointing are not applied",
-    fails="# configure_model applies fully_shard itself\n"
-    'Trainer(strategy="fsdp2_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
-    fixed="# the same model, or no fully_shard in configure_model (the preset shards, offloads and checkpoints)\n"
-    'Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(model)',
+    fails=SHARDS_ITSELF + 'Trainer(strategy="fsdp2_offload_ckpt", accelerator="cuda", devices=8).fit(Model())',
+    fixed=SHARDS_ITSELF + 'Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(Model())',
+
 )  # fmt: skip
 def preset_applies_its_layout(ctx: Context, model: nn.Module) -> Problem | None:
     if not ctx.activation_checkpointing or not is_parallelized(model):

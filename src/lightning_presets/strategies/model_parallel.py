@@ -234,7 +234,7 @@ def model_has_configure_model(ctx: Context, model: nn.Module) -> Problem | None:
     'Trainer(strategy="fsdp2", accelerator="cpu", devices=2, sync_batchnorm=True).fit(model)',
     fixed="model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))\n"
     'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model)',
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp217_model_parallel_ignores_sync_batchnorm "
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp217_model_parallel_ignores_sync_batchnorm "
     "(ModelParallelStrategy.setup never converts BatchNorm: after setup the layers are still BatchNorm1d)",
 )  # fmt: skip
 def batch_norm_synchronised(ctx: Context, model: nn.Module) -> Problem | None:
@@ -250,14 +250,30 @@ def batch_norm_synchronised(ctx: Context, model: nn.Module) -> Problem | None:
     )
 
 
+TWO_MESHES = """from lightning.pytorch import LightningModule
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+class Model(LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.up, self.head = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def configure_model(self):
+        parallelize_module(self.up, self.device_mesh["tensor_parallel"], ColwiseParallel())
+        fully_shard(self.head, mesh=self.device_mesh["data_parallel"])
+
+"""
+"""A model whose configure_model leaves parameters on two meshes: the 2-D one (tensor parallel) and the data one."""
+
+
 @rule(
     "LP215", "error", "setup", "clipping by norm across parameters on different device meshes",
-    fails="# configure_model applies tensor parallelism to some layers and fully_shard to the rest\n"
-    'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, gradient_clip_val=1.0).fit(model)',
-    fixed="# the same model\n"
-    'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, gradient_clip_val=1.0, '
-    'gradient_clip_algorithm="value").fit(model)',
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp215_clipping_by_norm_stacks_norms_of_two_meshes "
+    fails=TWO_MESHES
+    + 'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, gradient_clip_val=1.0).fit(Model())',
+    fixed=TWO_MESHES + 'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, gradient_clip_val=1.0, '
+    'gradient_clip_algorithm="value").fit(Model())',
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp215_clipping_by_norm_stacks_norms_of_two_meshes "
     "(torch.nn.utils.clip_grad_norm_ raises RuntimeError 'All operands in aten.stack.default must have the same "
     "mesh')",
 )  # fmt: skip
@@ -282,7 +298,7 @@ def clipping_by_norm_on_one_mesh(ctx: Context, model: nn.Module) -> Problem | No
     "LP216", "error", "construction", "detect_anomaly with tensor parallelism",
     fails='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, detect_anomaly=True)',
     fixed='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8)',
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp216_anomaly_mode_has_no_dtensor_kernel (DTensor "
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp216_anomaly_mode_has_no_dtensor_kernel (DTensor "
     "raises NotImplementedError for aten._is_any_true, which anomaly mode calls on every gradient)",
 )  # fmt: skip
 def anomaly_detection_without_tensor_parallel(ctx: Context) -> Problem | None:

@@ -110,7 +110,7 @@ XLA_STATE_DICT_TYPES = ("sharded", "full")
     "LP509", "error", "options", "an unknown state_dict_type for XLA FSDP",
     fails='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", state_dict_type="consolidated")',
     fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", state_dict_type="full")',
-    evidence="runtime: tests/evidence/test_whole_job.py::test_lp509_xla_fsdp_refuses_an_unknown_state_dict_type "
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp509_xla_fsdp_refuses_an_unknown_state_dict_type "
     "(XLAFSDPStrategy.save_checkpoint/load_checkpoint raise ValueError 'Unknown state_dict_type')",
     setting=XLA,
 )  # fmt: skip

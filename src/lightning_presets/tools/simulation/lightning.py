@@ -61,7 +61,41 @@ def _dry_fit(trainer: Any, model: Any, *args: Any, **kwargs: Any) -> None:
     if hasattr(strategy, "_lp_check_trainer"):
         strategy._lp_check_trainer(trainer)
         strategy._lp_check_model(model)
-        strategy._lp_check_setup(model)
+        with _model_configured(strategy, model):
+            strategy._lp_check_setup(model)
+
+
+@contextlib.contextmanager
+def _model_configured(strategy: Any, model: Any) -> Iterator[None]:
+    """What ModelParallelStrategy's setup does before the setup stage, for a model that overrides ``configure_model``:
+    the (data, tensor) mesh, set on the model, then ``configure_model()``. It runs in a fake process group on CPU (the
+    world's ranks exist and nothing is sent), so a model that applies tensor parallelism or ``fully_shard`` itself
+    reaches the setup rules with its DTensor parameters."""
+    from lightning.pytorch import LightningModule
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    data, tensor = getattr(strategy, "_data_parallel_size", None), getattr(strategy, "_tensor_parallel_size", None)
+    configures = isinstance(model, LightningModule) and is_overridden("configure_model", model)
+    if data is None or tensor is None or not configures:
+        yield
+        return
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    data = int(strategy.num_nodes if data == "auto" else data)  # Lightning's own meaning of "auto" here
+    tensor = int(strategy.num_processes if tensor == "auto" else tensor)
+    if dist.is_initialized() or data * tensor != strategy.num_nodes * strategy.num_processes:
+        yield
+        return
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=data * tensor)
+    try:
+        names = ("data_parallel", "tensor_parallel")
+        model._device_mesh = init_device_mesh("cpu", (data, tensor), mesh_dim_names=names)
+        model.configure_model()
+        yield
+    finally:
+        dist.destroy_process_group()
 
 
 def _dry_setup(fabric: Any, module: Any, *optimizers: Any, **kwargs: Any) -> Any:

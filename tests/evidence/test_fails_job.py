@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from lightning.pytorch import Trainer
+from lightning.pytorch import LightningModule, Trainer
 from proof import Proof, reports
 
 import lightning_presets
@@ -237,3 +237,121 @@ def test_lp509_xla_fsdp_refuses_an_unknown_state_dict_type(proof: Proof, tmp_pat
             strategy.broadcast = lambda obj, src=0: obj
             with proof.raises(ValueError, "Unknown state_dict_type: consolidated"):
                 strategy.load_checkpoint(tmp_path, state={"model": torch.nn.Linear(2, 2)})
+
+
+class _Normed(LightningModule):
+    """A module with batch norm, for the sync_batchnorm rules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.net(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_world() -> Any:
+    """A real ``fit`` leaves Lightning's default process group behind; the next test in this process starts without."""
+    import torch.distributed as dist
+
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@pytest.mark.proves("LP217")
+def test_lp217_model_parallel_ignores_sync_batchnorm(proof: Proof) -> None:
+    """fsdp2 with sync_batchnorm=True: after Lightning's setup the batch norm is still plain BatchNorm1d."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def build() -> Trainer:
+        trainer = Trainer(strategy="fsdp2", accelerator="cpu", devices=1, sync_batchnorm=True, max_steps=1, **QUIET)
+        trainer.strategy._lp_check_model(_Normed())
+        return trainer
+
+    proof.refused("LP217", build)
+    with proof.guard_off("LP217"):
+        module = _Normed()
+        Trainer(strategy="fsdp2", accelerator="cpu", devices=1, sync_batchnorm=True, max_steps=1, **QUIET).fit(
+            module, DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
+        )
+        kinds = sorted({type(layer).__name__ for layer in module.modules() if "BatchNorm" in type(layer).__name__})
+        proof.wrong("batch-norm layers after setup with sync_batchnorm=True", ["SyncBatchNorm"], kinds)
+
+
+@pytest.mark.proves("LP310")
+def test_lp310_ddp_refuses_sync_batchnorm_on_cpu(proof: Proof, tmp_path: Path) -> None:
+    import torch.distributed as dist
+
+    def build() -> Trainer:
+        trainer = Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, sync_batchnorm=True, **QUIET)
+        trainer.strategy._lp_check_model(_Normed())
+        return trainer
+
+    proof.refused("LP310", build)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(_Normed())  # what Lightning's layer sync does
+        with proof.raises(ValueError, "SyncBatchNorm layers only work with GPU modules", code="LP310"):
+            torch.nn.parallel.DistributedDataParallel(converted)  # what DDPStrategy wraps the model in
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture
+def fake_world() -> Any:
+    """A process group of two fake ranks in this process: DTensors are built and dispatched, nothing is sent."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _two_meshes() -> torch.nn.Module:
+    """What tp2d_hybrid's configure_model makes of a model: a tensor-parallel layer on the 2-D mesh, the rest sharded
+    on the data-parallel mesh only."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (1, 2), mesh_dim_names=("data_parallel", "tensor_parallel"))
+    model = torch.nn.Module()
+    model.tp = torch.nn.Parameter(distribute_tensor(torch.randn(4, 4), mesh, [Replicate(), Shard(0)]))
+    model.dp = torch.nn.Parameter(distribute_tensor(torch.randn(4), mesh["data_parallel"], [Shard(0)]))
+    for parameter in model.parameters():
+        parameter.grad = parameter.detach().clone()
+    return model
+
+
+@pytest.mark.proves("LP215")
+def test_lp215_clipping_by_norm_stacks_norms_of_two_meshes(proof: Proof, fake_world: None) -> None:
+    model = _two_meshes()
+
+    def build() -> Trainer:
+        trainer = Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2, gradient_clip_val=1.0, **QUIET)
+        trainer.strategy._lp_check_setup(model)
+        return trainer
+
+    proof.refused("LP215", build)
+    with proof.raises(RuntimeError, "must have the same mesh", code="LP215"):
+        torch.nn.utils.clip_grad_norm_(list(model.parameters()), 1.0)  # what the precision plugin calls to clip
+
+
+@pytest.mark.proves("LP216")
+def test_lp216_anomaly_mode_has_no_dtensor_kernel(proof: Proof, fake_world: None) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    proof.refused(
+        "LP216", lambda: Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2, detect_anomaly=True, **QUIET)
+    )
+    sharded = distribute_tensor(torch.randn(4, 4), init_device_mesh("cpu", (2,)), [Shard(0)])
+    with proof.raises(NotImplementedError, "_is_any_true.default does not have a sharding strategy", code="LP216"):
+        torch.ops.aten._is_any_true(sharded.isnan())  # anomaly mode's NaN check on every gradient
