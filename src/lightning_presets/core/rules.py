@@ -10,7 +10,7 @@ from typing import Any, Literal, NamedTuple
 from lightning_presets.core.environment import skipped_rules
 from lightning_presets.core.findings import Finding, Severity
 
-Stage = Literal["options", "construction", "trainer", "model", "setup"]
+Stage = Literal["options", "construction", "trainer", "model", "setup", "resume"]
 """When a rule runs.
 
 ``options``: on the preset's arguments, when the strategy object is built.
@@ -20,6 +20,8 @@ Trainer exists: when ``fit`` connects the model, and in ``lightning-presets chec
 ``model``: on the context and the model, before the first collective and before any heavy work.
 ``setup``: on the context and the model once it is complete (after ``configure_model``), just before the
 strategy wraps it; run by the family's own hook.
+``resume``: on the context and the checkpoint about to be loaded (``Trainer.fit(ckpt_path=...)``, ``Fabric.load``),
+before any of its bytes are loaded.
 """
 
 

@@ -14,6 +14,7 @@ from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Rule, Stage, run_rules
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
+from lightning_presets.guards.resume import resume_findings
 
 if TYPE_CHECKING:
     from torch.nn import Module
@@ -139,6 +140,12 @@ class Guarded:
         """The setup rules, on the complete model just before the strategy wraps it (each family's hook calls it)."""
         self._lp_run("setup", model)
 
+    def _lp_check_resume(self, path: Any, *, how: str, restores_optimizer: bool) -> None:
+        """The resume rules, before ``load_checkpoint`` reads a byte of ``path`` or starts a collective. Every rank
+        reads the same files and configuration, so every rank reaches the same verdict without communicating."""
+        context = self._lp_context or snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
+        report(resume_findings(path, context, strategy=self, how=how, restores_optimizer=restores_optimizer))
+
 
 class GuardedTrainerStrategy(Guarded):
     """Trainer side: the model is known in ``connect``, which runs in every process before setup."""
@@ -148,6 +155,14 @@ class GuardedTrainerStrategy(Guarded):
         self._lp_check_model(model)
         cast(Any, super()).connect(model)
 
+    def load_checkpoint(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fit``/``validate``/``test``/``predict`` with ``ckpt_path``: the resume rules first."""
+        trainer = getattr(getattr(self, "lightning_module", None), "_trainer", None)
+        state = getattr(getattr(trainer, "state", None), "fn", None)
+        function = str(getattr(state, "value", state) or "fit")
+        self._lp_check_resume(checkpoint_path, how=f"{function}(ckpt_path=...)", restores_optimizer=function == "fit")
+        return cast(Any, super()).load_checkpoint(checkpoint_path, *args, **kwargs)
+
 
 class GuardedFabricStrategy(Guarded):
     """Fabric side: the model is known in ``setup_module``, before it is wrapped or sharded."""
@@ -155,6 +170,13 @@ class GuardedFabricStrategy(Guarded):
     def setup_module(self, module: Module) -> Module:
         self._lp_check_model(module)
         return cast("Module", cast(Any, super()).setup_module(module))
+
+    def load_checkpoint(self, path: Any, state: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """``Fabric.load``/``load_raw``: the resume rules first."""
+        values = state.values() if isinstance(state, Mapping) else (state,)
+        optimizer = any(hasattr(value, "param_groups") and hasattr(value, "state_dict") for value in values)
+        self._lp_check_resume(path, how="load(...)", restores_optimizer=optimizer)
+        return cast(Any, super()).load_checkpoint(path, state, *args, **kwargs)
 
 
 if TYPE_CHECKING:
