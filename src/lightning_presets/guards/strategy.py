@@ -14,7 +14,6 @@ from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Rule, Stage, run_rules
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
-from lightning_presets.guards.resume import resume_findings
 
 if TYPE_CHECKING:
     from torch.nn import Module
@@ -143,6 +142,8 @@ class Guarded:
     def _lp_check_resume(self, path: Any, *, how: str, restores_optimizer: bool) -> None:
         """The resume rules, before ``load_checkpoint`` reads a byte of ``path`` or starts a collective. Every rank
         reads the same files and configuration, so every rank reaches the same verdict without communicating."""
+        from lightning_presets.guards.resume import resume_findings  # imports torch: not at `import lightning_presets`
+
         context = self._lp_context or snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
         report(resume_findings(path, context, strategy=self, how=how, restores_optimizer=restores_optimizer))
 
