@@ -68,6 +68,9 @@ class CheckpointFacts:
     """Dtypes of the weights, e.g. ``("float32",)``."""
     optimizers: int = 0
     """Optimizer states present (0: weights only)."""
+    optimizer_entries: tuple[str, ...] = ()
+    """The top-level keys holding them: ``optimizer_states`` (the Trainer's file, a list), ``optimizer_0``... (the
+    Trainer's sharded folders), the user's own (Fabric)."""
     optimizer_keys: KeyStyle = "none"
     """How the optimizer state is keyed: ``ids`` (a plain optimizer's ``state_dict()``), ``names`` (FSDP's and
     ``torch.distributed.checkpoint``'s fully qualified parameter names)."""
@@ -400,9 +403,11 @@ def _file_facts(path: Path) -> CheckpointFacts:
     if trainer:
         states = top.get("optimizer_states")
         optimizer_states = list(states) if isinstance(states, list) else []
+        entries: tuple[str, ...] = ("optimizer_states",) if optimizer_states else ()
         model_key: str | None = "state_dict" if "state_dict" in top else None
     else:
-        optimizer_states = [value for value in top.values() if _is_optimizer_state(value)]
+        entries = tuple(str(key) for key, value in top.items() if _is_optimizer_state(value))
+        optimizer_states = [top[key] for key in entries]
         modules = [key for key, value in top.items() if _mapping(value) is not None and not _is_optimizer_state(value)]
         model_key = "state_dict" if "state_dict" in top else modules[0] if len(modules) == 1 else None
     weights = top.get(model_key) if model_key is not None else top
@@ -415,6 +420,7 @@ def _file_facts(path: Path) -> CheckpointFacts:
         top_level=keys,
         weight_dtypes=_dtypes(weights),
         optimizers=len(optimizer_states),
+        optimizer_entries=entries,
         optimizer_keys=styles.pop() if len(styles) == 1 else "names" if styles else "none",
     )
 
@@ -459,6 +465,7 @@ def _distributed_facts(folder: Path, entries: frozenset[str]) -> CheckpointFacts
         top_level=tuple(sorted(top | {str(key) for key in meta or ()})),
         weight_dtypes=tuple(dtype for dtype, _ in weight_dtypes.most_common()),
         optimizers=len(optimizers),
+        optimizer_entries=tuple(str(key) for key in optimizers),
         optimizer_keys=styles.pop() if len(styles) == 1 else "names" if styles else "none",
     )
 

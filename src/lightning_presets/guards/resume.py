@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from lightning_presets.core.context import Context
 from lightning_presets.core.findings import Finding
@@ -47,6 +47,9 @@ class Resume:
     """DeepSpeed: the job's config sets ``checkpoint.load_universal``."""
     load_full_weights: bool = False
     """DeepSpeed: the job's strategy has ``load_full_weights=True``."""
+    default_checkpoint_io: bool = True
+    """The strategy reads files with Lightning's own ``TorchCheckpointIO`` (a user's ``CheckpointIO`` plugin may read
+    other formats: DDP's loads are then not checked)."""
 
 
 FORMATS: Mapping[str, frozenset[Format]] = MappingProxyType(
@@ -68,6 +71,8 @@ _FORMAT_NAMES = {"file": "single-file", "distributed": "distributed (sharded)", 
 def loadable(ctx: Context, resume: Resume) -> frozenset[Format]:
     """The formats the job's strategy loads (empty when its family is not checked)."""
     formats = FORMATS.get(ctx.family or "", frozenset())
+    if ctx.family == "ddp" and not resume.default_checkpoint_io:
+        return frozenset()
     if ctx.family == "deepspeed" and resume.load_full_weights and resume.zero_stage == 3:
         return formats | {"file"}
     return formats
@@ -92,75 +97,93 @@ def _consolidated(facts: CheckpointFacts) -> str:
     return facts.path.rstrip("/" + os.sep) + ".consolidated"
 
 
-def to_one_file(facts: CheckpointFacts) -> tuple[str, str]:
-    """How to turn a folder checkpoint into one file: (the commands, the file they write)."""
+class OneFile(NamedTuple):
+    """How a checkpoint becomes one file: the commands (empty for a file already), the file, its weights' key."""
+
+    steps: str
+    path: str
+    key: str | None
+
+
+def to_one_file(facts: CheckpointFacts) -> OneFile:
+    """The commands that turn ``facts`` into one file, with its real paths."""
     out = _consolidated(facts)
+    if facts.format == "file":
+        return OneFile("", facts.path, facts.model_key)
     if facts.format == "deepspeed":
-        if facts.writer == "trainer":
-            return (
+        if facts.writer == "trainer":  # Lightning's converter keeps the Trainer's state beside the weights
+            return OneFile(
                 "in Python: `from lightning.pytorch.utilities.deepspeed import "
                 "convert_zero_checkpoint_to_fp32_state_dict; "
                 f"convert_zero_checkpoint_to_fp32_state_dict({facts.path!r}, {out!r})`",
                 out,
+                "state_dict",
             )
-        return (
+        return OneFile(
             "in Python: `import torch; from deepspeed.utils.zero_to_fp32 import "
             "get_fp32_state_dict_from_zero_checkpoint; "
             f"torch.save(get_fp32_state_dict_from_zero_checkpoint({facts.path!r}), {out!r})`",
             out,
+            None,
         )
     arguments = f"{_shell(facts.path)} --output_file {_shell(out)}"
     if facts.writer == "trainer" and facts.model_key == "model":  # FSDPStrategy's layout: Lightning renames it
-        return f"`python -m lightning.pytorch.utilities.consolidate_checkpoint {arguments}`", out
-    if facts.writer == "trainer":  # ModelParallelStrategy's layout: weights under state_dict already
+        return OneFile(f"`python -m lightning.pytorch.utilities.consolidate_checkpoint {arguments}`", out, "state_dict")
+    if facts.writer == "trainer":  # ModelParallelStrategy's layout: the optimizers still need the Trainer's list
         pops = ", ".join(f"c.pop('optimizer_{index}')" for index in range(facts.optimizers))
-        return (
+        return OneFile(
             f"`python -m lightning.fabric.utilities.consolidate_checkpoint {arguments}`, then in Python: "
             f"`import torch; c = torch.load({out!r}, weights_only=False); c['optimizer_states'] = [{pops}]; "
             f"torch.save(c, {out!r})`",
             out,
+            facts.model_key,
         )
     if facts.writer == "fabric":
-        return f"`python -m lightning.fabric.utilities.consolidate_checkpoint {arguments}`", out
-    return (
+        return OneFile(
+            f"`python -m lightning.fabric.utilities.consolidate_checkpoint {arguments}`", out, facts.model_key
+        )
+    return OneFile(
         "in Python: `from torch.distributed.checkpoint.format_utils import dcp_to_torch_save; "
         f"dcp_to_torch_save({facts.path!r}, {out!r})`",
         out,
+        facts.model_key,
     )
 
 
-def _weights_only(ctx: Context, out: str, key: str | None = "state_dict") -> str:
+def _weights_only(ctx: Context, file: OneFile) -> str:
+    """Load only the weights of ``file`` and start training afresh."""
+    first = f"consolidate it: {file.steps}; then " if file.steps else ""
     if ctx.caller == "Trainer":
-        weights = f"torch.load({out!r}, weights_only=False)" + (f"[{key!r}]" if key else "")
+        weights = f"torch.load({file.path!r}, weights_only=False)" + (f"[{file.key!r}]" if file.key else "")
         return (
-            f"load its weights with `model.load_state_dict({weights})` and call fit without ckpt_path (the optimizer "
-            "and the loops start afresh)"
+            f"{first}load its weights with `model.load_state_dict({weights})` and call fit without ckpt_path (the "
+            "optimizer and the loops start afresh)"
         )
-    return f"load its weights with `fabric.load_raw({out!r}, model)` (the optimizer starts afresh)"
+    load = f"fabric.load({file.path!r}, {{{file.key!r}: model}}, strict=False)" if file.key else (
+        f"fabric.load_raw({file.path!r}, model)"
+    )  # fmt: skip
+    return f"{first}load its weights with `{load}` (the optimizer starts afresh)"
 
 
 def conversion(ctx: Context, facts: CheckpointFacts, resume: Resume) -> str:
-    """The conversion that makes ``facts`` loadable by the job, as commands and code with the real paths."""
+    """The conversion that makes ``facts`` loadable by the job (LP801), as commands and code with the real paths."""
+    file = to_one_file(facts)
     if ctx.family == "deepspeed":
-        if facts.format == "deepspeed":
-            return "resume with a DeepSpeed preset whose ZeRO stage is the checkpoint's"
-        steps, out = to_one_file(facts) if facts.format != "file" else ("", facts.path)
-        first = f"consolidate it: {steps}; then " if steps else ""
         if resume.zero_stage == 3:
+            first = f"consolidate it: {file.steps}; then " if file.steps else ""
             return (
                 f"{first}load the file's weights with `lightning_presets.strategy({ctx.preset!r}, "
-                f"load_full_weights=True{_target(ctx)})` and {_resume_from(ctx, out)} (DeepSpeed restores no optimizer "
-                "state from one file: it starts afresh)"
+                f"load_full_weights=True{_target(ctx)})` and {_resume_from(ctx, file.path)} (DeepSpeed restores no "
+                "optimizer state from one file: it starts afresh)"
             )
-        return f"{first}{_weights_only(ctx, out)}; or resume with the preset that wrote it"
-    steps, out = to_one_file(facts)
+        return f"{_weights_only(ctx, file)}; or resume with the preset that wrote it"
     if facts.format == "deepspeed":
         return (
-            f"convert it to fp32 weights: {steps}; DeepSpeed's ZeRO optimizer shards convert to no other strategy's "
-            f"optimizer state, so {_weights_only(ctx, out)}; or resume with a DeepSpeed preset at data-parallel size "
+            f"DeepSpeed's ZeRO optimizer shards convert to no other strategy's optimizer state: "
+            f"{_weights_only(ctx, file)}; or resume with a DeepSpeed preset at data-parallel size "
             f"{facts.data_parallel_size}"
         )
-    return f"consolidate it into one file: {steps}; then {_resume_from(ctx, out)}"
+    return f"consolidate it into one file: {file.steps}; then {_resume_from(ctx, file.path)}"
 
 
 def _target(ctx: Context) -> str:
@@ -297,13 +320,12 @@ def zero_stage_matches(ctx: Context, resume: Resume) -> Problem | None:
         or (facts.zero_stage == 3) == (resume.zero_stage == 3)
     ):
         return None
-    steps, out = to_one_file(facts)
     return Problem(
         f"{_job(ctx, resume)}: {facts.path!r} is {facts.describe()}, and {ctx.preset!r} runs ZeRO-{resume.zero_stage}; "
         "DeepSpeed keeps the weights in different files under ZeRO-3 and ZeRO-1/2, so it finds none and Lightning "
         "raises 'DeepSpeed was unable to load the checkpoint'",
-        f"resume with a preset of ZeRO stage {facts.zero_stage} (the checkpoint's); or convert it to fp32 weights: "
-        f"{steps}; then {_weights_only(ctx, out)}",
+        f"resume with a preset of ZeRO stage {facts.zero_stage} (the checkpoint's); or, to keep only the weights, "
+        f"{_weights_only(ctx, to_one_file(facts))}",
     )
 
 
@@ -330,12 +352,10 @@ def optimizer_state_present(ctx: Context, resume: Resume) -> Problem | None:
     ):
         return None
     what = "fit restores the optimizer and the loops" if ctx.caller == "Trainer" else "the state has an optimizer"
-    steps, out = to_one_file(facts) if facts.format != "file" else ("", facts.path)
-    first = f"consolidate it: {steps}; then " if steps else ""
     return Problem(
         f"{_job(ctx, resume)}: {facts.path!r} is {facts.describe()}, but {what}; Lightning fails on every rank "
         "after setup (a KeyError for a file, missing keys for a sharded folder)",
-        f"{first}{_weights_only(ctx, out, facts.model_key)}; or resume from a checkpoint saved with the optimizer "
+        f"{_weights_only(ctx, to_one_file(facts))}; or resume from a checkpoint saved with the optimizer "
         "(ModelCheckpoint(save_weights_only=False))",
     )
 
@@ -362,13 +382,13 @@ def trainer_layout_matches(ctx: Context, resume: Resume) -> Problem | None:
         or facts.model_key in (None, expected)
     ):
         return None
-    steps, out = to_one_file(facts)
+    file = to_one_file(facts)
     return Problem(
         f"{_job(ctx, resume)}: {facts.path!r} is {facts.describe()}: the Trainer's sharded layout of the other FSDP "
         f"strategy; {ctx.preset!r} ({ctx.family} family) reads the weights under {expected!r} only and fails on every "
         "rank with missing keys",
-        f"consolidate it into one file, which both FSDP strategies load at any world size: {steps}; then "
-        f"{_resume_from(ctx, out)}",
+        f"consolidate it into one file, which both FSDP strategies load at any world size: {file.steps}; then "
+        f"{_resume_from(ctx, file.path)}",
     )
 
 
@@ -399,14 +419,25 @@ def sharded_optimizer_keyed_by_name(ctx: Context, resume: Resume) -> Problem | N
         or "distributed" not in loadable(ctx, resume)
     ):
         return None
+    file = to_one_file(facts)
     return Problem(
         f"{_job(ctx, resume)}: {facts.path!r} is {facts.describe()}: a plain optimizer's state_dict() saved as "
         f"shards (torch_save_to_dcp, or dcp.save by hand); {ctx.preset!r} loads sharded optimizer state by "
         "parameter name and fails on every rank with missing keys",
-        "resume from the single file it was converted from: the preset loads a full checkpoint and re-keys a plain "
-        "optimizer's state by name itself; or save the optimizer state with "
-        "torch.distributed.checkpoint.state_dict.get_optimizer_state_dict(model, optimizer), which keys it by name",
+        f"consolidate it into one file, whose plain optimizer state {ctx.preset!r} re-keys by parameter name itself, "
+        f"and give the state back its integer keys (the shards stored them as text): {file.steps}, then in Python: "
+        f"`{_integer_keys(facts, file.path)}`; then {_resume_from(ctx, file.path)}",
     )
+
+
+def _integer_keys(facts: CheckpointFacts, path: str) -> str:
+    """Python that turns a consolidated optimizer state's text keys (``'0'``) back into parameter indices."""
+    fixed = "{**o, 'state': {int(k): v for k, v in o['state'].items()}}"
+    if facts.writer == "trainer":  # consolidated into the Trainer's list
+        change = f"c['optimizer_states'] = [{fixed} for o in c['optimizer_states']]"
+    else:
+        change = f"c.update({{k: (lambda o: {fixed})(c[k]) for k in {facts.optimizer_entries!r}}})"
+    return f"import torch; c = torch.load({path!r}, weights_only=False); {change}; torch.save(c, {path!r})"
 
 
 @rule(
@@ -454,14 +485,15 @@ def saved_by_the_trainer(ctx: Context, resume: Resume) -> Problem | None:
         or facts.format not in loadable(ctx, resume)
     ):
         return None
-    missing = "no meta.pt beside the shards" if facts.format == "distributed" else "none of its keys"
-    steps, out = to_one_file(facts) if facts.format != "file" else ("", facts.path)
-    first = f"consolidate it: {steps}; then " if steps else ""
+    needed = ("state_dict", "optimizer_states", "lr_schedulers") if facts.format == "file" else ("lr_schedulers",)
+    missing = [key for key in needed if key not in facts.top_level]
+    if not missing:  # not the Trainer's, but with what fit reads: Lightning loads it
+        return None
+    where = "its keys" if facts.format == "file" else "its meta.pt (Lightning's state beside the shards)"
     return Problem(
-        f"{_job(ctx, resume)}: {facts.path!r} is {facts.describe()}, with the top-level keys "
-        f"{', '.join(repr(key) for key in facts.top_level[:8]) or 'none'}; fit(ckpt_path=...) restores the Trainer's "
-        f"state_dict, optimizer_states, lr_schedulers and loops ({missing}), so Lightning fails on every rank",
-        f"{first}{_weights_only(ctx, out, facts.model_key)}",
+        f"{_job(ctx, resume)}: {facts.path!r} is {facts.describe()}; fit(ckpt_path=...) restores the Trainer's "
+        f"state, and {where} lack {', '.join(map(repr, missing))}, so Lightning fails on every rank",
+        _weights_only(ctx, to_one_file(facts)),
     )
 
 
@@ -512,6 +544,20 @@ def _deepspeed_settings(strategy: Any) -> tuple[int | None, bool, bool]:
     return (stage if type(stage) is int else None), universal, getattr(strategy, "load_full_weights", False) is True
 
 
+def _default_checkpoint_io(strategy: Any) -> bool:
+    """Whether ``strategy`` reads checkpoints with Lightning's own ``TorchCheckpointIO`` (or has none)."""
+    try:
+        plugin = getattr(strategy, "checkpoint_io", None)
+    except Exception:  # Fabric's ModelParallelStrategy and FSDPStrategy raise: they take no CheckpointIO
+        return True
+    for _ in range(4):  # AsyncCheckpointIO wraps the one that reads
+        inner = getattr(plugin, "checkpoint_io", None) if type(plugin).__name__ == "AsyncCheckpointIO" else None
+        if inner is None:
+            break
+        plugin = inner
+    return plugin is None or type(plugin).__name__ == "TorchCheckpointIO"
+
+
 def resume_facts(
     path: object, *, strategy: Any = None, how: str = "fit(ckpt_path=...)", restores_optimizer: bool = True
 ) -> Resume | None:
@@ -537,6 +583,7 @@ def resume_facts(
         zero_stage=stage,
         load_universal=universal,
         load_full_weights=full_weights,
+        default_checkpoint_io=_default_checkpoint_io(strategy),
     )
 
 
