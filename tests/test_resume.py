@@ -257,7 +257,9 @@ def test_fabric_load_refuses_before_lightning_loads(tmp_path: Path, lightning_ca
     assert raised.value.codes == ("LP804",)
     assert lightning_calls == []
     strategy.load_checkpoint(path=tmp_path / "weights.pt", state={"model": model}, strict=True)  # no optimizer asked
-    assert lightning_calls == ["load_checkpoint"]
+    torch.save(optimizer.state_dict(), tmp_path / "optimizer.pt")
+    strategy.load_checkpoint(path=tmp_path / "optimizer.pt", state=optimizer, strict=True)  # load_raw(optimizer)
+    assert lightning_calls == ["load_checkpoint", "load_checkpoint"]
 
 
 def test_a_users_checkpoint_io_plugin_is_trusted_to_read_folders(tmp_path: Path, lightning_calls: list[str]) -> None:

@@ -174,9 +174,11 @@ class GuardedFabricStrategy(Guarded):
 
     def load_checkpoint(self, path: Any, state: Any = None, *args: Any, **kwargs: Any) -> Any:
         """``Fabric.load``/``load_raw``: the resume rules first."""
-        values = state.values() if isinstance(state, Mapping) else (state,)
-        optimizer = any(hasattr(value, "param_groups") and hasattr(value, "state_dict") for value in values)
-        self._lp_check_resume(path, how="load(...)", restores_optimizer=optimizer)
+        if isinstance(state, Mapping):
+            optimizer = any(hasattr(value, "param_groups") and hasattr(value, "state_dict") for value in state.values())
+            self._lp_check_resume(path, how="load(...)", restores_optimizer=optimizer)
+        else:  # load_raw: one module's or optimizer's own state dict
+            self._lp_check_resume(path, how="load_raw(...)", restores_optimizer=False)
         return cast(Any, super()).load_checkpoint(path, state, *args, **kwargs)
 
 
