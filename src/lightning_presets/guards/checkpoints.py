@@ -137,22 +137,21 @@ def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointFacts:
 # --------------------------------------------------------------------------- the file system, bounded
 
 
+def _unreadable(where: str, error: OSError, verb: str = "read") -> CheckpointReadError:
+    reason = "is a symbolic link loop" if error.errno == errno.ELOOP else f"cannot be {verb}: {error.strerror or error}"
+    return CheckpointReadError(f"{where} {reason}")
+
+
 def _stat(path: Path) -> Literal["file", "folder"]:
     try:
-        if path.is_symlink():
-            os.path.realpath(path, strict=True)  # raises on a loop
-        result = path.stat()
+        size = path.stat().st_size  # follows links: a loop raises ELOOP
     except FileNotFoundError:
         raise
     except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise CheckpointReadError(f"{os.fspath(path)!r} is a symbolic link loop") from None
-        raise CheckpointReadError(f"{os.fspath(path)!r} cannot be read: {error.strerror or error}") from None
-    except RuntimeError:  # pathlib's own loop detection on some Python versions
-        raise CheckpointReadError(f"{os.fspath(path)!r} is a symbolic link loop") from None
-    if os.path.isdir(path):
+        raise _unreadable(repr(os.fspath(path)), error) from None
+    if path.is_dir():
         return "folder"
-    if not os.path.isfile(path) or result.st_size == 0:
+    if not path.is_file() or size == 0:
         raise CheckpointReadError(f"{os.fspath(path)!r} is neither a checkpoint file nor a folder")
     return "file"
 
@@ -168,9 +167,7 @@ def _list(folder: Path) -> frozenset[str]:
                         f"{os.fspath(folder)!r} holds more than {MAX_FOLDER_ENTRIES:,} entries: not read"
                     )
     except OSError as error:
-        loop = error.errno == errno.ELOOP
-        reason = "is a symbolic link loop" if loop else f"cannot be listed: {error.strerror or error}"
-        raise CheckpointReadError(f"{os.fspath(folder)!r} {reason}") from None
+        raise _unreadable(repr(os.fspath(folder)), error, "listed") from None
     return frozenset(names)
 
 
@@ -179,9 +176,7 @@ def _read_bounded(path: Path, limit: int, what: str) -> bytes:
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)
     except OSError as error:
-        loop = error.errno == errno.ELOOP
-        reason = "is a symbolic link loop" if loop else f"cannot be read: {error.strerror or error}"
-        raise CheckpointReadError(f"{os.fspath(path)!r} {reason}") from None
+        raise _unreadable(repr(os.fspath(path)), error) from None
     if len(data) > limit:
         raise CheckpointReadError(f"{os.fspath(path)!r}: its {what} is larger than {limit:,} bytes: not read")
     return data
@@ -384,10 +379,10 @@ def _zip_pickle(path: Path, where: str | None = None) -> Any:
                     )
                 with archive.open(info) as member:
                     data = member.read(MAX_PICKLE_BYTES + 1)
-    except (OSError, zipfile.BadZipFile) as error:
-        loop = isinstance(error, OSError) and error.errno == errno.ELOOP
-        reason = "is a symbolic link loop" if loop else f"cannot be read as a torch.save zip: {error}"
-        raise CheckpointReadError(f"{where} {reason}") from None
+    except zipfile.BadZipFile as error:
+        raise CheckpointReadError(f"{where} cannot be read as a torch.save zip: {error}") from None
+    except OSError as error:
+        raise _unreadable(where, error) from None
     if len(data) > MAX_PICKLE_BYTES:
         raise CheckpointReadError(f"{where}: its pickle is larger than {MAX_PICKLE_BYTES:,} bytes: not read")
     return _loads(data, where)
