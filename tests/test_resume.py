@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +18,9 @@ import torch
 
 from lightning_presets import PresetConfigError
 from lightning_presets.core.context import Context
-from lightning_presets.core.rules import Rule
+from lightning_presets.core.rules import EVIDENCE_KINDS, Rule
 from lightning_presets.guards.checkpoints import CheckpointFacts
-from lightning_presets.guards.resume import RESUME_RULES, Resume, resume_findings
+from lightning_presets.guards.resume import RESUME_RULES, Resume, resumable, resume_findings
 from lightning_presets.tools.examples import run_example
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,6 +193,28 @@ def test_documented_examples_behave(each: Rule) -> None:
     assert each.code in failing.codes, failing
     assert fixed.error is None, fixed
     assert each.code not in fixed.codes, fixed
+
+
+@pytest.mark.parametrize("each", [r for r in RESUME_RULES if r.severity == "error"], ids=lambda each: each.code)
+def test_every_refusal_names_its_evidence(each: Rule) -> None:
+    kind, _, detail = each.evidence.partition(": ")
+    assert kind in EVIDENCE_KINDS, each.code
+    assert re.search(r"\(.*\d", detail) or kind == "runtime", f"{each.code}: name the version that fails"
+    if kind == "runtime":
+        found = re.match(r"runtime: (tests/\S+\.py)::(\w+)", each.evidence)
+        assert found, each.code
+        path, test = found.groups()
+        assert re.search(rf"^def {test}\(", (ROOT / path).read_text(), re.MULTILINE), f"{each.code}: no {test}"
+
+
+def test_what_each_family_resumes() -> None:
+    assert resumable("ddp") == (
+        "a single-file checkpoint (DDP's, FSDP's full state, a consolidated folder), at any world size",
+    )
+    assert "weights under 'state_dict'" in resumable("model_parallel")[1]
+    assert "weights under 'model'" in resumable("fsdp")[1]
+    assert len(resumable("deepspeed")) == 2
+    assert resumable("xla") == ()
 
 
 def test_remote_and_missing_paths_are_left_to_lightning(tmp_path: Path) -> None:

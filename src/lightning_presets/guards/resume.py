@@ -68,6 +68,23 @@ TRAINER_MODEL_KEY: Mapping[str, str] = MappingProxyType({"fsdp": "model", "model
 _FORMAT_NAMES = {"file": "single-file", "distributed": "distributed (sharded)", "deepspeed": "DeepSpeed"}
 
 
+def resumable(family: str | None) -> tuple[str, ...]:
+    """What a preset of ``family`` resumes, one line each (``lightning-presets show`` is to list them); empty when
+    the family is not checked."""
+    key = TRAINER_MODEL_KEY.get(family or "")
+    lines = {
+        "file": "a single-file checkpoint (DDP's, FSDP's full state, a consolidated folder), at any world size",
+        "distributed": "a sharded torch.distributed.checkpoint folder, at any world size"
+        + (f" (the Trainer's: weights under {key!r})" if key else ""),
+        "deepspeed": "a DeepSpeed ZeRO folder of the same ZeRO stage (1/2 or 3), at the data-parallel size that wrote "
+        "it or converted by ds_to_universal and loaded with checkpoint.load_universal",
+    }
+    found = [lines[each] for each in ("file", "distributed", "deepspeed") if each in FORMATS.get(family or "", ())]
+    if family == "deepspeed":
+        found.append("a single-file checkpoint's weights, under ZeRO-3 with load_full_weights=True")
+    return tuple(found)
+
+
 def loadable(ctx: Context, resume: Resume) -> frozenset[Format]:
     """The formats the job's strategy loads (empty when its family is not checked)."""
     formats = FORMATS.get(ctx.family or "", frozenset())
@@ -366,8 +383,8 @@ def optimizer_state_present(ctx: Context, resume: Resume) -> Problem | None:
     'ckpt_path="run.ckpt")',
     fixed=_MODEL + _trainer_folder("state_dict") + 'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, '
     'ckpt_path="run.ckpt")',
-    evidence="runtime: tests/test_resume.py::test_lp805_fsdp_layout_fails_in_fsdp2 (ModelParallelStrategy finds no "
-    "'state_dict' entries in an FSDPStrategy folder)",
+    evidence="runtime: tests/test_resume.py::test_lp805_fsdp_layout_fails_in_fsdp2_and_its_conversion_resumes "
+    "(ModelParallelStrategy finds no 'state_dict' entries in an FSDPStrategy folder)",
     setting=CPU_NODE,
 )  # fmt: skip
 def trainer_layout_matches(ctx: Context, resume: Resume) -> Problem | None:
