@@ -217,9 +217,13 @@ def test_what_each_family_resumes() -> None:
     assert resumable("xla") == ()
 
 
-def test_remote_and_missing_paths_are_left_to_lightning(tmp_path: Path) -> None:
+def test_remote_and_missing_paths_and_unchecked_families_are_left_to_lightning(tmp_path: Path) -> None:
     assert resume_findings("s3://bucket/run.ckpt", ctx("ddp_static_graph")) == []
     assert resume_findings(tmp_path / "missing.ckpt", ctx("ddp_static_graph")) == []
+    (tmp_path / "xla").mkdir()  # XLA's sharded layout is not one this reader knows: not even a warning
+    (tmp_path / "xla" / "checkpoint_rank-00000000-of-00000001.pth").write_bytes(b"")
+    assert [f.code for f in resume_findings(tmp_path / "xla", ctx("fsdp2"))] == ["LP809"]
+    assert resume_findings(tmp_path / "xla", ctx("xla_fsdp_ckpt", caller="Fabric"), how="load(...)") == []
 
 
 # --------------------------------------------------------------------------- the hook

@@ -617,6 +617,8 @@ def resume_findings(
     The hook in :mod:`lightning_presets.guards.strategy` calls it before ``load_checkpoint``; ``lightning-presets
     check --resume-from PATH`` is to call it with the constructed strategy.
     """
+    if context.family not in FORMATS:  # XLA's own format, a third party's family: nothing to check it against
+        return []
     resume = resume_facts(path, strategy=strategy, how=how, restores_optimizer=restores_optimizer)
     if resume is None:
         return []
