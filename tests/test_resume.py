@@ -207,6 +207,22 @@ def test_every_refusal_names_its_evidence(each: Rule) -> None:
         assert re.search(rf"^def {test}\(", (ROOT / path).read_text(), re.MULTILINE), f"{each.code}: no {test}"
 
 
+def test_a_presets_own_resume_rules_run_beside_them(tmp_path: Path) -> None:
+    from lightning_presets import rule
+    from lightning_presets.core.rules import Problem
+
+    @rule("LP902", "error", "resume", "no bf16 weights", fails="x", fixed="y")
+    def no_bf16(context: Context, state: Resume) -> Problem | None:
+        facts = state.checkpoint
+        return None if facts is None or "bfloat16" not in facts.weight_dtypes else Problem("bf16", "convert them")
+
+    torch.save({"w": torch.zeros(1, dtype=torch.bfloat16)}, tmp_path / "w.pt")
+    for family in ("fsdp2", "xla_fsdp_ckpt"):  # a family the built-in rules check, and one they do not
+        job = ctx(family, caller="Fabric")
+        findings = resume_findings(tmp_path / "w.pt", job, how="load(...)", restores_optimizer=False, own=(no_bf16,))
+        assert [finding.code for finding in findings] == ["LP902"]
+
+
 def test_what_each_family_resumes() -> None:
     assert resumable("ddp") == (
         "a single-file checkpoint (DDP's, FSDP's full state, a consolidated folder), at any world size",

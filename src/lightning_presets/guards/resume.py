@@ -523,7 +523,7 @@ def saved_by_the_trainer(ctx: Context, resume: Resume) -> Problem | None:
     setting=CPU_NODE,
 )  # fmt: skip
 def checkpoint_is_readable(ctx: Context, resume: Resume) -> Problem | None:
-    if not resume.unreadable:
+    if not resume.unreadable or ctx.family not in FORMATS:
         return None
     return Problem(
         f"{_job(ctx, resume)}: the checkpoint was not checked: {resume.unreadable}",
@@ -611,15 +611,18 @@ def resume_findings(
     strategy: Any = None,
     how: str = "fit(ckpt_path=...)",
     restores_optimizer: bool = True,
+    own: tuple[Rule, ...] = (),
 ) -> list[Finding]:
-    """Every finding of the resume rules for loading ``path`` into the job ``context``.
+    """Every finding of the resume rules (and of the preset's ``own`` rules of stage ``resume``) for loading
+    ``path`` into the job ``context``.
 
     The hook in :mod:`lightning_presets.guards.strategy` calls it before ``load_checkpoint``; ``lightning-presets
     check --resume-from PATH`` is to call it with the constructed strategy.
     """
-    if context.family not in FORMATS:  # XLA's own format, a third party's family: nothing to check it against
+    own = tuple(each for each in own if each.stage == "resume" and each not in RESUME_RULES)
+    if context.family not in FORMATS and not own:  # XLA's own format, a third party's family: nothing to check
         return []
     resume = resume_facts(path, strategy=strategy, how=how, restores_optimizer=restores_optimizer)
     if resume is None:
         return []
-    return run_rules(RESUME_RULES, "resume", context, resume)
+    return run_rules((*RESUME_RULES, *own), "resume", context, resume)

@@ -145,7 +145,10 @@ class Guarded:
         from lightning_presets.guards.resume import resume_findings  # imports torch: not at `import lightning_presets`
 
         context = self._lp_context or snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
-        report(resume_findings(path, context, strategy=self, how=how, restores_optimizer=restores_optimizer))
+        findings = resume_findings(
+            path, context, strategy=self, how=how, restores_optimizer=restores_optimizer, own=self._lp_preset.rules
+        )
+        report(findings)
 
 
 class GuardedTrainerStrategy(Guarded):
