@@ -140,8 +140,8 @@ class Guarded:
         self._lp_run("setup", model)
 
     def _lp_check_resume(self, path: Any, *, how: str, restores_optimizer: bool) -> None:
-        """The resume rules, before ``load_checkpoint`` reads a byte of ``path`` or starts a collective. Every rank
-        reads the same files and configuration, so every rank reaches the same verdict without communicating."""
+        """The resume rules, before Lightning's ``load_checkpoint`` reads a byte of ``path`` or broadcasts it. Every
+        rank reads the same files and configuration, so every rank reaches the same verdict without communicating."""
         from lightning_presets.guards.resume import resume_findings  # imports torch: not at `import lightning_presets`
 
         context = self._lp_context or snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
