@@ -341,8 +341,10 @@ def main() -> int:
         **{outcome: outcomes.count(outcome) for outcome in ("resumes", "fails", "diverges")},
         "refused_by_guards": sum(bool(cell["guard"]) for cell in cells),
         "converted_and_resumed": sum((cell.get("conversion") or {}).get("outcome") == "resumes" for cell in cells),
-        "wall_s": round(time.monotonic() - started, 1),
+        "wall_s": round(time.monotonic() - started + previous.get("summary", {}).get("wall_s", 0), 1),
     }
+    if previous:
+        data["continued_from"] = {"command": previous.get("command"), "date": previous["environment"].get("date")}
     output.write_text(json.dumps(data, indent=1) + "\n")
     output.with_suffix(".md").write_text(markdown(data))
     print(json.dumps(data["summary"]))
