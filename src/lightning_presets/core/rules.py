@@ -23,7 +23,8 @@ Trainer exists: when ``fit`` connects the model, and in ``lightning-presets chec
 strategy wraps it; run by the family's own hook.
 ``optimizers``: on the context, the model (``None`` when Fabric sets an optimizer up alone) and the optimizers
 ``configure_optimizers`` returned (Fabric: those passed to ``setup``), before the strategy takes them over.
-``resume``: on the context and the facts of the checkpoint a job resumes from, before any of it is loaded.
+``resume``: on the context and the checkpoint about to be loaded (``Trainer.fit(ckpt_path=...)``, ``Fabric.load``),
+before any of its bytes are loaded.
 ``check``: ``lightning-presets check``'s own rules on the job it simulates (cluster consistency); not a preset stage.
 """
 PRESET_STAGES: tuple[Stage, ...] = ("options", "construction", "trainer", "model", "setup", "optimizers", "resume")

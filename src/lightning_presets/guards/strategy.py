@@ -192,6 +192,17 @@ class Guarded:
         if context is not None and optimizers:
             report(run_rules(self._lp_preset.rules, "optimizers", context, model, tuple(optimizers)))
 
+    def _lp_check_resume(self, path: Any, *, how: str, restores_optimizer: bool) -> None:
+        """The resume rules, before Lightning's ``load_checkpoint`` reads a byte of ``path`` or broadcasts it. Every
+        rank reads the same files and configuration, so every rank reaches the same verdict without communicating."""
+        from lightning_presets.guards.resume import resume_findings  # imports torch: not at `import lightning_presets`
+
+        context = self._lp_context or snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
+        findings = resume_findings(
+            path, context, strategy=self, how=how, restores_optimizer=restores_optimizer, own=self._lp_preset.rules
+        )
+        report(findings)
+
 
 class GuardedTrainerStrategy(Guarded):
     """Trainer side: the model is known in ``connect``, which runs in every process before setup."""
@@ -204,6 +215,14 @@ class GuardedTrainerStrategy(Guarded):
     def setup_optimizers(self, trainer: Any) -> None:
         base(super()).setup_optimizers(trainer)
         self._lp_check_optimizers(getattr(self, "lightning_module", None), getattr(self, "optimizers", ()))
+
+    def load_checkpoint(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fit``/``validate``/``test``/``predict`` with ``ckpt_path``: the resume rules first."""
+        trainer = getattr(getattr(self, "lightning_module", None), "_trainer", None)
+        state = getattr(getattr(trainer, "state", None), "fn", None)
+        function = str(getattr(state, "value", state) or "fit")
+        self._lp_check_resume(checkpoint_path, how=f"{function}(ckpt_path=...)", restores_optimizer=function == "fit")
+        return cast(Any, super()).load_checkpoint(checkpoint_path, *args, **kwargs)
 
 
 class GuardedFabricStrategy(Guarded):
@@ -222,6 +241,15 @@ class GuardedFabricStrategy(Guarded):
     def setup_optimizer(self, optimizer: Any) -> Any:
         self._lp_check_optimizers(None, [optimizer])
         return base(super()).setup_optimizer(optimizer)
+
+    def load_checkpoint(self, path: Any, state: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """``Fabric.load``/``load_raw``: the resume rules first."""
+        if isinstance(state, Mapping):
+            optimizer = any(hasattr(value, "param_groups") and hasattr(value, "state_dict") for value in state.values())
+            self._lp_check_resume(path, how="load(...)", restores_optimizer=optimizer)
+        else:  # load_raw: one module's or optimizer's own state dict
+            self._lp_check_resume(path, how="load_raw(...)", restores_optimizer=False)
+        return cast(Any, super()).load_checkpoint(path, state, *args, **kwargs)
 
 
 if TYPE_CHECKING:

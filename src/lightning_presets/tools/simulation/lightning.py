@@ -55,14 +55,17 @@ def entry_points_scanned_once() -> Iterator[None]:
         yield
 
 
-def _dry_fit(trainer: Any, model: Any, *args: Any, **kwargs: Any) -> None:
-    """``Trainer.fit`` without training: the guards' trainer, model and setup stages, in Lightning's order."""
+def _dry_fit(trainer: Any, model: Any, *args: Any, ckpt_path: Any = None, **kwargs: Any) -> None:
+    """``Trainer.fit`` without training: the guards' trainer, model, setup and (given ``ckpt_path``) resume stages,
+    in Lightning's order."""
     strategy = trainer.strategy
     if hasattr(strategy, "_lp_check_trainer"):
         strategy._lp_check_trainer(trainer)
         strategy._lp_check_model(model)
         with _model_configured(strategy, model):
             strategy._lp_check_setup(model)
+        if ckpt_path is not None:
+            strategy._lp_check_resume(ckpt_path, how="fit(ckpt_path=...)", restores_optimizer=True)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,432 @@
+"""The resume rules (LP801-LP809): each refusal and its accepted neighbour, the hook that runs them before Lightning
+loads a checkpoint (Trainer and Fabric), their documented examples, and the real runs that fail without them."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from lightning_presets import PresetConfigError
+from lightning_presets.core.context import Context
+from lightning_presets.core.rules import EVIDENCE_KINDS, Rule
+from lightning_presets.guards.checkpoints import CheckpointFacts
+from lightning_presets.guards.resume import RESUME_RULES, Resume, resumable, resume_findings
+from lightning_presets.tools.examples import run_example
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_resume_matrix as bench  # noqa: E402
+from checkpoint_layouts import deepspeed_folder, fsdp_folder  # noqa: E402
+
+RULES = {each.code: each for each in RESUME_RULES}
+FAMILIES = {
+    "ddp_static_graph": "ddp", "fsdp2": "model_parallel", "tp2d_hybrid": "model_parallel",
+    "fsdp_offload_ckpt": "fsdp", "deepspeed_zero2_offload": "deepspeed", "deepspeed_zero3_offload_ckpt": "deepspeed",
+    "xla_fsdp_ckpt": "xla",
+}  # fmt: skip
+
+
+def ctx(preset: str = "fsdp2", devices: int = 2, caller: str = "Trainer") -> Context:
+    return Context(
+        preset=preset,
+        target=caller.lower(),
+        caller=caller,
+        accelerator="cuda",
+        devices_per_node=devices,
+        num_nodes=1,
+        precision="bf16-mixed",
+        precision_plugin="Precision",
+        cluster_environment="LightningEnvironment",
+        family=FAMILIES[preset],
+    )
+
+
+TRAINER_FILE = CheckpointFacts(
+    path="run.ckpt", format="file", writer="trainer", model_key="state_dict", weight_dtypes=("float32",), optimizers=1,
+    optimizer_keys="ids",
+)  # fmt: skip
+SHARDED = dataclasses.replace(TRAINER_FILE, format="distributed", world_size=2, optimizer_keys="names")
+DEEPSPEED = CheckpointFacts(
+    path="run.ckpt", format="deepspeed", writer="trainer", world_size=8, model_key="module", optimizers=1,
+    optimizer_keys="ids", data_parallel_size=8, model_parallel_size=1, zero_stage=2, zero_shards=8, tag="checkpoint",
+)  # fmt: skip
+
+
+def resume(facts: CheckpointFacts | None, **changes: Any) -> Resume:
+    return Resume(path="run.ckpt", checkpoint=facts, **changes)
+
+
+def codes(context: Context, state: Resume) -> list[str]:
+    return [each.code for each in RESUME_RULES if each(context, state) is not None]
+
+
+def hint(code: str, context: Context, state: Resume) -> str:
+    finding = RULES[code](context, state)
+    assert finding is not None
+    return finding.hint
+
+
+# --------------------------------------------------------------------------- each rule: refused and accepted
+
+
+def test_lp801_a_sharded_folder_into_ddp_and_its_accepted_neighbours() -> None:
+    assert codes(ctx("ddp_static_graph"), resume(SHARDED)) == ["LP801"]
+    consolidate = hint("LP801", ctx("ddp_static_graph"), resume(SHARDED))
+    consolidation = (
+        "python -m lightning.fabric.utilities.consolidate_checkpoint run.ckpt --output_file run.ckpt.consolidated"
+    )
+    assert consolidation in consolidate
+    assert "c['optimizer_states'] = [c.pop('optimizer_0')]" in consolidate
+    assert codes(ctx("ddp_static_graph"), resume(TRAINER_FILE)) == []
+    assert codes(ctx("fsdp2"), resume(SHARDED)) == []  # a sharded folder, at another world size too
+    assert codes(ctx("fsdp2", devices=8), resume(TRAINER_FILE)) == []  # a full file into a sharded preset
+    assert codes(ctx("xla_fsdp_ckpt", caller="Fabric"), resume(DEEPSPEED, how="load(...)")) == []  # not checked
+    custom = resume(SHARDED, default_checkpoint_io=False)  # a user's CheckpointIO plugin may read folders
+    assert codes(ctx("ddp_static_graph"), custom) == []
+
+
+def test_lp801_deepspeed_and_files() -> None:
+    for preset in ("ddp_static_graph", "fsdp2", "fsdp_offload_ckpt"):
+        assert codes(ctx(preset), resume(DEEPSPEED)) == ["LP801"]
+    assert "convert_zero_checkpoint_to_fp32_state_dict('run.ckpt', 'run.ckpt.consolidated')" in hint(
+        "LP801", ctx("fsdp2"), resume(DEEPSPEED)
+    )
+    assert codes(ctx("deepspeed_zero2_offload"), resume(TRAINER_FILE, zero_stage=2)) == ["LP801"]
+    zero3 = resume(TRAINER_FILE, zero_stage=3)
+    assert "load_full_weights=True" in hint("LP801", ctx("deepspeed_zero3_offload_ckpt"), zero3)
+    assert codes(ctx("deepspeed_zero3_offload_ckpt"), dataclasses.replace(zero3, load_full_weights=True)) == []
+
+
+def test_lp802_zero_shards_at_another_data_parallel_size() -> None:
+    state = resume(DEEPSPEED, zero_stage=2)
+    assert codes(ctx("deepspeed_zero2_offload", devices=4), state) == ["LP802"]
+    text = hint("LP802", ctx("deepspeed_zero2_offload", devices=4), state)
+    assert "python -m deepspeed.checkpoint.ds_to_universal --input_folder run.ckpt/checkpoint --output_folder " in text
+    assert "strategy.config['checkpoint'] = {'load_universal': True}" in text
+    assert codes(ctx("deepspeed_zero2_offload", devices=8), state) == []
+    assert codes(ctx("deepspeed_zero2_offload", devices=4), dataclasses.replace(state, restores_optimizer=False)) == []
+    universal = resume(dataclasses.replace(DEEPSPEED, universal=True), zero_stage=2)
+    assert "ds_to_universal" not in hint("LP802", ctx("deepspeed_zero2_offload", devices=4), universal)
+    loaded = dataclasses.replace(universal, load_universal=True)
+    assert codes(ctx("deepspeed_zero2_offload", devices=4), loaded) == []
+
+
+def test_lp803_another_zero_stage() -> None:
+    assert codes(ctx("deepspeed_zero3_offload_ckpt", devices=8), resume(DEEPSPEED, zero_stage=3)) == ["LP803"]
+    stage_one = resume(dataclasses.replace(DEEPSPEED, zero_stage=1), zero_stage=2)
+    assert codes(ctx("deepspeed_zero2_offload", devices=8), stage_one) == []  # ZeRO-1 and 2 keep the same files
+
+
+def test_lp804_no_optimizer_state_while_the_job_restores_one() -> None:
+    weights = dataclasses.replace(TRAINER_FILE, optimizers=0, optimizer_keys="none")
+    assert codes(ctx("ddp_static_graph"), resume(weights)) == ["LP804"]
+    validate = resume(weights, how="validate(ckpt_path=...)", restores_optimizer=False)
+    assert codes(ctx("ddp_static_graph"), validate) == []
+    assert codes(ctx("ddp_static_graph"), resume(TRAINER_FILE)) == []
+    fabric = dataclasses.replace(weights, writer="fabric", model_key="model")
+    assert codes(ctx("fsdp2", caller="Fabric"), resume(fabric, how="load(...)")) == ["LP804"]
+    assert codes(ctx("fsdp2", caller="Fabric"), resume(fabric, how="load(...)", restores_optimizer=False)) == []
+
+
+def test_lp805_the_trainers_sharded_layout_of_the_other_fsdp_strategy() -> None:
+    fsdp_layout = dataclasses.replace(SHARDED, model_key="model")
+    assert codes(ctx("fsdp2"), resume(fsdp_layout)) == ["LP805"]
+    consolidation = "python -m lightning.pytorch.utilities.consolidate_checkpoint"
+    assert consolidation in hint("LP805", ctx("fsdp2"), resume(fsdp_layout))
+    assert codes(ctx("fsdp_offload_ckpt"), resume(SHARDED)) == ["LP805"]  # ModelParallelStrategy's into FSDPStrategy
+    assert codes(ctx("fsdp_offload_ckpt"), resume(fsdp_layout)) == []
+    assert codes(ctx("fsdp2", caller="Fabric"), resume(fsdp_layout, how="load(...)")) == []  # Fabric: the user's keys
+
+
+def test_lp806_a_sharded_optimizer_keyed_by_parameter_ids() -> None:
+    ids = dataclasses.replace(SHARDED, optimizer_keys="ids")
+    assert codes(ctx("fsdp2"), resume(ids)) == ["LP806"]
+    assert codes(ctx("fsdp2"), resume(ids, how="validate(ckpt_path=...)", restores_optimizer=False)) == []
+    assert codes(ctx("fsdp2"), resume(dataclasses.replace(TRAINER_FILE, optimizer_keys="ids"))) == []
+
+
+def test_lp807_the_tag_folder_instead_of_the_checkpoint() -> None:
+    tag_folder = dataclasses.replace(DEEPSPEED, path="run.ckpt/checkpoint", tag=None)
+    state = Resume(path="run.ckpt/checkpoint", checkpoint=tag_folder, zero_stage=2)
+    assert codes(ctx("deepspeed_zero2_offload", devices=8), state) == ["LP807"]
+    assert "ckpt_path='run.ckpt'" in hint("LP807", ctx("deepspeed_zero2_offload", devices=8), state)
+    assert codes(ctx("deepspeed_zero2_offload", devices=8), resume(DEEPSPEED, zero_stage=2)) == []
+
+
+def test_lp808_trainer_fit_of_a_checkpoint_the_trainer_did_not_save() -> None:
+    fabric = dataclasses.replace(TRAINER_FILE, writer="fabric", model_key="model", top_level=("model", "optimizer"))
+    assert codes(ctx("ddp_static_graph"), resume(fabric)) == ["LP808"]
+    assert "['model']" in hint("LP808", ctx("ddp_static_graph"), resume(fabric))
+    assert codes(ctx("ddp_static_graph"), resume(fabric, how="validate(ckpt_path=...)")) == []
+    assert codes(ctx("ddp_static_graph", caller="Fabric"), resume(fabric, how="load(...)")) == []
+    lookalike = dataclasses.replace(fabric, top_level=("state_dict", "optimizer_states", "lr_schedulers"))
+    assert codes(ctx("ddp_static_graph"), resume(lookalike)) == []  # the keys fit needs: Lightning loads it
+
+
+def test_lp809_warns_when_the_checkpoint_cannot_be_read() -> None:
+    findings = [RULES["LP809"](ctx(), resume(None, unreadable="'x' is a symbolic link loop"))]
+    assert findings[0] is not None
+    assert findings[0].severity == "warning"
+    assert "symbolic link loop" in findings[0].message
+    assert codes(ctx(), resume(TRAINER_FILE)) == []
+
+
+@pytest.mark.parametrize("each", RESUME_RULES, ids=lambda each: each.code)
+def test_documented_examples_behave(each: Rule) -> None:
+    if "deepspeed_" in each.fails and importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("the DeepSpeed presets' examples need deepspeed installed")
+    failing = run_example(each.fails, each.setting)
+    fixed = run_example(each.fixed, each.fixed_setting or each.setting)
+    assert failing.error is None, failing
+    assert each.code in failing.codes, failing
+    assert fixed.error is None, fixed
+    assert each.code not in fixed.codes, fixed
+
+
+@pytest.mark.parametrize("each", [r for r in RESUME_RULES if r.severity == "error"], ids=lambda each: each.code)
+def test_every_refusal_names_its_evidence(each: Rule) -> None:
+    kind, _, detail = each.evidence.partition(": ")
+    assert kind in EVIDENCE_KINDS, each.code
+    assert re.search(r"\(.*\d", detail) or kind == "runtime", f"{each.code}: name the version that fails"
+    if kind == "runtime":
+        found = re.match(r"runtime: (tests/\S+\.py)::(\w+)", each.evidence)
+        assert found, each.code
+        path, test = found.groups()
+        assert re.search(rf"^def {test}\(", (ROOT / path).read_text(), re.MULTILINE), f"{each.code}: no {test}"
+
+
+def test_a_presets_own_resume_rules_run_beside_them(tmp_path: Path) -> None:
+    from lightning_presets import rule
+    from lightning_presets.core.rules import Problem
+
+    @rule("LP902", "error", "resume", "no bf16 weights", fails="x", fixed="y")
+    def no_bf16(context: Context, state: Resume) -> Problem | None:
+        facts = state.checkpoint
+        return None if facts is None or "bfloat16" not in facts.weight_dtypes else Problem("bf16", "convert them")
+
+    torch.save({"w": torch.zeros(1, dtype=torch.bfloat16)}, tmp_path / "w.pt")
+    for family in ("fsdp2", "xla_fsdp_ckpt"):  # a family the built-in rules check, and one they do not
+        job = ctx(family, caller="Fabric")
+        findings = resume_findings(tmp_path / "w.pt", job, how="load(...)", restores_optimizer=False, own=(no_bf16,))
+        assert [finding.code for finding in findings] == ["LP902"]
+
+
+def test_what_each_family_resumes() -> None:
+    assert resumable("ddp") == (
+        "a single-file checkpoint (DDP's, FSDP's full state, a consolidated folder), at any world size",
+    )
+    assert "weights under 'state_dict'" in resumable("model_parallel")[1]
+    assert "weights under 'model'" in resumable("fsdp")[1]
+    assert len(resumable("deepspeed")) == 2
+    assert resumable("xla") == ()
+
+
+def test_remote_and_missing_paths_and_unchecked_families_are_left_to_lightning(tmp_path: Path) -> None:
+    assert resume_findings("s3://bucket/run.ckpt", ctx("ddp_static_graph")) == []
+    assert resume_findings(tmp_path / "missing.ckpt", ctx("ddp_static_graph")) == []
+    (tmp_path / "xla").mkdir()  # XLA's sharded layout is not one this reader knows: not even a warning
+    (tmp_path / "xla" / "checkpoint_rank-00000000-of-00000001.pth").write_bytes(b"")
+    assert [f.code for f in resume_findings(tmp_path / "xla", ctx("fsdp2"))] == ["LP809"]
+    assert resume_findings(tmp_path / "xla", ctx("xla_fsdp_ckpt", caller="Fabric"), how="load(...)") == []
+
+
+# --------------------------------------------------------------------------- the hook
+
+
+def sharded_folder(path: Path) -> Path:
+    """A sharded checkpoint in ModelParallelStrategy's layout, as the Trainer saves it (one process)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = get_optimizer_state_dict(model, torch.optim.Adam(model.parameters()))
+    dcp.save({"state_dict": model.state_dict(), "optimizer_0": optimizer}, checkpoint_id=str(path))
+    torch.save({"loops": {}, "pytorch-lightning_version": "2.6.6"}, path / "meta.pt")
+    return path
+
+
+@pytest.fixture
+def lightning_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Lightning's own ``load_checkpoint`` and ``broadcast`` of DDP and ModelParallel, recorded instead of run."""
+    from lightning.fabric.strategies import ModelParallelStrategy as FabricModelParallel
+    from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
+
+    calls: list[str] = []
+    for cls in (DDPStrategy, ModelParallelStrategy, FabricModelParallel):
+        monkeypatch.setattr(cls, "load_checkpoint", lambda self, *a, **k: calls.append("load_checkpoint") or {})
+        monkeypatch.setattr(cls, "broadcast", lambda self, obj, src=0: calls.append("broadcast") or obj)
+    return calls
+
+
+def test_trainer_refuses_before_lightning_loads_or_communicates(tmp_path: Path, lightning_calls: list[str]) -> None:
+    from lightning.pytorch import Trainer
+
+    folder = sharded_folder(tmp_path / "run.ckpt")
+    strategy = Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, logger=False).strategy
+    with pytest.raises(PresetConfigError) as raised:
+        strategy.load_checkpoint(str(folder))
+    assert raised.value.codes == ("LP801",)
+    assert lightning_calls == []
+    deepspeed = deepspeed_folder(tmp_path / "ds.ckpt", stage=2, data_parallel=8)
+    fsdp2 = Trainer(strategy="fsdp2", accelerator="cpu", devices=2, logger=False).strategy
+    with pytest.raises(PresetConfigError, match="LP801"):
+        fsdp2.load_checkpoint(deepspeed)
+    assert lightning_calls == []
+    fsdp2.load_checkpoint(folder)  # accepted: Lightning's own load runs
+    assert lightning_calls == ["load_checkpoint"]
+
+
+def test_fabric_load_refuses_before_lightning_loads(tmp_path: Path, lightning_calls: list[str]) -> None:
+    from lightning.fabric import Fabric
+    from torch import nn
+
+    strategy = Fabric(strategy="fsdp2", accelerator="cpu", devices=2).strategy
+    model = nn.Linear(2, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    torch.save({"model": model.state_dict()}, tmp_path / "weights.pt")
+    with pytest.raises(PresetConfigError) as raised:  # what Fabric.load calls (it needs launched processes first)
+        strategy.load_checkpoint(
+            path=tmp_path / "weights.pt", state={"model": model, "optimizer": optimizer}, strict=True
+        )
+    assert raised.value.codes == ("LP804",)
+    assert lightning_calls == []
+    strategy.load_checkpoint(path=tmp_path / "weights.pt", state={"model": model}, strict=True)  # no optimizer asked
+    torch.save(optimizer.state_dict(), tmp_path / "optimizer.pt")
+    strategy.load_checkpoint(path=tmp_path / "optimizer.pt", state=optimizer, strict=True)  # load_raw(optimizer)
+    assert lightning_calls == ["load_checkpoint", "load_checkpoint"]
+
+
+def test_a_users_checkpoint_io_plugin_is_trusted_to_read_folders(tmp_path: Path, lightning_calls: list[str]) -> None:
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.plugins import TorchCheckpointIO
+
+    class FolderIO(TorchCheckpointIO):
+        """Reads sharded folders too (as a user's plugin may)."""
+
+    strategy = Trainer(
+        strategy="ddp_static_graph", accelerator="cpu", devices=2, logger=False, plugins=[FolderIO()]
+    ).strategy
+    strategy.load_checkpoint(str(sharded_folder(tmp_path / "run.ckpt")))
+    assert lightning_calls == ["load_checkpoint"]
+
+
+def test_skipping_the_code_lets_lightning_load(
+    tmp_path: Path, lightning_calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lightning.pytorch import Trainer
+
+    monkeypatch.setenv("LIGHTNING_PRESETS_SKIP", "LP801")
+    strategy = Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, logger=False).strategy
+    strategy.load_checkpoint(str(sharded_folder(tmp_path / "run.ckpt")))
+    assert lightning_calls == ["load_checkpoint"]
+
+
+def test_the_hook_refuses_under_python_optimizations(tmp_path: Path) -> None:
+    folder = sharded_folder(tmp_path / "run.ckpt")
+    code = (
+        "from lightning.pytorch import Trainer\nimport lightning_presets\n"
+        "strategy = Trainer(strategy='ddp_static_graph', accelerator='cpu', devices=2, logger=False).strategy\n"
+        f"try:\n    strategy.load_checkpoint({str(folder)!r})\n"
+        "except lightning_presets.PresetConfigError as error:\n    print('CODES', error.codes)\n"
+    )
+    done = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=120)
+    assert "CODES ('LP801',)" in done.stdout, done.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- what fails without the guards
+
+
+@pytest.fixture(scope="module")
+def ddp_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A real 1-process ddp_static_graph run: the checkpoint after step 3 and its uninterrupted losses."""
+    path = tmp_path_factory.mktemp("resume") / "ddp.ckpt"
+    report, _ = bench.run(["save", "--strategy", "ddp_static_graph", "--devices", "1", "--out", str(path)])
+    assert report["error"] is None, report
+    return path, report["losses"]
+
+
+def resume_unguarded(strategy: str, path: Path) -> dict[str, Any]:
+    report, _ = bench.run(["resume", "--strategy", strategy, "--devices", "1", "--ckpt", str(path)])
+    return report
+
+
+def resume_converted(code: str, path: Path, strategy: str, losses: dict[str, float]) -> str:
+    """Run the conversion the refusal ``code`` names, verbatim, and resume from its result with the guards on: the
+    outcome against ``losses``, the uninterrupted run's."""
+    from lightning.pytorch import Trainer
+
+    job = Trainer(strategy=strategy, accelerator="cpu", devices=1, logger=False).strategy
+    (finding,) = resume_findings(path, job._lp_context, strategy=job)
+    assert finding.code == code
+    for command in bench._commands(finding.hint):
+        subprocess.run(command, cwd=path.parent, env=bench._child_environment(True), check=True)
+    converted = bench._converted(finding.hint)
+    assert converted is not None, finding.hint
+    report, _ = bench.run(["resume", "--strategy", strategy, "--devices", "1", "--ckpt", converted], guards=True)
+    return bench._outcome(report, losses)[0]
+
+
+@pytest.mark.distributed
+def test_lp804_weights_only_checkpoint_fails_in_lightning(ddp_checkpoint: tuple[Path, dict[str, Any]]) -> None:
+    path, _ = ddp_checkpoint
+    weights = torch.load(path, weights_only=False)
+    del weights["optimizer_states"]
+    torch.save(weights, path.with_name("weights.ckpt"))
+    report = resume_unguarded("ddp_static_graph", path.with_name("weights.ckpt"))
+    assert report["error"]["type"] == "KeyError", report
+    assert "contains only the model" in report["error"]["message"]
+
+
+@pytest.mark.distributed
+def test_lp808_fabric_checkpoint_fails_in_trainer_fit(ddp_checkpoint: tuple[Path, dict[str, Any]]) -> None:
+    path, _ = ddp_checkpoint
+    full = torch.load(path, weights_only=False)
+    fabric = {"model": full["state_dict"], "optimizer": full["optimizer_states"][0], "step": 3}
+    torch.save(fabric, path.with_name("fabric.ckpt"))
+    report = resume_unguarded("ddp_static_graph", path.with_name("fabric.ckpt"))
+    assert report["error"]["type"] == "KeyError", report
+
+
+@pytest.mark.distributed
+def test_lp805_fsdp_layout_fails_in_fsdp2_and_its_conversion_resumes(
+    ddp_checkpoint: tuple[Path, dict[str, Any]],
+) -> None:
+    path, losses = ddp_checkpoint
+    folder = fsdp_folder(path.with_name("fsdp.ckpt"), torch.load(path, weights_only=False))
+    report = resume_unguarded("fsdp2", folder)
+    assert report["error"] is not None, report
+    assert resume_converted("LP805", folder, "fsdp2", losses) == "resumes"
+
+
+@pytest.mark.distributed
+def test_lp806_id_keyed_sharded_optimizer_fails_in_fsdp2(ddp_checkpoint: tuple[Path, dict[str, Any]]) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    path, losses = ddp_checkpoint
+    full = torch.load(path, weights_only=False)
+    folder = path.with_name("ids.ckpt")
+    dcp.save(
+        {"state_dict": full.pop("state_dict"), "optimizer_0": full.pop("optimizer_states")[0]},
+        checkpoint_id=str(folder),
+    )
+    torch.save(full, folder / "meta.pt")
+    report = resume_unguarded("fsdp2", folder)
+    assert report["error"] is not None, report
+    assert resume_converted("LP806", folder, "fsdp2", losses) == "resumes"
+
+
+def test_results_are_json_serialisable() -> None:
+    json.dumps(dataclasses.asdict(TRAINER_FILE))
+    assert os.fspath(TRAINER_FILE.path) == "run.ckpt"
