@@ -36,6 +36,10 @@ NOT_EXECUTED = {
     "LP503": "XLA FSDP launched on CUDA devices needs a real torch_xla and a GPU; torch_xla is only installed in CI's "
     "CPU leg",
     "LP720": "a Lightning release outside the supported range: CI installs only the supported ones",
+    "LP802": "DeepSpeed's ZeRO checkpoints are written and loaded on CUDA only; benchmarks/gpu/resume_checks.py "
+    "(prepared) writes and resumes real ones, never run: no GPU was lent to the session that wrote it",
+    "LP803": "as LP802: a ZeRO checkpoint of another stage needs CUDA; benchmarks/gpu/resume_checks.py (prepared)",
+    "LP807": "as LP802: DeepSpeed's load of a tag folder needs CUDA; benchmarks/gpu/resume_checks.py (prepared)",
     "LP730": "the failure is a CUDA out-of-memory error; tests/test_plan_trace.py proves the traced peak equals a real "
     "step's on CPU, no GPU check limits the memory yet",
 }

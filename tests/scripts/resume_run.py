@@ -121,11 +121,28 @@ def _trainer(strategy: str, devices: int, callbacks: list[Any], steps: int = TOT
     )
 
 
+def _failures() -> tuple[type[BaseException], ...]:
+    """What a failed load raises: torch's ``CheckpointException`` derives from ``BaseException``, not ``Exception``."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return (Exception, CheckpointException)
+
+
+FAILURES = _failures()
+
+
+def _summary(text: str) -> str:
+    """The first line of an error's message, and its last where they differ (a ``CheckpointException`` names the
+    ranks first and the rank's own error last)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return (lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}")[:500] if lines else ""
+
+
 def _error(error: BaseException) -> dict[str, Any]:
     text = str(error).strip()
     return {
         "type": type(error).__name__,
-        "message": text.splitlines()[0][:500] if text else "",
+        "message": _summary(text),
         "codes": list(getattr(error, "codes", ())),
         "where": "".join(traceback.format_tb(error.__traceback__)[-1:]).strip()[:500],
     }
@@ -183,7 +200,7 @@ def resume(strategy: str, devices: int, ckpt: str, weights_only: bool) -> None:
             trainer.fit(module)
         else:
             trainer.fit(module, ckpt_path=ckpt)
-    except Exception as error:
+    except FAILURES as error:
         _finish({**report, "error": _error(error), "losses": losses, "started_at": started}, failed=True)
     _finish({**report, "error": None, "losses": losses, "started_at": started}, failed=False)
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context
 from lightning_presets.core.findings import Finding
-from lightning_presets.core.rules import Problem, Rule, Setting, rule, run_rules
+from lightning_presets.core.rules import Problem, Rule, rule, run_rules
 from lightning_presets.guards.builders import BLOCKS
 from lightning_presets.guards.checkpoints import (
     CheckpointFacts,
@@ -255,8 +256,8 @@ def _deepspeed_folder(stage: int, data_parallel: int) -> str:
     'devices=2).fit(model, ckpt_path="run.ckpt")',
     fixed=_MODEL + _trainer_folder("state_dict") + 'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, '
     'ckpt_path="run.ckpt")',
-    evidence="runtime: tests/test_resume_matrix.py::test_every_recorded_cell_agrees_with_the_guards (ddp and "
-    "ddp_static_graph fail on every fsdp2/tp2d_hybrid folder, benchmarks/results/resume_matrix.json)",
+    evidence="runtime: tests/evidence/test_fails_resume.py::test_lp801_sharded_folder_into_ddp_fails_in_torch_load "
+    "(DDP's torch.load of an fsdp2 folder: IsADirectoryError; each such cell of the resume matrix fails too)",
     setting=CPU_NODE,
 )  # fmt: skip
 def format_is_loadable(ctx: Context, resume: Resume) -> Problem | None:
@@ -353,7 +354,8 @@ def zero_stage_matches(ctx: Context, resume: Resume) -> Problem | None:
     'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model, ckpt_path="run.ckpt")',
     fixed=_MODEL + _FULL + 'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model, '
     'ckpt_path="run.ckpt")',
-    evidence="runtime: tests/test_resume.py::test_lp804_weights_only_checkpoint_fails_in_lightning (Lightning raises "
+    evidence="runtime: tests/evidence/test_fails_resume.py::test_lp804_weights_only_checkpoint_fails_in_lightning "
+    "(Lightning raises "
     "KeyError 'Trying to restore optimizer state but checkpoint contains only the model')",
     setting=CPU_NODE,
 )  # fmt: skip
@@ -383,7 +385,7 @@ def optimizer_state_present(ctx: Context, resume: Resume) -> Problem | None:
     'ckpt_path="run.ckpt")',
     fixed=_MODEL + _trainer_folder("state_dict") + 'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, '
     'ckpt_path="run.ckpt")',
-    evidence="runtime: tests/test_resume.py::test_lp805_fsdp_layout_fails_in_fsdp2_and_its_conversion_resumes "
+    evidence="runtime: tests/evidence/test_fails_resume.py::test_lp805_fsdp_layout_fails_in_fsdp2 "
     "(ModelParallelStrategy finds no 'state_dict' entries in an FSDPStrategy folder)",
     setting=CPU_NODE,
 )  # fmt: skip
@@ -422,7 +424,8 @@ def trainer_layout_matches(ctx: Context, resume: Resume) -> Problem | None:
     "torch.save({'state_dict': model.state_dict(), 'optimizer_states': [optimizer.state_dict()], 'loops': {}, "
     "'pytorch-lightning_version': '2.6.6'}, 'run.ckpt')   # one file: Lightning re-keys it by name\n"
     'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, ckpt_path="run.ckpt")',
-    evidence="runtime: tests/test_resume.py::test_lp806_id_keyed_sharded_optimizer_fails_in_fsdp2 (the sharded "
+    evidence="runtime: tests/evidence/test_fails_resume.py::test_lp806_id_keyed_sharded_optimizer_fails_in_fsdp2 "
+    "(the sharded "
     "optimizer load finds no entries under the parameter names)",
     setting=CPU_NODE,
 )  # fmt: skip
@@ -488,8 +491,9 @@ def deepspeed_root_folder(ctx: Context, resume: Resume) -> Problem | None:
     'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model, ckpt_path="run.ckpt")',
     fixed=_MODEL + _FULL + 'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model, '
     'ckpt_path="run.ckpt")',
-    evidence="runtime: tests/test_resume.py::test_lp808_fabric_checkpoint_fails_in_trainer_fit (Lightning raises "
-    "KeyError 'state_dict' on every rank)",
+    evidence="runtime: tests/evidence/test_fails_resume.py::test_lp808_fabric_checkpoint_fails_in_trainer_fit "
+    "(Lightning raises "
+    "KeyError 'pytorch-lightning_version' on every rank: a Fabric checkpoint has none of the Trainer's keys)",
     setting=CPU_NODE,
 )  # fmt: skip
 def saved_by_the_trainer(ctx: Context, resume: Resume) -> Problem | None:

@@ -1,0 +1,146 @@
+"""Evidence for the resume rules: each checkpoint, refused by its guard before Lightning reads a byte of it, then
+resumed for real with the resume guards switched off (``tests/scripts/resume_run.py``, one CPU process), fails in
+Lightning's or torch's own code. Where the refusal names a conversion, the converted checkpoint resumes with the
+uninterrupted run's losses.
+
+DeepSpeed's ZeRO folders (LP802, LP803, LP807) cannot be written or loaded without CUDA: their proof is the GPU
+check ``benchmarks/gpu/resume_checks.py`` (prepared, see ``tests/test_examples.py``'s ``NOT_EXECUTED``).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from proof import Proof
+
+from lightning_presets.guards.resume import resume_findings
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_resume_matrix as bench  # noqa: E402
+from checkpoint_layouts import fsdp_folder  # noqa: E402
+
+pytestmark = pytest.mark.distributed
+
+
+@pytest.fixture(scope="module")
+def ddp_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A real 1-process ddp_static_graph run: the checkpoint after step 3 and its uninterrupted losses."""
+    path = tmp_path_factory.mktemp("resume") / "ddp.ckpt"
+    report, _ = bench.run(["save", "--strategy", "ddp_static_graph", "--devices", "1", "--out", str(path)])
+    assert report["error"] is None, report
+    return path, report["losses"]
+
+
+def refused(proof: Proof, code: str, strategy: str, path: Path) -> None:
+    """The guard refuses ``path`` in ``strategy``'s own ``load_checkpoint`` (what ``fit(ckpt_path=...)`` calls)."""
+    from lightning.pytorch import Trainer
+
+    def build() -> None:
+        Trainer(strategy=strategy, accelerator="cpu", devices=1, logger=False).strategy.load_checkpoint(str(path))
+
+    proof.refused(code, build)
+
+
+def fails_unguarded(proof: Proof, code: str, strategy: str, path: Path, kind: str, match: str) -> None:
+    """A real resume of ``path`` with ``strategy``, the resume guards off, fails with ``kind`` matching ``match``."""
+    report, _ = bench.run(["resume", "--strategy", strategy, "--devices", "1", "--ckpt", str(path)])
+    error = report["error"]
+    assert error is not None, report
+    assert error["type"] == kind, error
+    where = re.search(r'File "(.+?)", line (\d+)', error["where"])
+    assert where, error
+    proof.record_raised((code,), kind, error["message"], f"{where[1]}:{where[2]}", match, guard_off=True)
+
+
+def resumes_converted(code: str, path: Path, strategy: str, losses: dict[str, float]) -> str:
+    """Run the conversion the refusal ``code`` names, verbatim, and resume from its result with the guards on: the
+    outcome against ``losses``, the uninterrupted run's."""
+    from lightning.pytorch import Trainer
+
+    job = Trainer(strategy=strategy, accelerator="cpu", devices=1, logger=False).strategy
+    (finding,) = resume_findings(path, job._lp_context, strategy=job)
+    assert finding.code == code
+    for command in bench._commands(finding.hint):
+        subprocess.run(command, cwd=path.parent, env=bench._child_environment(True), check=True)
+    converted = bench._converted(finding.hint)
+    assert converted is not None, finding.hint
+    report, _ = bench.run(["resume", "--strategy", strategy, "--devices", "1", "--ckpt", converted], guards=True)
+    return bench._outcome(report, losses)[0]
+
+
+@pytest.mark.proves("LP801")
+def test_lp801_sharded_folder_into_ddp_fails_in_torch_load(tmp_path: Path, proof: Proof) -> None:
+    folder = tmp_path / "fsdp2.ckpt"
+    report, _ = bench.run(["save", "--strategy", "fsdp2", "--devices", "1", "--out", str(folder)])
+    assert report["error"] is None, report
+    assert folder.is_dir()
+    refused(proof, "LP801", "ddp_static_graph", folder)
+    fails_unguarded(proof, "LP801", "ddp_static_graph", folder, "IsADirectoryError", "Is a directory")
+
+
+@pytest.mark.proves("LP804")
+def test_lp804_weights_only_checkpoint_fails_in_lightning(
+    ddp_checkpoint: tuple[Path, dict[str, Any]], proof: Proof
+) -> None:
+    path, _ = ddp_checkpoint
+    weights = torch.load(path, weights_only=False)
+    del weights["optimizer_states"]
+    torch.save(weights, path.with_name("weights.ckpt"))
+    refused(proof, "LP804", "ddp_static_graph", path.with_name("weights.ckpt"))
+    fails_unguarded(proof, "LP804", "ddp_static_graph", path.with_name("weights.ckpt"), "KeyError",
+                    "contains only the model")  # fmt: skip
+
+
+@pytest.mark.proves("LP808")
+def test_lp808_fabric_checkpoint_fails_in_trainer_fit(
+    ddp_checkpoint: tuple[Path, dict[str, Any]], proof: Proof
+) -> None:
+    path, _ = ddp_checkpoint
+    full = torch.load(path, weights_only=False)
+    fabric = {"model": full["state_dict"], "optimizer": full["optimizer_states"][0], "step": 3}
+    torch.save(fabric, path.with_name("fabric.ckpt"))
+    refused(proof, "LP808", "ddp_static_graph", path.with_name("fabric.ckpt"))
+    fails_unguarded(
+        proof, "LP808", "ddp_static_graph", path.with_name("fabric.ckpt"), "KeyError", "pytorch-lightning_version"
+    )
+
+
+@pytest.mark.proves("LP805")
+def test_lp805_fsdp_layout_fails_in_fsdp2(ddp_checkpoint: tuple[Path, dict[str, Any]], proof: Proof) -> None:
+    path, losses = ddp_checkpoint
+    folder = fsdp_folder(path.with_name("fsdp.ckpt"), torch.load(path, weights_only=False))
+    refused(proof, "LP805", "fsdp2", folder)
+    fails_unguarded(
+        proof, "LP805", "fsdp2", folder, "CheckpointException", "Missing key in checkpoint state_dict: state_dict"
+    )
+    assert resumes_converted("LP805", folder, "fsdp2", losses) == "resumes"
+
+
+@pytest.mark.proves("LP806")
+def test_lp806_id_keyed_sharded_optimizer_fails_in_fsdp2(
+    ddp_checkpoint: tuple[Path, dict[str, Any]], proof: Proof
+) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    path, losses = ddp_checkpoint
+    full = torch.load(path, weights_only=False)
+    folder = path.with_name("ids.ckpt")
+    dcp.save(
+        {"state_dict": full.pop("state_dict"), "optimizer_0": full.pop("optimizer_states")[0]},
+        checkpoint_id=str(folder),
+    )
+    torch.save(full, folder / "meta.pt")
+    refused(proof, "LP806", "fsdp2", folder)
+    fails_unguarded(
+        proof, "LP806", "fsdp2", folder, "CheckpointException", "Missing key in checkpoint state_dict: optimizer_0"
+    )
+    assert resumes_converted("LP806", folder, "fsdp2", losses) == "resumes"
