@@ -114,11 +114,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def request_from(args: argparse.Namespace) -> _check.CheckRequest:
     """The engine's request from parsed flags: the config file's trainer section under the flags."""
+    from lightning_presets.tools.check.config import check_values, trainer_section
+
     arguments: dict[str, Any] = {}
     notes: list[str] = []
     if args.config:
-        from lightning_presets.tools.check.config import trainer_section
-
         arguments, notes = trainer_section(args.config)
     for key in _ARGUMENT_FLAGS:
         value = getattr(args, key)
@@ -130,6 +130,9 @@ def request_from(args: argparse.Namespace) -> _check.CheckRequest:
             notes.append(f"Fabric takes no {', '.join(ignored)}; left out")
         arguments = {key: value for key, value in arguments.items() if key in _check.FABRIC_KEYS}
     overrides = {key: _check.parse_value(value) for key, value in args.overrides}
+    for flag, pairs in (("--set", overrides.items()), ("--env", ((k, _check.parse_value(v)) for k, v in args.env))):
+        for key, value in pairs:  # what the check reads as literals, bounded as a config file is
+            check_values(f"{flag} {key}", value)
     request = _check.CheckRequest(
         mode=args.mode,
         arguments=arguments,

@@ -92,12 +92,14 @@ UNKNOWN_PRESET = Code(
 )  # fmt: skip
 
 MALFORMED_PRESET = Code(
-    code="LP011", stage="catalog", severity="error", title="a preset whose class or rules are malformed",
+    code="LP011", stage="catalog", severity="error", title="a preset whose fields, class or rules are malformed",
     fails='acme_fsdp = "acme_presets:ACME_FSDP_BAD_RULE"   # a rule declared with code "ACME1"',
     fixed='acme_fsdp = "acme_presets:ACME_FSDP"   # its rule declared with code "LP901"',
-    evidence="runtime: tests/test_reliability.py::test_an_unresolvable_class_is_not_registered_or_built (a "
-    "class name that does not resolve raised AttributeError inside Trainer(...); a rule code that is not "
-    "LP + 3 digits raises ValueError when the rule fires)",
+    evidence="runtime: tests/test_reliability_plugins.py::"
+    "test_a_malformed_preset_is_broken_in_list_doctor_show_check_and_trainer (extra_keys=5 or a string prepare "
+    "raised TypeError inside Trainer(...), and extra_keys, mesh or tested_with of another type were internal errors "
+    "in show or check); a class name that does not resolve raised AttributeError inside Trainer(...); a rule code "
+    "that is not LP + 3 digits raises ValueError when the rule fires",
 )  # fmt: skip
 
 NAMELESS_DISTRIBUTION = Code(
