@@ -455,18 +455,19 @@ def builtin_entries(kind: type[T]) -> tuple[Entry[T], ...]:
     key = (kind.TYPE.group, os.environ.get(ALLOW_VARIABLE, ""), os.environ.get(DENY_VARIABLE, ""))
     with _own_lock:
         found = _own_cache.get(key)
-        if found is None:
-            if getattr(_own_loading, "active", False):  # asked from inside one of our own preset modules: not yet
-                return ()
-            _own_loading.active = True
-            try:
-                with _Watch() as watch:
-                    scanned = _entry_points(kind.TYPE.group)
-                    found = tuple(_load_one(each, kind, watch) for each in scanned if _is_own(each))
-                _own_cache[key] = found
-            finally:
-                _own_loading.active = False
-        return found
+        if found is not None:
+            return found
+        if getattr(_own_loading, "active", False):  # asked from inside one of our own preset modules: not yet
+            return ()
+        _own_loading.active = True
+        try:
+            with _Watch() as watch:
+                scanned = _entry_points(kind.TYPE.group)
+                found = _own_cache[key] = tuple(_load_one(each, kind, watch) for each in scanned if _is_own(each))
+        finally:
+            _own_loading.active = False
+    _run_deferred()  # a registration asked for while our own modules loaded (none of them imports Lightning today)
+    return found
 
 
 # Two locks. `_lock` is held while a catalog loads, so preset modules are imported under it; `_state` guards the
@@ -564,7 +565,7 @@ _deferred: list[Callable[[], None]] = []
 
 def loading_in_this_thread() -> bool:
     """Whether this thread is inside a catalog load (a preset module being imported)."""
-    return getattr(_thread, "depth", 0) > 0
+    return getattr(_thread, "depth", 0) > 0 or getattr(_own_loading, "active", False)
 
 
 def after_loading(work: Callable[[], None]) -> None:
