@@ -268,7 +268,7 @@ def test_fuzz_every_other_command(
 
 # --- the plugin surface (issue 16): generated presets with random field values and hostile rules -------------------
 
-PLUGIN_EXAMPLES = int(os.environ.get("LP_FUZZ_PLUGINS", "40"))
+PLUGIN_EXAMPLES = int(os.environ.get("LP_FUZZ_PLUGINS", "60"))
 PLUGIN_FUZZ = settings(FUZZ, max_examples=PLUGIN_EXAMPLES)
 
 # Each field: Python source for (values of the declared type, values of another type: LP011 when the preset loads).
@@ -293,6 +293,11 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "mesh": (("None", "MODEL_PARALLEL"), ('"2d"', "5")),
     "requires": (('()', '(Requirement(module="json", extra="json"),)',
                   '(Requirement(module="lp_fuzz_missing_module", extra="missing"),)'), ('("json",)', "None")),
+}  # fmt: skip
+RUNNABLE = {  # in the "rules" scenario: well-formed fields that let Trainer(...) reach the construction rules
+    "strategy": ('{"trainer": "DDPStrategy", "fabric": "DDPStrategy"}',
+                 '{"trainer": "lightning.pytorch.strategies:DDPStrategy", "fabric": "DDPStrategy"}'),
+    "requires": ("()", '(Requirement(module="json", extra="json"),)'),
 }  # fmt: skip
 RULE_FIELDS = {  # (valid, malformed): a code, a severity and a stage
     "code": (('"LP901"', '"LP902"'), ('"ACME1"', "5")),
@@ -340,8 +345,11 @@ def field_value(draw: st.DrawFn, choices: tuple[tuple[str, ...], tuple[str, ...]
 
 
 @st.composite
-def fuzzed_rule(draw: st.DrawFn, index: int, malformed: bool) -> str:
+def fuzzed_rule(draw: st.DrawFn, index: int, malformed: bool, runs: bool) -> str:
+    """A rule with a hostile body; ``runs``: a stage ``Trainer(...)`` runs (options or construction)."""
     code, severity, stage = (field_value(draw, RULE_FIELDS[key], malformed) for key in ("code", "severity", "stage"))
+    if runs:
+        stage = draw(st.sampled_from(('"construction"', '"options"')))
     body = draw(st.sampled_from(RULE_BODIES))
     return (
         f'@rule({code}, {severity}, {stage}, "a fuzzed rule", fails="x", fixed="y")\n'
@@ -361,8 +369,12 @@ def fuzzed_plugin(draw: st.DrawFn) -> dict[str, Any]:
     variables deny it."""
     scenario = draw(st.sampled_from(SCENARIOS))
     hostile = {axis: scenario in (axis, "everything") for axis in ("fields", "name", "entry", "denied")}
-    rules = [draw(fuzzed_rule(index, hostile["fields"])) for index in range(draw(st.integers(0, 2)))]
+    runs = scenario == "rules"
+    count = draw(st.integers(1 if runs else 0, 2))
+    rules = [draw(fuzzed_rule(index, hostile["fields"], runs)) for index in range(count)]
     fields = {name: field_value(draw, choices, hostile["fields"]) for name, choices in FIELDS.items()}
+    if runs:
+        fields.update({name: draw(st.sampled_from(values)) for name, values in RUNNABLE.items()})
     fields["rules"] = "(" + "".join(f"rule_{index}, " for index in range(len(rules))) + ")"
     if hostile["fields"]:
         fields["rules"] = draw(st.sampled_from((fields["rules"], '("not a rule",)', "5")))
