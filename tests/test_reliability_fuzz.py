@@ -1,8 +1,10 @@
-"""A fuzz of the whole command line: every command and flag with hostile values.
+"""A fuzz of the whole command line (every command and flag with hostile values) and of the plugin surface
+(generated presets with fields of any type and rules that raise, exit or return garbage).
 
 Whatever the input, a command exits 0, 1 or 2 with a message, never a traceback or an "internal error", each
-run takes bounded time, and memory stays bounded across the run. The budget is fixed (``derandomize``: the
-same examples every run, so CI is reproducible); raise ``LP_FUZZ_EXAMPLES`` to search further locally.
+run takes bounded time, and memory stays bounded across the run; a hostile plugin costs only its own presets. The
+budget is fixed (``derandomize``: the same examples every run, so CI is reproducible); raise ``LP_FUZZ_EXAMPLES``
+or ``LP_FUZZ_PLUGINS`` to search further locally.
 """
 
 from __future__ import annotations
