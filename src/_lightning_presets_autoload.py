@@ -49,7 +49,7 @@ def _register(module: "ModuleType") -> None:
     except BaseException as exc:  # a broken preset must never break `import lightning`
         text = (
             f"lightning-presets could not register its presets into {module.__name__}: "
-            f"{type(exc).__name__}: {exc}. Run `lightning-presets list` to see which preset is broken."
+            f"{_error_text(exc)}. Run `lightning-presets list` to see which preset is broken."
         )
         try:
             import warnings
@@ -58,6 +58,13 @@ def _register(module: "ModuleType") -> None:
         except Exception:  # a filter made the warning an error: say it on stderr instead
             if sys.stderr is not None:
                 sys.stderr.write(f"RuntimeWarning: {text}\n")
+
+
+def _error_text(exc: BaseException) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # an exception whose __str__ raises: its type must do
+        return type(exc).__name__
 
 
 class _RegisteringLoader:
@@ -90,9 +97,21 @@ class _RegisteringLoader:
 
 
 class StrategiesFinder:
-    """A meta-path finder that answers only for Lightning's strategies modules and their packages."""
+    """A meta-path finder that answers only for Lightning's strategies modules and their packages.
+
+    It asks the finders after it and wraps the loader they give, so it must come first: a finder put ahead of it
+    later (an instrumenting import hook such as typeguard's) would load Lightning past it. Any import that reaches
+    it while another finder is ahead moves it back to the front (it still asks that finder, and uses its loader).
+    """
+
+    lightning_presets_finder = True
+    """Marks every copy of this finder (a reloaded hook module makes another class): copies never swap places."""
 
     def find_spec(self, fullname: str, path: "Any" = None, target: "Any" = None) -> "ModuleSpec | None":
+        meta_path = sys.meta_path
+        if meta_path and not getattr(meta_path[0], "lightning_presets_finder", False):
+            # One slice assignment: an import iterating the list meanwhile sees every other finder once.
+            meta_path[:] = [self, *(finder for finder in meta_path if finder is not self)]
         if fullname not in STRATEGY_MODULES and fullname not in PACKAGES:
             return None
         for finder in sys.meta_path:

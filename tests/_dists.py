@@ -11,8 +11,12 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 STRATEGY_GROUP = "lightning_presets.strategies"
 
@@ -31,6 +35,29 @@ class Dist:
     @property
     def package(self) -> str:
         return self.name.replace("-", "_")
+
+
+@pytest.fixture(name="registered")
+def registered_fixture(install: Any, monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``registered(*dists)``: install distributions and put what the bridge registers for their names into
+    Lightning's Trainer registry, for this test only (what the start-up hook does in a fresh process)."""
+    from lightning.fabric.strategies.registry import _StrategyRegistry
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    from lightning_presets.core.namespaces import namespace_for_target
+    from lightning_presets.guards.strategy import HEADS
+    from lightning_presets.registry.bridge import register_into
+
+    def use(*dists: Dist) -> None:
+        install(*dists)
+        fresh = _StrategyRegistry()
+        register_into(fresh, namespace_for_target("trainer"), HEADS)
+        for dist in dists:
+            for name in dist.strategies:
+                if name in fresh:
+                    monkeypatch.setitem(StrategyRegistry, name, fresh[name])
+
+    return use
 
 
 def _entry_points_txt(dist: Dist) -> str:
@@ -336,3 +363,77 @@ FINE_RULE = with_rule(
 BAD_CODE = with_rule("bad-code-presets", "bad_code_ddp", "return None", code="ACME1")
 HOSTILE = (RAISING, SYSTEM_EXIT, BASE_EXCEPTION, PRINTING, BAD_CODE)
 ALL = (ACME, IMPORTER, *BROKEN)
+
+# --- issue 16: rules that exit, escape, return garbage or cannot be printed; entry points that are not factories;
+# malformed fields -----------------------------------------------------------------------------------------------
+
+# One-line bodies: ``with_rule`` indents the first line only.
+EXITING_RULE = with_rule("exiting-rule-presets", "exiting_rule_ddp", '__import__("sys").exit(7)')
+ESCAPING_RULE = with_rule(
+    "escaping-rule-presets",
+    "escaping_rule_ddp",
+    'raise type("Escape", (BaseException,), {})("the rule escapes Exception")',
+)
+GARBAGE_PROBLEM = with_rule("garbage-presets", "garbage_ddp", "return Problem(12345, None)")
+UNPRINTABLE_RULE = with_rule(  # an exception whose __str__ raises
+    "unprintable-presets",
+    "unprintable_ddp",
+    'raise type("Unprintable", (Exception,), {"__str__": lambda self: 1 / 0})()',
+)
+NOT_FACTORIES = Dist(  # entry points naming a builtin that reads stdin, a class, and a function that needs arguments
+    name="not-factory-presets",
+    version="0.1.0",
+    source="""\
+        import sys
+
+        READ_AT_IMPORT = sys.stdin.read()  # the catalog detaches stdin: this reads nothing of the program's
+        INSTANTIATED = []
+
+
+        class Maker:
+            def __init__(self):
+                INSTANTIATED.append(self)
+
+
+        def needs_arguments(size):
+            raise AssertionError("never called")
+        """,
+    strategies={
+        "reader": "builtins:input",
+        "maker": "not_factory_presets:Maker",
+        "needy": "not_factory_presets:needs_arguments",
+    },
+)
+MALFORMED_FIELDS = Dist(
+    name="malformed-presets",
+    version="0.2.0",
+    source="""\
+        from lightning_presets import Preset
+
+
+        def _preset(name, **bad):
+            return Preset(name=name, description="a DDP preset with one malformed field", family="ddp",
+                          strategy={"trainer": "DDPStrategy", "fabric": "DDPStrategy"}, **bad)
+
+
+        EXTRA_KEYS = _preset("bad_extra_keys", extra_keys=5)
+        PREPARE = _preset("bad_prepare", prepare="drop_unknown_keys")
+        INIT_PARAMS = _preset("bad_init_params", init_params=[("process_group_backend", "gloo")])
+        MESH = _preset("bad_mesh", mesh="2d")
+        TESTED_WITH = _preset("bad_tested_with", tested_with={"lightning": 2.6})
+        """,
+    strategies={
+        "bad_extra_keys": "malformed_presets:EXTRA_KEYS",
+        "bad_prepare": "malformed_presets:PREPARE",
+        "bad_init_params": "malformed_presets:INIT_PARAMS",
+        "bad_mesh": "malformed_presets:MESH",
+        "bad_tested_with": "malformed_presets:TESTED_WITH",
+    },
+)
+MALFORMED_FIELD_WORDS = {
+    "bad_extra_keys": "extra_keys= must be a set of str, got 5 (int)",
+    "bad_prepare": "prepare= must be a function or None, got 'drop_unknown_keys' (str)",
+    "bad_init_params": "init_params= must be a mapping with str keys, got [('process_group_backend', 'gloo')] (list)",
+    "bad_mesh": "mesh= must be MeshSpec or None, got '2d' (str)",
+    "bad_tested_with": "tested_with= must be a mapping of str to str, got {'lightning': 2.6} (dict)",
+}

@@ -22,20 +22,25 @@ from lightning.fabric.strategies.registry import _StrategyRegistry
 
 import _lightning_presets_autoload as hook  # type: ignore[import-untyped, unused-ignore]  # installed copy
 import lightning_presets
-from _dists import (
+from _dists import (  # registered_fixture: the fixture `registered`
     BAD_CLASS,
     BAD_CODE,
     BASE_EXCEPTION,
     CRASHING_RULE,
+    ESCAPING_RULE,
+    EXITING_RULE,
     FINE_RULE,
+    GARBAGE_PROBLEM,
     HOSTILE,
     NAMELESS,
     PRINTING,
     RAISING,
     SLOW,
     SYSTEM_EXIT,
+    UNPRINTABLE_RULE,
     WRONG_RETURN,
     Dist,
+    registered_fixture,  # noqa: F401
     write_installed,
 )
 from helpers import QUIET, run_cli, run_python
@@ -87,8 +92,15 @@ def test_hostile_plugins_under_python_w_error_cost_only_themselves(tmp_path: Pat
         import lightning_presets
 
         built = type(lightning_presets.strategy("fsdp2")).__name__
+
+        def outcome(name):  # what Trainer(strategy=name) gets from the registry
+            try:
+                return type(StrategyRegistry.get(name)).__name__
+            except lightning_presets.PresetConfigError as error:
+                return list(error.codes)
+
         names = ["fsdp2", "printing_ddp", "raising", "exiting", "escaping", "bad_code_ddp", "nameless_ddp"]
-        print(json.dumps({"registered": {name: name in StrategyRegistry for name in names}, "built": built}))
+        print(json.dumps({"outcome": {name: outcome(name) for name in names}, "built": built}))
         """,
         "-W",
         "error",
@@ -99,8 +111,10 @@ def test_hostile_plugins_under_python_w_error_cost_only_themselves(tmp_path: Pat
     assert len(result.stdout.strip().splitlines()) == 1, result.stdout  # the plugin's print went to stderr
     data = last_json(result.stdout)
     assert data["built"] == "ModelParallelStrategy"
-    assert data["registered"] == {"fsdp2": True, "printing_ddp": True, "raising": False, "exiting": False,
-                                  "escaping": False, "bad_code_ddp": False, "nameless_ddp": False}  # fmt: skip
+    # a broken plugin's name says why it cannot be used (issue 16), instead of Lightning's "invalid strategy name"
+    assert data["outcome"] == {"fsdp2": "ModelParallelStrategy", "printing_ddp": "DDPStrategy", "raising": ["LP004"],
+                               "exiting": ["LP004"], "escaping": ["LP004"], "bad_code_ddp": ["LP011"],
+                               "nameless_ddp": ["LP013"]}  # fmt: skip
     assert "printing-presets says hello on stdout" in result.stderr
     for text in ("[LP004]", "raising-presets 0.2.0", "SystemExit: 2", "Escape: escaping-presets", "[LP011]",
                  "[LP013]"):  # fmt: skip
@@ -312,33 +326,22 @@ def test_a_class_that_does_not_resolve_is_broken_in_list_show_and_doctor(
     assert "LP724" not in [f["code"] for f in data["findings"]]  # not expected in the registries either
 
 
-def test_an_unresolvable_class_is_not_registered_or_built(install: Any) -> None:
+def test_an_unresolvable_class_is_reported_and_building_it_says_lp011(install: Any) -> None:
+    """Registered all the same (issue 16): ``Trainer(strategy="bad_class_ddp")`` says LP011 and the distribution
+    instead of Lightning's "invalid strategy name"."""
     install(BAD_CLASS)
     registry = _StrategyRegistry()
     findings = _bridge.register_into(registry, namespace_for_target("trainer"), HEADS)
-    assert "bad_class_ddp" not in registry
-    assert "fsdp2" in registry
     assert [f.code for f in findings] == ["LP011"]
+    assert "fsdp2" in registry
+    with pytest.raises(PresetConfigError) as excinfo:
+        registry.get("bad_class_ddp")
+    assert excinfo.value.codes == ("LP011",)
+    assert "bad-class-presets 0.9.0" in excinfo.value.findings[0].message
     with pytest.raises(PresetConfigError) as excinfo:
         lightning_presets.strategy("bad_class_ddp")
     assert excinfo.value.codes == ("LP011",)
     assert lightning_presets.strategy("bad_class_ddp", target="fabric") is not None  # its Fabric form is fine
-
-
-@pytest.fixture
-def registered(install: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Install distributions and register their presets into Lightning's Trainer registry for this test only."""
-    from lightning.pytorch.strategies import StrategyRegistry
-
-    def use(*dists: Dist) -> None:
-        install(*dists)
-        fresh = _StrategyRegistry()
-        _bridge.register_into(fresh, namespace_for_target("trainer"), HEADS)
-        for dist in dists:
-            for name in dist.strategies:
-                monkeypatch.setitem(StrategyRegistry, name, fresh[name])
-
-    return use
 
 
 @pytest.mark.parametrize(
@@ -346,6 +349,16 @@ def registered(install: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     [
         (CRASHING_RULE, 1, "ZeroDivisionError: integer division or modulo by zero"),
         (WRONG_RETURN, 1, "TypeError: it returned a str, not a Problem or None"),
+        # issue 16, item 2: sys.exit ended the process (check exited 7 with no output), a BaseException was a
+        # traceback, a Problem of the wrong types an internal error, an unprintable exception blamed on Lightning
+        (EXITING_RULE, 1, "SystemExit: 7"),
+        (ESCAPING_RULE, 1, "Escape: the rule escapes Exception"),
+        (
+            GARBAGE_PROBLEM,
+            1,
+            "TypeError: it returned a Problem whose message and hint are int and NoneType; both must be str",
+        ),
+        (UNPRINTABLE_RULE, 1, "Unprintable (whose message cannot be shown: its __str__ raised ZeroDivisionError)"),
     ],
 )
 def test_a_crashing_rule_is_the_presets_fault_with_its_distribution(

@@ -7,9 +7,15 @@ refused before anything is imported), sizes and reads are bounded, and unwritabl
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
+import socket
+import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -58,7 +64,40 @@ def test_a_lightning_class_that_is_not_a_strategy_is_not_built(
     config = write(tmp_path / "c.yaml", "trainer:\n  strategy:\n    class_path: lightning.pytorch.cli.LightningCLI\n")
     code, _, err = run_cli(capsys, "check", "--config", config)
     assert code == 2
-    assert "'lightning.pytorch.cli.LightningCLI' is not a Lightning strategy" in err
+    assert "'lightning.pytorch.cli.LightningCLI' is refused: it is not a Lightning strategy" in err
+
+
+def test_a_lightning_module_named_by_class_path_is_never_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 16, item 1: ``lightning.__setup__`` passed the old ``lightning.*`` filter, and importing it executes
+    ``./.actions/assistant.py`` from the working directory."""
+    marker = tmp_path / "assistant-ran"
+    (tmp_path / ".actions").mkdir()
+    (tmp_path / ".actions" / "assistant.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "lightning.__setup__", raising=False)
+    config = write(tmp_path / "c.yaml", "trainer:\n  strategy:\n    class_path: lightning.__setup__.DDPStrategy\n")
+    code, _, err = run_cli(capsys, "check", "--config", config)
+    assert code == 2
+    assert "class_path 'lightning.__setup__.DDPStrategy' is refused" in err
+    assert "nothing was imported" in err
+    assert not marker.exists()
+    assert "lightning.__setup__" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    "class_path",
+    ["lightning.pytorch.strategies.DDPStrategy", "lightning.pytorch.strategies.ddp.DDPStrategy"],
+    ids=["exported", "defining-module"],
+)
+def test_a_strategy_is_found_by_its_public_or_its_own_module_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], class_path: str
+) -> None:
+    text = f"trainer:\n  accelerator: cpu\n  devices: 2\n  strategy:\n    class_path: {class_path}\n"
+    code, out, _ = run_cli(capsys, "check", "--config", write(tmp_path / "c.yaml", text), "--json")
+    assert code == 0, out
+    assert json.loads(out)["resolved"]["strategy_class"] == "lightning.pytorch.strategies.ddp.DDPStrategy"
 
 
 def test_nested_class_path_may_be_a_cluster_environment_and_nothing_else(
@@ -134,6 +173,61 @@ def test_a_large_lsf_job_is_still_simulated(capsys: pytest.CaptureFixture[str]) 
     argv = ("--cluster", "lsf", "--accelerator", "cuda", "--gpus", "8", "--devices", "8", "--num-nodes", "512")
     code, out, _ = run_cli(capsys, "check", *argv, "--strategy", "ddp", "--json")
     assert code == 0, out
+
+
+def fifo_unblocked_after(path: Path, seconds: float) -> threading.Thread:
+    """A writer that opens the FIFO after ``seconds`` and closes it: a reader that blocked on it sees EOF then (the
+    test fails on its timing instead of hanging)."""
+
+    def unblock() -> None:
+        time.sleep(seconds)
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+
+    thread = threading.Thread(target=unblock, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        ("dev-zero", "LSB_DJOB_RANKFILE=/dev/zero: not a regular file"),
+        ("fifo", "rankfile.fifo: not a regular file"),
+        ("huge", "larger than 64 MiB"),
+        ("latin-1", "not UTF-8 text (byte 8)"),
+        ("missing", "No such file or directory"),
+    ],
+)
+def test_a_rank_file_lightning_cannot_read_in_bounded_time_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: str, words: str
+) -> None:
+    """Issue 16, item 7: Lightning's LSFEnvironment read all of ``/dev/zero`` (GBs, then MemoryError as LP700) and
+    blocked on a FIFO."""
+    path = {"dev-zero": Path("/dev/zero"), "fifo": tmp_path / "rankfile.fifo", "huge": tmp_path / "rankfile",
+            "latin-1": tmp_path / "rankfile", "missing": tmp_path / "nowhere"}[make]  # fmt: skip
+    if make == "fifo":
+        os.mkfifo(path)
+        fifo_unblocked_after(path, 20)
+    elif make == "huge":
+        with path.open("wb") as file:
+            file.truncate(_simulation.MAX_RANKFILE_BYTES + 1)  # sparse: nothing is written
+    elif make == "latin-1":
+        path.write_bytes("launch\nn\xf6de1\n".encode("latin-1"))
+    start = time.perf_counter()
+    code, _, err = run_cli(capsys, "check", "--cluster", "lsf", "--env", f"LSB_DJOB_RANKFILE={path}")
+    assert (code, time.perf_counter() - start < 15) == (2, True)
+    assert words in err
+
+
+def test_a_readable_rank_file_is_given_to_lightning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rankfile = tmp_path / "rankfile"
+    rankfile.write_text("launch\n" + f"{socket.gethostname()}\n" * 2 + "node1\n" * 2)
+    argv = ("--cluster", "lsf", "--accelerator", "cpu", "--devices", "2", "--num-nodes", "2", "--strategy", "ddp")
+    code, out, _ = run_cli(capsys, "check", *argv, "--env", f"LSB_DJOB_RANKFILE={rankfile}", "--json")
+    assert code == 0, out
+    assert json.loads(out)["resolved"]["cluster_environment"] == "LSFEnvironment"
 
 
 def test_the_lsf_rank_file_is_bounded(tmp_path: Path) -> None:
@@ -324,3 +418,155 @@ def test_doctor_import_json_stays_json_when_a_dependency_prints(
     _, out, err = run_cli(capsys, "doctor", "--import", "--json")
     assert json.loads(out)["schema"] == "lightning-presets/doctor"
     assert "deepspeed says hello on stdout" in err
+
+
+# --- issue 16, item 6: output is atomic ---------------------------------------------------------------------------
+
+MATRIX_UNDER_A_FILE_SIZE_LIMIT = """
+import resource, signal, sys
+from lightning_presets.cli import _matrix, main
+
+_matrix.compute = lambda modes, progress=None: ([], 0.01)
+_matrix.to_markdown = lambda rows: "# Compatibility matrix\\n" + "| row |\\n" * 20000  # about 160 KB
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+sys.exit(main(["matrix", "--output", sys.argv[1]]))
+"""
+
+
+def test_matrix_output_that_fails_mid_write_leaves_the_old_file(tmp_path: Path) -> None:
+    """Before: the old file was truncated first, then the write failed at the file size limit."""
+    target = tmp_path / "matrix.md"
+    target.write_text("the committed matrix\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-c", MATRIX_UNDER_A_FILE_SIZE_LIMIT, str(target)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"--output {target}: cannot be written: File too large" in result.stderr
+    assert target.read_text(encoding="utf-8") == "the committed matrix\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["matrix.md"]  # no temporary file left behind
+
+
+@pytest.mark.usefixtures("quick_matrix")
+def test_matrix_output_replaces_a_file_keeping_its_mode_and_follows_a_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "matrix.md"
+    target.write_text("old\n", encoding="utf-8")
+    target.chmod(0o640)
+    link = tmp_path / "link.md"
+    link.symlink_to(target)
+    assert run_cli(capsys, "matrix", "--output", str(link))[0] == 0
+    assert link.is_symlink()
+    assert target.read_text(encoding="utf-8").startswith("# Compatibility matrix")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+
+
+# --- issue 16, item 10: exit codes that never lie -----------------------------------------------------------------
+
+
+class _ClosedPipe(io.StringIO):
+    """stdout whose reader has gone: every write raises ``BrokenPipeError``, as after ``| head -c1`` or ``| true``."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["text", "json"])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [(["check", "--strategy", "ddpp"], 1), (["check", "--strategy", "ddp", "--accelerator", "cpu"], 0),
+     (["show", "no_such_preset"], 1)],
+    ids=["rejected", "valid", "unknown"],
+)  # fmt: skip
+def test_a_reader_that_closes_early_keeps_the_exit_code(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], expected: int, json_flag: list[str]
+) -> None:
+    """Before: a broken pipe exited 0, so ``check ... | head -c1`` made a rejected configuration look valid."""
+    from lightning_presets.cli import main
+
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert main([*argv, *json_flag]) == expected
+
+
+def test_a_rejected_check_into_a_closed_pipe_exits_1() -> None:
+    """The real pipe: its reader is closed before the command writes a byte."""
+    read, write_end = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "lightning_presets", "check", "--strategy", "ddpp", "--json"],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("variable", ["COLUMNS", "LINES"])
+@pytest.mark.parametrize("argv", [["list"], ["show", "fsdp2"], ["check", "--strategy", "ddpp"]], ids=str)
+def test_a_terminal_size_that_is_not_a_number_is_ignored(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variable: str, argv: list[str]
+) -> None:
+    """Before: ``COLUMNS=²`` (a digit to ``str.isdigit``, not to ``int``) made every non-JSON command an internal
+    error, in our code and in rich's."""
+    monkeypatch.setenv(variable, "²")
+    code, out, err = run_cli(capsys, *argv)
+    assert code in (0, 1)
+    assert "internal error" not in err
+    assert out
+
+
+HUGE_HEX = "0x" + "f" * 5000
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--set", f"bucket_cap_mb={HUGE_HEX}"], ["--env", f"PL_TRAINER_DEVICES={HUGE_HEX}"], ["--config", "{config}"]],
+    ids=["set", "env", "config"],
+)
+def test_a_5000_digit_integer_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """Before: an internal error (Python cannot print an integer of more than 4300 digits)."""
+    config = write(tmp_path / "c.yaml", f"trainer:\n  strategy: ddp\n  accelerator: cpu\n  devices: {HUGE_HEX}\n")
+    argv = [part.format(config=config) for part in argv]
+    code, _, err = run_cli(capsys, "check", "--strategy", "ddp", "--accelerator", "cpu", *argv)
+    assert code == 2
+    assert "holds an integer of 20000 bits; no setting is larger than 1024 bits" in err
+
+
+WITHOUT_TORCH_AND_LIGHTNING = """
+import importlib.abc, sys
+
+class Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("torch", "lightning", "pytorch_lightning", "lightning_fabric"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Missing())
+from lightning_presets.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "codes"),
+    [(["check"], {2}), (["matrix"], {2}), (["list"], {0}), (["show", "fsdp2"], {1}), (["doctor"], {1})],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_without_torch_or_lightning_every_command_says_so(argv: list[str], codes: set[int]) -> None:
+    """Before: ``check`` and ``matrix`` were internal errors (``doctor`` already said LP721)."""
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH_AND_LIGHTNING, *argv],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "LIGHTNING_PRESETS_AUTOLOAD": "0"},
+    )  # fmt: skip
+    assert result.returncode in codes, result.stderr[-2000:]
+    assert "internal error" not in result.stderr
+    assert "Traceback" not in result.stderr
+    if argv[0] in ("check", "matrix"):
+        assert f"{argv[0]} needs lightning, which is not installed: pip install lightning" in result.stderr

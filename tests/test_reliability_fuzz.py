@@ -1,8 +1,10 @@
-"""A fuzz of the whole command line: every command and flag with hostile values.
+"""A fuzz of the whole command line (every command and flag with hostile values) and of the plugin surface
+(generated presets with fields of any type and rules that raise, exit or return garbage).
 
 Whatever the input, a command exits 0, 1 or 2 with a message, never a traceback or an "internal error", each
-run takes bounded time, and memory stays bounded across the run. The budget is fixed (``derandomize``: the
-same examples every run, so CI is reproducible); raise ``LP_FUZZ_EXAMPLES`` to search further locally.
+run takes bounded time, and memory stays bounded across the run; a hostile plugin costs only its own presets. The
+budget is fixed (``derandomize``: the same examples every run, so CI is reproducible); raise ``LP_FUZZ_EXAMPLES``
+or ``LP_FUZZ_PLUGINS`` to search further locally.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import itertools
 import json
 import os
 import resource
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,3 +266,249 @@ def test_fuzz_every_other_command(
     with small_matrix(), address_space():
         fuzz()
     assert max_rss() - baseline < MEMORY_GROWTH
+
+
+# --- the plugin surface (issue 16): generated presets with random field values and hostile rules -------------------
+
+PLUGIN_EXAMPLES = int(os.environ.get("LP_FUZZ_PLUGINS", "60"))
+PLUGIN_FUZZ = settings(FUZZ, max_examples=PLUGIN_EXAMPLES)
+
+# Each field: Python source for (values of the declared type, values of another type: LP011 when the preset loads).
+FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "description": (('"a fuzzed preset"',), ("5", "None")),
+    "family": (('"ddp"', '"model_parallel"'), ("7",)),
+    "strategy": (
+        ('{"trainer": "DDPStrategy", "fabric": "DDPStrategy"}', '{"fabric": "DDPStrategy"}',
+         '{"trainer": "lightning.pytorch.strategies:DDPStrategy"}', '{"trainer": "NoSuchStrategy"}',
+         '{"trainer": "builtins:dict"}'),
+        ('{"trainer": 5}', '"DDPStrategy"', "{}", '{"cluster": "DDPStrategy"}'),
+    ),
+    "init_params": (("{}", '{"process_group_backend": "gloo"}', '{"find_unused_parameters": True}'),
+                    ("[1, 2]", "{1: 2}", "5")),
+    "extra_keys": (("frozenset()", 'frozenset({"acme_option"})'), ("5", '"abc"', "{1}")),
+    "prepare": (("None", "lambda kind, values: values"), ('"drop_keys"',)),
+    "resolve": (("None", "lambda strategy: {}"), ("5",)),
+    "mixins": (("{}", '{"trainer": Mixin}'), ('{"trainer": 5}', "[]")),
+    "tested_with": (("{}", '{"lightning": "2.6.6", "evidence": "none"}'), ('{"lightning": 2.6}', '"2.6.6"')),
+    "activation_checkpointing": (("False", "True"), ('"yes"',)),
+    "cpu_offload": (("False", "True"), ("1",)),
+    "mesh": (("None", "MODEL_PARALLEL"), ('"2d"', "5")),
+    "requires": (('()', '(Requirement(module="json", extra="json"),)',
+                  '(Requirement(module="lp_fuzz_missing_module", extra="missing"),)'), ('("json",)', "None")),
+}  # fmt: skip
+RUNNABLE = {  # in the "rules" scenario: well-formed fields that let Trainer(...) reach the construction rules
+    "strategy": ('{"trainer": "DDPStrategy", "fabric": "DDPStrategy"}',
+                 '{"trainer": "lightning.pytorch.strategies:DDPStrategy", "fabric": "DDPStrategy"}'),
+    "requires": ("()", '(Requirement(module="json", extra="json"),)'),
+}  # fmt: skip
+RULE_FIELDS = {  # (valid, malformed): a code, a severity and a stage
+    "code": (('"LP901"', '"LP902"'), ('"ACME1"', "5")),
+    "severity": (('"error"', '"warning"'), ('"fatal"',)),
+    "stage": (('"construction"', '"options"', '"trainer"', '"model"'), ('"check"', '"bogus"')),
+}
+RULE_BODIES = (
+    "return None",
+    'return Problem("the fuzzed rule fired", "do something else")',
+    'raise ValueError("the rule is broken")',
+    "sys.exit(7)",
+    'raise _Escape("escapes Exception")',
+    'return "a string, not a Problem"',
+    "return Problem(12345, None)",
+    "raise _Unprintable()",
+    'return Problem("m" * 100000, "h")',
+    "return 1 / 0",
+)
+PLUGIN_HEADER = """\
+import sys
+
+from lightning_presets import Preset, Problem, Requirement, rule
+from lightning_presets.core.mesh import MODEL_PARALLEL
+
+
+class _Escape(BaseException):
+    pass
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("unprintable")
+
+
+class Mixin:
+    pass
+
+"""
+
+
+def field_value(draw: st.DrawFn, choices: tuple[tuple[str, ...], tuple[str, ...]], malformed: bool) -> str:
+    """A well-typed value, or (``malformed``) one of either kind."""
+    valid, invalid = choices
+    return draw(st.sampled_from(valid + invalid if malformed else valid))
+
+
+@st.composite
+def fuzzed_rule(draw: st.DrawFn, index: int, malformed: bool, runs: bool) -> str:
+    """A rule with a hostile body; ``runs``: a stage ``Trainer(...)`` runs (options or construction)."""
+    code, severity, stage = (field_value(draw, RULE_FIELDS[key], malformed) for key in ("code", "severity", "stage"))
+    if runs:
+        stage = draw(st.sampled_from(('"construction"', '"options"')))
+    body = draw(st.sampled_from(RULE_BODIES))
+    return (
+        f'@rule({code}, {severity}, {stage}, "a fuzzed rule", fails="x", fixed="y")\n'
+        f"def rule_{index}(ctx, *rest):\n    {body}\n\n\n"
+    )
+
+
+SCENARIOS = ("rules", "rules", "rules", "fields", "name", "entry", "denied", "everything")
+"""What is hostile besides the rules' bodies (always drawn): nothing else (3 in 8: well-formed presets whose rules
+run in ``check`` and ``Trainer(...)``), the fields' types, the preset's name, the entry point, the trust variables,
+or all of them."""
+
+
+@st.composite
+def fuzzed_plugin(draw: st.DrawFn) -> dict[str, Any]:
+    """One distribution's module source, its preset's name, its entry point's name and value, and whether the trust
+    variables deny it."""
+    scenario = draw(st.sampled_from(SCENARIOS))
+    hostile = {axis: scenario in (axis, "everything") for axis in ("fields", "name", "entry", "denied")}
+    runs = scenario == "rules"
+    count = draw(st.integers(1 if runs else 0, 2))
+    rules = [draw(fuzzed_rule(index, hostile["fields"], runs)) for index in range(count)]
+    fields = {name: field_value(draw, choices, hostile["fields"]) for name, choices in FIELDS.items()}
+    if runs:
+        fields.update({name: draw(st.sampled_from(values)) for name, values in RUNNABLE.items()})
+    fields["rules"] = "(" + "".join(f"rule_{index}, " for index in range(len(rules))) + ")"
+    if hostile["fields"]:
+        fields["rules"] = draw(st.sampled_from((fields["rules"], '("not a rule",)', "5")))
+    names = ("fuzz_{n}", "fuzz-{n}", "Fuzz_{n}", "{n}_fuzz", "ddp", "fsdp2") if hostile["name"] else ("fuzz_{n}",)
+    name = draw(st.sampled_from(names))
+    entry_name = draw(st.sampled_from((name, "fuzz_other_{n}"))) if hostile["entry"] else name
+    kinds = ("PRESET", "make", "builtins:input", "Mixin") if hostile["entry"] else ("PRESET", "make")
+    arguments = "".join(f"    {field}={value},\n" for field, value in fields.items())
+    source = PLUGIN_HEADER + "".join(rules) + f"PRESET = Preset(\n    name={name!r},\n{arguments})\n\n\n"
+    source += "def make():\n    return PRESET\n"
+    return {"source": source, "name": name, "entry_name": entry_name, "entry": draw(st.sampled_from(kinds)),
+            "denied": hostile["denied"] and draw(st.booleans()), "scenario": scenario}  # fmt: skip
+
+
+def assert_cli_contained(argv: list[str]) -> dict[str, Any] | None:
+    """A command on the fuzzed plugin: exit 0, 1 or 2 with a message, never a traceback or an internal error."""
+    code, out, err, _ = invoke(argv)
+    shown = f"{argv!r}\nstdout: {out[-600:]}\nstderr: {err[-600:]}"
+    assert code in (0, 1, 2), shown
+    assert "Traceback" not in out + err, shown
+    assert "internal error" not in err, shown
+    data: dict[str, Any] | None = json.loads(out) if code in (0, 1) and "--json" in argv else None
+    return data
+
+
+def trainer_outcome(name: str) -> tuple[str, str]:
+    """``Trainer(strategy=name)`` on 2 CPU processes: ``built``, ``codes`` (a :class:`PresetConfigError` with its
+    codes) or ``lightning`` (any other exception: Lightning's own, for a name nobody registered)."""
+    import warnings
+
+    from lightning.pytorch import Trainer
+
+    from helpers import QUIET
+    from lightning_presets import PresetConfigError
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            Trainer(strategy=name, accelerator="cpu", devices=2, **QUIET)
+        except PresetConfigError as error:
+            return "codes", ",".join(error.codes)
+        except Exception as error:
+            return "lightning", f"{name}: {type(error).__name__}: {error}"
+    return "built", ""
+
+
+def test_fuzz_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile plugins, one per example: ``import lightning``'s registration, ``list``, ``show``, ``check`` and
+    ``Trainer(...)`` work or report a code, the built-ins stay usable, and the CLI exits 0, 1 or 2. Then every
+    generated plugin at once in a fresh ``python -W error``: ``import lightning`` survives them all."""
+    import warnings
+
+    from lightning.fabric.strategies.registry import _StrategyRegistry
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    from _dists import Dist, write_installed
+    from helpers import run_python
+    from lightning_presets import presets
+    from lightning_presets.core.namespaces import namespace_for_target
+    from lightning_presets.guards.strategy import HEADS
+    from lightning_presets.registry import bridge
+    from lightning_presets.registry import catalog as _catalog
+
+    monkeypatch.chdir(tmp_path)
+    for variable in ("LIGHTNING_PRESETS_ALLOW", "LIGHTNING_PRESETS_DENY"):
+        monkeypatch.delenv(variable, raising=False)
+    sites: list[Path] = []
+    outcomes: list[tuple[str, str]] = []  # (outcome, codes) of every Trainer(...)
+    trainer_namespace = namespace_for_target("trainer")
+
+    @PLUGIN_FUZZ
+    @given(plugin=fuzzed_plugin())
+    def fuzz(plugin: dict[str, Any]) -> None:
+        n = len(sites)
+        name, entry_name = plugin["name"].format(n=n), plugin["entry_name"].format(n=n)
+        dist = Dist(f"fuzz-plugin-{n}", "0.1.0", plugin["source"], {})
+        value = plugin["entry"] if ":" in plugin["entry"] else f"{dist.package}:{plugin['entry']}"
+        dist = Dist(dist.name, dist.version, plugin["source"].replace("{n}", str(n)), {entry_name: value})
+        site = tmp_path / f"site{n}"
+        write_installed(dist, site)
+        sites.append(site)
+        added: list[str] = []
+        sys.path.insert(0, str(site))
+        if plugin["denied"]:
+            os.environ["LIGHTNING_PRESETS_DENY"] = dist.name
+        _catalog.clear_cache()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # `python -W error`: catalog warnings are written, never raised
+                assert "fsdp2" in presets()
+                fresh = _StrategyRegistry()
+                bridge.register_into(fresh, trainer_namespace, HEADS)  # what `import lightning` does
+            assert bridge.is_ours(fresh, "tp2d_hybrid")
+            for each in {name, entry_name} & set(fresh) - set(StrategyRegistry):
+                dict.__setitem__(StrategyRegistry, each, fresh[each])
+                added.append(each)
+            listed = assert_cli_contained(["list", "--json"])
+            assert listed is not None
+            assert entry_name in [row["name"] for row in listed["presets"]]
+            assert_cli_contained(["show", entry_name, "--json"])
+            assert_cli_contained(
+                ["check", "--strategy", entry_name, "--accelerator", "cpu", "--devices", "2", "--json"]
+            )
+            outcome, text = trainer_outcome(entry_name)
+            outcomes.append((outcome, text))
+            assert outcome != "lightning" or entry_name not in added, f"{text}\n{plugin['source']}"  # ours: a code
+        finally:
+            for each in added:
+                dict.pop(StrategyRegistry, each, None)
+            sys.path.remove(str(site))
+            os.environ.pop("LIGHTNING_PRESETS_DENY", None)
+            sys.modules.pop(dist.package, None)
+            _catalog.clear_cache()
+
+    fuzz()
+    # the fuzz reached what it is for: presets built, and hostile rules contained as LP012 inside Trainer(...)
+    assert ("built", "") in outcomes
+    assert any(outcome == "codes" and "LP012" in codes for outcome, codes in outcomes), outcomes
+    result = run_python(
+        """
+        import json
+        from lightning.pytorch.strategies import StrategyRegistry
+        print(json.dumps({"fsdp2": type(StrategyRegistry.get("fsdp2")).__name__}))
+        """,
+        "-W",
+        "error",
+        env={
+            "PYTHONPATH": os.pathsep.join([*map(str, sites), os.environ.get("PYTHONPATH", "")]),
+            "LIGHTNING_PRESETS_AUTOLOAD": "1",
+            "PYTHONWARNINGS": "error",
+        },
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines() == ['{"fsdp2": "ModelParallelStrategy"}']  # plugins' output: stderr

@@ -334,3 +334,38 @@ def test_the_hook_refuses_under_python_optimizations(tmp_path: Path) -> None:
 def test_results_are_json_serialisable() -> None:
     json.dumps(dataclasses.asdict(TRAINER_FILE))
     assert os.fspath(TRAINER_FILE.path) == "run.ckpt"
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_check_resume_from_refuses_what_fit_would_refuse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from helpers import run_cli
+
+    folder = str(sharded_folder(tmp_path / "run.ckpt"))
+    job = ("check", "--accelerator", "cpu", "--devices", "2", "--resume-from", folder, "--json")
+    code, out, _ = run_cli(capsys, *job, "--strategy", "ddp_static_graph")
+    assert code == 1
+    assert [each["code"] for each in json.loads(out)["findings"]] == ["LP801"]
+    code, out, _ = run_cli(capsys, *job, "--strategy", "fsdp2")  # the accepted neighbour: a sharded preset
+    assert code == 0, out
+    assert json.loads(out)["findings"] == []
+    code, out, _ = run_cli(capsys, *job, "--strategy", "ddp")  # Lightning's own strategy has no resume rules
+    assert code == 0, out
+    code, _, err = run_cli(capsys, "check", "--strategy", "fsdp2", "--resume-from", str(tmp_path / "missing.ckpt"))
+    assert code == 2
+    assert "missing.ckpt" in err
+
+
+def test_show_lists_what_a_preset_resumes(capsys: pytest.CaptureFixture[str]) -> None:
+    from helpers import run_cli
+
+    _, out, _ = run_cli(capsys, "show", "fsdp2", "--json")
+    preset = json.loads(out)["preset"]
+    assert preset["resumes"] == list(resumable(preset["family"]))
+    assert any("sharded" in line for line in preset["resumes"])
+    _, out, _ = run_cli(capsys, "show", "ddp_static_graph")
+    assert "resumes" in out
+    assert "single-file checkpoint" in out
+    _, out, _ = run_cli(capsys, "show", "bf16-fp32-reduce", "--json")  # a precision preset resumes nothing itself
+    assert json.loads(out)["preset"]["resumes"] == []

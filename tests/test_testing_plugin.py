@@ -3,15 +3,21 @@ build real Trainers on simulated GPUs and clusters and undo everything after the
 
 from __future__ import annotations
 
+import importlib
 import os
+import subprocess
+import sys
+import sysconfig
 import textwrap
-from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 import torch
 from errors_doc import builtin_presets
 
+from _dists import build_wheel
 from helpers import QUIET, run_python
 from lightning_presets.core.hardware import SimulatedGPU
 from lightning_presets.testing import check_examples
@@ -19,26 +25,32 @@ from lightning_presets.tools.examples import rules_of
 
 pytest_plugins = ("pytester",)
 
-
-def test_the_plugin_is_registered_by_entry_point(pytestconfig: pytest.Config) -> None:
-    (entry,) = [each for each in metadata.entry_points(group="pytest11") if each.name == "lightning_presets"]
-    assert entry.value == "lightning_presets.testing.plugin"
-    assert entry.dist is not None
-    assert entry.dist.name == "lightning-presets"
-    plugin = pytestconfig.pluginmanager.get_plugin("lightning_presets")
-    assert plugin is not None
-    assert plugin.__name__ == "lightning_presets.testing.plugin"
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = ROOT / "pyproject.toml"
+PLUGIN = "lightning_presets_pytest"
 
 
-def test_loading_the_plugin_imports_neither_torch_nor_lightning() -> None:
-    """pytest loads it in every session of the environment, tests of other projects included."""
+def test_the_entry_point_is_named_after_its_module() -> None:
+    """``-p lightning_presets_pytest`` and ``pytest_plugins`` then name the plugin the entry point registers, instead
+    of registering the module a second time ("Plugin already registered under a different name", issue 16)."""
+    with PYPROJECT.open("rb") as file:
+        declared = tomllib.load(file)["project"]["entry-points"]["pytest11"]
+    assert declared == {PLUGIN: PLUGIN}
+    assert importlib.import_module(PLUGIN).__name__ == PLUGIN
+
+
+@pytest.mark.parametrize("autoload", ["0", "1"])
+def test_loading_the_plugin_imports_nothing_heavy_and_registers_nothing(autoload: str) -> None:
+    """pytest loads it in every session of the environment, tests of other projects included. Before (issue 16):
+    with ``LIGHTNING_PRESETS_AUTOLOAD=0`` it imported torch, Lightning and every preset, and registered them."""
     result = run_python(
-        """
+        f"""
         import sys
-        import lightning_presets.testing.plugin
-        import lightning_presets.testing
-        print(sorted(name for name in ("torch", "lightning", "pytorch_lightning") if name in sys.modules))
-        """
+        import {PLUGIN}
+        heavy = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "lightning_presets")
+        print(sorted(name for name in heavy if name in sys.modules))
+        """,
+        env={"LIGHTNING_PRESETS_AUTOLOAD": autoload},
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
@@ -137,3 +149,136 @@ def test_check_examples_reports_a_failing_example(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(catalog.strategy_catalog().presets, "fsdp2", dataclasses.replace(fsdp2, rules=(broken, *rest)))
     report = check_examples("fsdp2")
     assert report.failures == (f"fsdp2: {first.code} fails example did not raise or warn {first.code} (got none)",)
+
+
+# --- the plugin as an installed wheel meets another project's test session (issue 16, item 3) ---------------------
+
+
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """This tree built as a wheel and installed into a directory of its own, beside a mirror of this environment's
+    site-packages without lightning-presets: what pytest sees of the distribution (entry points, files it marks for
+    assertion rewriting) is then exactly what ``pip install lightning-presets`` gives. Runs with ``python -S``. Other
+    distributions' pytest plugins are left out of the mirror (their own modules may be imported before pytest too)."""
+    root = tmp_path_factory.mktemp("wheel")
+    wheel = build_wheel(ROOT, root / "wheels")
+    target = root / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(target),
+         str(wheel)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    mirror = root / "environment"
+    mirror.mkdir()
+    ours = ("lightning_presets", "_lightning_presets")
+    for entry in Path(sysconfig.get_path("purelib")).iterdir():
+        if entry.suffix != ".pth" and not entry.name.startswith(ours) and not _pytest_plugin(entry):
+            (mirror / entry.name).symlink_to(entry)
+    return {"site": str(target), "environment": str(mirror)}
+
+
+def _pytest_plugin(entry: Path) -> bool:
+    """Whether ``entry`` is the metadata of another distribution's pytest plugin (anyio's, ...): left out, so what
+    a session shows is ours alone (their packages stay importable)."""
+    entry_points = entry / "entry_points.txt"
+    return entry.suffix == ".dist-info" and entry_points.is_file() and "[pytest11]" in entry_points.read_text()
+
+
+def session(wheel: dict[str, str], project: Path, *args: str, before: str = "", autoload: str = "0") -> str:
+    """Run ``pytest.main`` over ``project`` in a fresh ``python -S`` that sees only the installed wheel and this
+    environment's other packages (the wheel's ``.pth`` start-up hook included); returns its output."""
+    runner = f"""
+import site, sys
+sys.path.insert(0, {wheel["environment"]!r})
+site.addsitedir({wheel["site"]!r})  # its .pth files too: the start-up hook, as in site-packages
+{before}
+import pytest
+sys.exit(pytest.main(["-p", "no:cacheprovider", "-q", *{list(args)!r}, {str(project)!r}]))
+"""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["LIGHTNING_PRESETS_AUTOLOAD"] = autoload
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", runner], cwd=project, env=env, capture_output=True, text=True, timeout=480,
+        check=False,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    return output
+
+
+def project_with(root: Path, tests: str, ini: str = "", conftest: str = "") -> Path:
+    root.mkdir()
+    (root / "pytest.ini").write_text("[pytest]\n" + ini)
+    (root / "test_project.py").write_text(textwrap.dedent(tests))
+    if conftest:
+        (root / "conftest.py").write_text(conftest)
+    return root
+
+
+@pytest.mark.install
+def test_an_unrelated_session_imports_nothing_of_ours_with_autoload_off(
+    installed_wheel: dict[str, str], tmp_path: Path
+) -> None:
+    project = project_with(
+        tmp_path / "other",
+        f"""
+        import sys
+
+
+        def test_nothing_heavy_was_imported(request):
+            assert request.config.pluginmanager.has_plugin({PLUGIN!r})
+            heavy = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "lightning_presets")
+            assert [name for name in heavy if name in sys.modules] == []
+        """,
+    )
+    assert "1 passed" in session(installed_wheel, project, autoload="0")
+
+
+@pytest.mark.install
+def test_a_session_after_import_lightning_with_warnings_as_errors_runs_and_the_fixtures_work(
+    installed_wheel: dict[str, str], tmp_path: Path
+) -> None:
+    """Before: ``PytestAssertRewriteWarning: Module already imported so cannot be rewritten; lightning_presets``
+    aborted the session (pytest marks the top-level packages of every distribution with a pytest plugin)."""
+    project = project_with(
+        tmp_path / "warned",
+        """
+        from lightning.pytorch import Trainer
+
+
+        def test_the_fixture_builds_a_cuda_trainer(simulated_gpus):
+            simulated_gpus(4)
+            trainer = Trainer(strategy="fsdp2", accelerator="cuda", devices=4, logger=False, enable_checkpointing=False,
+                              enable_progress_bar=False, enable_model_summary=False)
+            assert trainer.strategy._lp_context.world_size == 4
+        """,
+        ini="filterwarnings =\n    error\n    default::DeprecationWarning\n",
+    )
+    output = session(installed_wheel, project, before="import lightning.pytorch", autoload="1")
+    assert "1 passed" in output
+    assert "PytestAssertRewriteWarning" not in output
+
+
+@pytest.mark.install
+@pytest.mark.parametrize(
+    ("args", "conftest"),
+    [
+        (("-p", PLUGIN), ""),
+        ((), f"pytest_plugins = [{PLUGIN!r}]\n"),
+        (("-p", "lightning_presets.testing.plugin"), ""),
+    ],
+    ids=["-p", "pytest_plugins", "-p package path"],
+)
+def test_naming_the_plugin_explicitly_does_not_register_it_twice(
+    installed_wheel: dict[str, str], tmp_path: Path, args: tuple[str, ...], conftest: str
+) -> None:
+    """Before: "Plugin already registered under a different name" aborted the session."""
+    project = project_with(
+        tmp_path / "named",
+        """
+        def test_the_fixtures_are_there(simulated_gpus, simulated_cluster):
+            assert callable(simulated_gpus) and callable(simulated_cluster)
+        """,
+        conftest=conftest,
+    )
+    assert "1 passed" in session(installed_wheel, project, *args)

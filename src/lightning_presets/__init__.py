@@ -2,6 +2,9 @@
 
 After ``pip install lightning-presets``, ``Trainer(strategy="fsdp_offload_ckpt")`` works with no
 import. ``import lightning_presets`` gives the Python API below.
+
+PYTEST_DONT_REWRITE: the distribution ships a pytest plugin, so pytest marks this package for assertion rewriting in
+every session of the environment, and ``import lightning`` has often imported it before pytest starts.
 """
 
 from lightning_presets._activate import activate as _activate_presets

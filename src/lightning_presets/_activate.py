@@ -26,8 +26,10 @@ the other way round)."""
 
 
 def activate() -> None:
-    """With autoload on and the start-up hook running, nothing to do (it registers into each Lightning namespace as it
-    is imported); otherwise (autoload off, or a source tree without the hook's ``.pth``) register now."""
+    """With autoload on and the start-up hook running, the hook registers into each Lightning namespace as it is
+    imported: only catch up with a namespace an import hook ahead of ours loaded past it. Otherwise (autoload off, or
+    a source tree without the hook's ``.pth``) register now."""
     if autoload_enabled() and HOOK_MODULE in sys.modules:
+        bridge.register_imported(HEADS)
         return
     register_all()

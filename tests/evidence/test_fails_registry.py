@@ -150,18 +150,29 @@ def test_lp013_a_distribution_without_a_name_cannot_be_looked_up(proof: Proof, i
 
 @pytest.mark.proves("LP015")
 def test_lp015_a_denied_preset_is_an_unknown_name(proof: Proof) -> None:
+    """A denied preset's name gets a stand-in that raises LP015 in ``Trainer(...)``; without it, the name is one
+    Lightning does not know, and the job fails there with Lightning's own error."""
     output = run_child(
         """
         import proof
         from lightning.pytorch import Trainer
+        from lightning.pytorch.strategies import StrategyRegistry
         try:
             Trainer(strategy="fsdp2", accelerator="cpu", devices=2, logger=False)
         except Exception as error:
             proof.report("denied", error)
+        StrategyRegistry.pop("fsdp2")  # the stand-in gone: what Lightning knows of a denied preset
+        try:
+            Trainer(strategy="fsdp2", accelerator="cpu", devices=2, logger=False)
+        except Exception as error:
+            proof.report("unregistered", error)
         """,
         env={"LIGHTNING_PRESETS_DENY": "lightning-presets"},
     )
-    proof.child(reports(output), "denied", "ValueError", r"invalid strategy name: `strategy='fsdp2'`",
+    (denied,) = [each for each in reports(output) if each["scenario"] == "denied"]
+    assert denied["error"] == "PresetConfigError", denied
+    assert denied["message"].startswith("[LP015]"), denied
+    proof.child(reports(output), "unregistered", "ValueError", r"invalid strategy name: `strategy='fsdp2'`",
                 code="LP015")  # fmt: skip
 
 

@@ -11,6 +11,13 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 USAGE_ERROR = 2
+_REQUIRED = {
+    "torch": "pip install torch",
+    "lightning": "pip install lightning",
+    "pytorch_lightning": "pip install pytorch-lightning",
+    "lightning_fabric": "pip install lightning-fabric",
+}
+"""The packages a command may need that may be missing, and the line that installs each."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,26 +49,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it).
 
     Whatever the input, the result is an exit code (0, 1 or 2) and a message, never a traceback: usage errors
-    and unwritable output exit 2; an unexpected exception (a bug) is one line naming where it happened, also 2.
+    and unwritable output exit 2; an unexpected exception (a bug) is one line naming where it happened, also 2. A
+    reader that stops early (``| head``) keeps the exit code the command computed. Without torch or Lightning
+    installed, a command that needs them says so (2).
     """
-    import sys
-
+    from lightning_presets.cli._output import detach_stdout
     from lightning_presets.core.findings import UsageError
 
     parser = _parser()
     args = parser.parse_args(argv)
     prefix = f"lightning-presets {args.command}: error"
     try:
-        code = int(args.run(args))
-        sys.stdout.flush()
-        return code
+        return int(args.run(args))  # the output goes through _output.write: a broken pipe never changes this
     except UsageError as error:
         parser.exit(USAGE_ERROR, f"{prefix}: {error}\n")
-    except BrokenPipeError:  # `lightning-presets list | head`
-        _detach_stdout()
-        return 0
+    except BrokenPipeError:  # output written past _output.write: the result is unknown, so never "valid"
+        detach_stdout()
+        parser.exit(USAGE_ERROR, f"{prefix}: the output was cut off (broken pipe) before the result was known\n")
+    except ModuleNotFoundError as error:
+        missing = (error.name or "").partition(".")[0]
+        if missing not in _REQUIRED:
+            parser.exit(USAGE_ERROR, f"{prefix}: internal error: {_where(error)}; please report it\n")
+        needs = f"{args.command} needs {missing}, which is not installed: {_REQUIRED[missing]}"
+        parser.exit(USAGE_ERROR, f"{prefix}: {needs} (`lightning-presets doctor` explains this environment)\n")
     except OSError as error:  # the output cannot be written (`> /dev/full`, a read-only file)
-        _detach_stdout()
+        detach_stdout()
         where = f" ({error.filename})" if error.filename else ""
         parser.exit(USAGE_ERROR, f"{prefix}: {error.strerror or error}{where}\n")
     except (RecursionError, MemoryError) as error:
@@ -69,18 +81,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # a bug: one line that says where, not a traceback
         parser.exit(USAGE_ERROR, f"{prefix}: internal error: {_where(error)}; please report it\n")
     return USAGE_ERROR
-
-
-def _detach_stdout() -> None:
-    """Point stdout at /dev/null, so the interpreter's last flush cannot fail again (Python's documented recipe)."""
-    import os
-    import sys
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # no real file behind stdout (tests capture it)
-        pass
 
 
 def _where(error: Exception) -> str:

@@ -99,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="a precision preset (repeatable)")  # fmt: skip
     job.add_argument("--set", dest="overrides", action="append", default=[], type=key_value, metavar="KEY=VALUE",
                      help="a strategy argument override, e.g. --set cpu_offload=False (repeatable)")  # fmt: skip
+    job.add_argument(
+        "--resume-from",
+        dest="resume_from",
+        metavar="PATH",
+        help="a checkpoint the job resumes from: a preset's resume rules check it (tensors are not read)",
+    )
     job.add_argument("--config", metavar="FILE", help="a LightningCLI YAML file: its trainer: section is used")
     target = parser.add_argument_group("the simulated target (nothing is launched)")
     target.add_argument("--gpus", type=non_negative, default=0, help="GPUs per node (default 0: a CPU node)")
@@ -122,11 +128,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def request_from(args: argparse.Namespace) -> _check.CheckRequest:
     """The engine's request from parsed flags: the config file's trainer section under the flags."""
+    from lightning_presets.tools.check.config import check_values, trainer_section
+
     arguments: dict[str, Any] = {}
     notes: list[str] = []
     if args.config:
-        from lightning_presets.tools.check.config import trainer_section
-
         arguments, notes = trainer_section(args.config)
     for key in (*_TYPED_FLAGS, *flag_parameters()):
         value = getattr(args, key, None)
@@ -138,6 +144,9 @@ def request_from(args: argparse.Namespace) -> _check.CheckRequest:
             notes.append(f"Fabric takes no {', '.join(ignored)}; left out")
         arguments = {key: value for key, value in arguments.items() if key in _check.FABRIC_KEYS}
     overrides = {key: _check.parse_value(value) for key, value in args.overrides}
+    for flag, pairs in (("--set", overrides.items()), ("--env", ((k, _check.parse_value(v)) for k, v in args.env))):
+        for key, value in pairs:  # what the check reads as literals, bounded as a config file is
+            check_values(f"{flag} {key}", value)
     request = _check.CheckRequest(
         mode=args.mode,
         arguments=arguments,
@@ -151,6 +160,7 @@ def request_from(args: argparse.Namespace) -> _check.CheckRequest:
         interactive=args.interactive,
         notes=tuple(notes),
         model=args.model,
+        resume_from=args.resume_from,
     )
     return request
 

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lightning_presets.cli._output import progress
+from lightning_presets.cli._output import progress, write, write_file
 from lightning_presets.core.findings import UsageError
 from lightning_presets.tools.matrix import COMMANDS, compute, to_json, to_markdown
 
@@ -58,10 +58,10 @@ def run(args: argparse.Namespace) -> int:
             return 1
         return 0
     if output is not None:
-        try:
-            output.write_text(text, encoding="utf-8")
+        try:  # the old file stays as it was until the new one is complete
+            write_file(str(output), text)
         except OSError as error:
             raise UsageError(f"--output {args.output}: cannot be written: {error.strerror or error}") from error
     else:
-        sys.stdout.write(text)
+        write(text)
     return 0

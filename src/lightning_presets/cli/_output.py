@@ -1,8 +1,12 @@
 """Rendering shared by the commands, with rich: colour and live progress on a terminal, plain text when piped.
 
 Plain text is the same layout without styles and without trailing spaces; it is what a pipe, a file,
-``NO_COLOR=1`` or ``TERM=dumb`` get (``COLUMNS`` sets its width when piped). ``--json`` never goes through here
-except :func:`emit_json`.
+``NO_COLOR=1`` or ``TERM=dumb`` get (``COLUMNS`` sets its width when piped; a ``COLUMNS`` or ``LINES`` that is not
+a number is ignored). ``--json`` never goes through here except :func:`emit_json`.
+
+A reader that stops early (``| head -c1``, ``| true``) does not change the exit code: what is left unwritten is
+dropped (:func:`write`), and the command still exits with what it found. :func:`write_file` replaces a file only
+once the new content is completely written.
 """
 
 from __future__ import annotations
@@ -11,7 +15,10 @@ import contextlib
 import io
 import json
 import os
+import re
+import stat
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
@@ -28,13 +35,79 @@ Progress = Callable[[str, int, int], None]
 """``update(what, done, total)``: what long work reports as it goes."""
 
 
+_SIZE_VARIABLES = ("COLUMNS", "LINES", "JUPYTER_COLUMNS", "JUPYTER_LINES")
+
+
+def _environment() -> dict[str, str]:
+    """``os.environ`` without a terminal size that is not plain ASCII digits (rich reads ``COLUMNS=²`` as a number)."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name not in _SIZE_VARIABLES or re.fullmatch(r"[0-9]{1,5}", value)
+    }
+
+
+def write(text: str, stream: TextIO | None = None) -> None:
+    """Write to stdout (or ``stream``); when the reader has gone (a broken pipe), drop the rest, never raise."""
+    stream = stream or sys.stdout
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        if stream is sys.stdout:
+            detach_stdout()
+
+
+def detach_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush cannot fail again (Python's documented recipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file behind stdout (tests capture it)
+        pass
+
+
+def write_file(path: str, text: str) -> None:
+    """Replace the file ``path`` with ``text`` atomically: written to a temporary file in the same folder, then
+    renamed over it, so a write that fails (disk full, file size limit) leaves the old file as it was.
+
+    A symbolic link is followed; a new file gets the permissions ``open`` would give it, an existing one keeps its
+    own. What is not a regular file (``/dev/stdout``, a pipe) is written in place: it cannot be replaced.
+    """
+    target = os.path.realpath(path)
+    try:
+        mode: int | None = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(target, "w", encoding="utf-8") as file:
+            file.write(text)
+        return
+    if mode is None:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    descriptor, temporary = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.")
+    try:
+        with open(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, stat.S_IMODE(mode))
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
 def emit_json(data: Any, stream: TextIO | None = None) -> None:
-    (stream or sys.stdout).write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    write(json.dumps(data, indent=2, ensure_ascii=False) + "\n", stream)
 
 
 def _console(stream: TextIO, **options: Any) -> Console:
     # markup=False: messages carry user values such as `plugins=[...]`, which rich would read as markup.
-    return Console(file=stream, markup=False, highlight=False, emoji=False, **options)
+    return Console(file=stream, markup=False, highlight=False, emoji=False, _environ=_environment(), **options)
 
 
 def emit(*renderables: RenderableType | str, stderr: bool = False) -> None:
@@ -43,13 +116,17 @@ def emit(*renderables: RenderableType | str, stderr: bool = False) -> None:
     terminal = _console(stream)
     content = Group(*renderables)  # one renderable per line ("" is an empty line)
     if terminal.is_terminal and not terminal.no_color and terminal.color_system is not None:
-        terminal.print(content, crop=False)
+        try:
+            terminal.print(content, crop=False)
+        except BrokenPipeError:
+            if stream is sys.stdout:
+                detach_stdout()
         return
     buffer = io.StringIO()
-    columns = os.environ.get("COLUMNS", "")
-    width = terminal.width if terminal.is_terminal else max(int(columns), 40) if columns.isdigit() else PLAIN_WIDTH
+    columns = _environment().get("COLUMNS", "")
+    width = terminal.width if terminal.is_terminal else max(int(columns), 40) if columns else PLAIN_WIDTH
     _console(buffer, width=width, color_system=None).print(content, crop=False)
-    stream.write("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))
+    write("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()), stream)
 
 
 def heading(text: str) -> Text:
@@ -117,7 +194,7 @@ def findings(items: Sequence[Any], *, title: str = "findings") -> RenderableType
 @contextlib.contextmanager
 def progress(enabled: bool, description: str) -> Iterator[Progress | None]:
     """A progress bar on stderr while long work runs, only on a terminal (none when piped or with ``--json``)."""
-    console = Console(stderr=True)
+    console = Console(stderr=True, _environ=_environment())
     if not enabled or not console.is_terminal:
         yield None
         return

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from lightning_presets.cli._check import memory
+from lightning_presets.cli._check import memory, positive
 from lightning_presets.cli._output import emit, emit_json, fields, heading, indented, progress, table, verdict
 from lightning_presets.core.findings import UsageError
 from lightning_presets.tools import plan as _plan
@@ -34,16 +34,6 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
-
-
 def _fraction(text: str) -> float:
     try:
         value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
@@ -61,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "an example_input_array, built under fake tensors (no memory, no GPU)")  # fmt: skip
     model.add_argument("--params", type=_count, metavar="COUNT",
                        help="a bare parameter count (7B, 350M, 7000000000): model states by arithmetic")  # fmt: skip
-    parser.add_argument("--gpus", type=_positive, required=True, help="GPUs per node")
-    parser.add_argument("--num-nodes", dest="num_nodes", type=_positive, default=1, help="nodes (default 1)")
+    parser.add_argument("--gpus", type=positive, required=True, help="GPUs per node")
+    parser.add_argument("--num-nodes", dest="num_nodes", type=positive, default=1, help="nodes (default 1)")
     parser.add_argument("--gpu-memory", dest="gpu_memory", type=memory, default=80 * _GIB, metavar="SIZE",
                         help="memory per GPU, e.g. 80GiB (default 80GiB)")  # fmt: skip
     parser.add_argument("--precision", choices=_plan.PRECISIONS, default="bf16-mixed",
@@ -73,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-size",
         dest="batch_size",
-        type=_positive,
+        type=positive,
         metavar="N",
         help="--model: the micro-batch per GPU (replaces the batch dimension of example_input_array)",
     )
@@ -110,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-memory", dest="cpu_memory", type=memory, metavar="SIZE",
                         help="CPU memory per node, for the offload presets (default: assumed 2 × the node's GPU "
                         "memory)")  # fmt: skip
-    parser.add_argument("--timeout", type=_positive, default=900, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive, default=900, metavar="SECONDS",
                         help="stop tracing after this long (default 900)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 

@@ -84,6 +84,9 @@ def _render(data: dict[str, Any]) -> Group:
     tested = data["tested_with"]
     tested_rows = [(key, value or ("-" if key.endswith("_test") else "not run")) for key, value in tested.items()]
     parts += ["", heading("tested with"), fields(tested_rows) if tested else indented("(not recorded)")]
+    if data.get("resumes"):
+        parts += ["", heading("resumes (fit(ckpt_path=...) / Fabric.load; checked before loading)")]
+        parts.append(indented(Group(*(f"- {line}" for line in data["resumes"]))))
     for kind, code in data["plain_lightning"].items():
         parts += ["", heading(f"plain Lightning equivalent ({kind}; without the guards and the preset's hooks)")]
         parts.append(_code(code))

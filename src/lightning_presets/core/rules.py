@@ -51,7 +51,13 @@ class Rule(Code):
             return None
         if not isinstance(problem, Problem):
             raise TypeError(f"it returned a {type(problem).__name__}, not a Problem or None")
-        return self.finding(problem.message, problem.hint)
+        message, hint = problem
+        if not (isinstance(message, str) and isinstance(hint, str)):
+            raise TypeError(
+                f"it returned a Problem whose message and hint are {type(message).__name__} and "
+                f"{type(hint).__name__}; both must be str"
+            )
+        return self.finding(str.__str__(message), str.__str__(hint))  # plain str, whatever a subclass overrides
 
 
 def rule(
@@ -80,7 +86,8 @@ def rule(
 def run_rules(rules: Iterable[Rule], stage: Stage, *args: Any) -> list[Finding]:
     """Every finding of the rules of one stage, in declaration order.
 
-    A rule that raises or returns something other than a :class:`Problem` becomes an LP012 finding that blames
+    A rule that raises (anything but ``KeyboardInterrupt``: ``SystemExit`` and other ``BaseException`` subclasses
+    included) or returns something other than a :class:`Problem` of two strings becomes an LP012 finding that blames
     its preset and the distribution that published the rule, never the user's configuration. Rules whose code
     ``LIGHTNING_PRESETS_SKIP`` names (or every rule, with ``all``) do not run.
     """
@@ -90,7 +97,9 @@ def run_rules(rules: Iterable[Rule], stage: Stage, *args: Any) -> list[Finding]:
         if each.stage == stage and "ALL" not in skipped and str(each.code).upper() not in skipped:
             try:
                 finding = each(*args)
-            except Exception as error:  # a bug in the rule: reported as the preset's fault, not raised raw
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # a bug in the rule (even sys.exit): the preset's fault, never raised raw
                 finding = crashed(each, args[0] if args else None, error)
             if finding is not None:
                 findings.append(finding)
@@ -118,20 +127,45 @@ RULE_CRASHED = Code(
 )  # fmt: skip
 
 
-def crashed(each: Rule, context: Any, error: Exception) -> Finding:
+MAX_ERROR_TEXT = 300
+"""The most characters of a third party's exception message a finding repeats."""
+
+
+def error_text(error: BaseException) -> str:
+    """``Type: first line of the message`` of any exception, even one whose ``__str__`` raises or is huge."""
+    name = type(error).__name__
+    try:
+        text = str(error)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as inner:  # a third party's broken __str__ must not replace its own error
+        return f"{name} (whose message cannot be shown: its __str__ raised {type(inner).__name__})"
+    first = (text.strip().splitlines() or [""])[0]
+    if len(first) > MAX_ERROR_TEXT:
+        first = first[:MAX_ERROR_TEXT] + "..."
+    return f"{name}: {first}" if first else name
+
+
+def _function_name(check: Any) -> str:
+    try:
+        return f"{getattr(check, '__module__', '?')}.{getattr(check, '__qualname__', type(check).__name__)}"
+    except Exception:  # a callable object whose attributes raise
+        return f"a {type(check).__name__}"
+
+
+def crashed(each: Rule, context: Any, error: BaseException) -> Finding:
     """LP012: the rule ``each`` raised ``error`` (or returned the wrong type) while checking ``context``."""
-    function = f"{getattr(each.check, '__module__', '?')}.{getattr(each.check, '__qualname__', repr(each.check))}"
+    function = _function_name(each.check)
     try:
         origin = _origins.get(each.check)
-    except TypeError:
+    except Exception:  # an unhashable (or worse) callable: reported by its module
         origin = None
     preset = getattr(context, "preset", None)
-    of_preset = f" of preset {preset!r}" if preset else ""
+    of_preset = f" of preset {preset!r}" if isinstance(preset, str) else ""
     source = f"{origin[0]} {origin[1]}" if origin else f"the module {function.rpartition('.')[0]}"
-    first_line = (str(error).strip().splitlines() or [""])[0]
     skip = f"; meanwhile skip it with LIGHTNING_PRESETS_DENY={origin[0]} or use another preset" if origin else ""
     return RULE_CRASHED.finding(
         f"rule {each.code}{of_preset} ({function}, from {source}) failed instead of checking the "
-        f"configuration: {type(error).__name__}: {first_line}; the configuration was not checked",
+        f"configuration: {error_text(error)}; the configuration was not checked",
         f"this is a bug in {source}, not in your configuration: report it there{skip}",
     )

@@ -2,8 +2,14 @@
 
 Loading a third party's entry point runs its code inside every ``import lightning``. Whatever it does costs
 only that entry: an exception of any kind but ``KeyboardInterrupt`` (``SystemExit`` included), a malformed
-preset, a distribution with broken metadata, output on stdout (sent to stderr) or a slow import (named on
-stderr while it lasts). Each becomes a finding on its entry, warned once and never raised.
+preset, a distribution with broken metadata, output on stdout (sent to stderr), a read of stdin (it reads nothing:
+stdin is detached while entry points load) or a slow import (named on stderr while it lasts). Each becomes a
+finding on its entry, warned once and never raised. An entry point's object is called only when it is a preset
+factory (a plain function that takes no argument); a class or any other callable is never called.
+
+Our own entries load first, under a lock of their own: they import torch but never Lightning or a third party's
+code, so the start-up hook can always wait for them and the built-in names are registered before ``import
+lightning`` returns, whatever another thread is loading.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import inspect
+import io
 import os
 import re
 import sys
@@ -30,7 +38,7 @@ from lightning_presets.core.environment import (
 )
 from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning
 from lightning_presets.core.preset import STRATEGY, PrecisionPreset, Preset
-from lightning_presets.core.rules import record_origin
+from lightning_presets.core.rules import error_text, record_origin
 from lightning_presets.registry import codes
 from lightning_presets.registry.validation import malformed
 
@@ -128,25 +136,42 @@ def _location(dist: metadata.Distribution) -> str:
     return str(getattr(dist, "_path", None) or dist)
 
 
+_about: dict[str, tuple[str, str]] = {}
+"""(name, version) by where a distribution's metadata lies: each METADATA is parsed once per cache."""
+
+
 def _distribution_of(entry_point: metadata.EntryPoint) -> tuple[str, str]:
     """(name, version) of the entry point's distribution; the name is ``""`` when its metadata has none."""
     dist = entry_point.dist
     if dist is None:
         return "unknown", "unknown"
-    try:
-        about = dist.metadata  # parsed once: `dist.version` would parse it again
-        name, version = about["Name"], about["Version"]
-    except Exception:  # unreadable metadata: reported as a distribution without a name
-        return "", "unknown"
-    return (name.strip() if isinstance(name, str) else ""), str(version)
+    where = _location(dist)
+    found = _about.get(where)
+    if found is None:
+        try:
+            about = dist.metadata  # parsed once: `dist.version` would parse it again
+            name, version = about["Name"], about["Version"]
+            found = (name.strip() if isinstance(name, str) else ""), str(version)
+        except Exception:  # unreadable metadata: reported as a distribution without a name
+            found = "", "unknown"
+        _about[where] = found
+    return found
 
 
-def _suggest_name(name: str) -> str:
-    return re.sub(r"[^a-z0-9_-]", "_", name.lower())
+def is_valid_name(name: object) -> bool:
+    """Whether ``name`` can be a preset name: lower-case letters, digits, ``_`` or ``-``, starting with a letter."""
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
 
 
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [""])[0]
+def suggested_name(name: str, distribution: str) -> str:
+    """A valid preset name close to ``name`` that is not Lightning's, prefixed by the distribution when needed."""
+    cleaned = re.sub(r"[^a-z0-9_-]+", "_", name.lower()).strip("_-")
+    prefix = re.sub(r"[^a-z0-9]+", "_", normalize_distribution(distribution)).strip("_")
+    if not prefix or not prefix[0].isalpha():
+        prefix = "team"
+    if is_valid_name(cleaned) and cleaned not in LIGHTNING_BUILTIN_NAMES:
+        return cleaned
+    return f"{prefix}_{cleaned}" if cleaned else f"{prefix}_preset"
 
 
 def _unnamed(entry_point: metadata.EntryPoint | Unreadable, group: str) -> Entry[Any]:
@@ -223,11 +248,41 @@ def notify(finding: Finding, stacklevel: int = 2) -> None:
         say(f"lightning-presets: {finding}")
 
 
-def _imported(entry_point: metadata.EntryPoint, kind: type[T]) -> Any:
-    """The entry point's object (called when it is a function); its import prints to stderr, never to stdout."""
+def _is_factory(loaded: Any) -> bool:
+    """A plain Python function that takes no argument (a lambda included): what may make a preset when called.
+
+    Nothing else is ever called: a builtin (``builtins:input``), a class (it would be instantiated), a callable
+    object, a coroutine or generator function, or a function that needs arguments.
+    """
+    if not inspect.isfunction(loaded) or inspect.iscoroutinefunction(loaded) or inspect.isgeneratorfunction(loaded):
+        return False
+    if inspect.isasyncgenfunction(loaded):
+        return False
+    try:
+        inspect.signature(loaded).bind()
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _detached() -> Iterator[None]:
+    """While entry points load: what they print goes to stderr, and stdin is empty (the program's stays unread)."""
+    saved = sys.stdin
     with contextlib.redirect_stdout(sys.stderr):
+        sys.stdin = io.StringIO()
+        try:
+            yield
+        finally:
+            sys.stdin = saved
+
+
+def _imported(entry_point: metadata.EntryPoint, kind: type[T]) -> Any:
+    """The entry point's object, called when it is a preset factory; loaded with stdin detached and stdout on
+    stderr."""
+    with _detached():
         loaded: Any = entry_point.load()
-        return loaded if isinstance(loaded, kind) or not callable(loaded) else loaded()
+        return loaded() if _is_factory(loaded) else loaded
 
 
 def _load_one(entry_point: metadata.EntryPoint | Unreadable, kind: type[T], watch: _Watch | None = None) -> Entry[T]:
@@ -256,7 +311,7 @@ def _load_one(entry_point: metadata.EntryPoint | Unreadable, kind: type[T], watc
         raise
     except BaseException as exc:  # SystemExit from an argparse call at its top included: only this entry is lost
         finding = codes.ENTRY_POINT_FAILED.finding(
-            f"{where} failed to load: {type(exc).__name__}: {_first_line(exc)}",
+            f"{where} failed to load: {error_text(exc)}",
             f"fix or upgrade {distribution}, or skip it with LIGHTNING_PRESETS_DENY={distribution}",
         )
         return Entry(**base, status="broken", findings=(finding,))
@@ -273,8 +328,9 @@ def _load_one(entry_point: metadata.EntryPoint | Unreadable, kind: type[T], watc
         if seconds >= SLOW_SECONDS else ()
     )  # fmt: skip
     if not isinstance(item, kind):
+        what = f"the class {item.__name__}" if isinstance(item, type) else f"a {type(item).__name__}"
         finding = codes.NOT_A_PRESET.finding(
-            f"{where} gave a {type(item).__name__}, not a {kind.__name__}",
+            f"{where} gave {what}, not a {kind.__name__} (only a function that takes no argument is called)",
             f"point the entry point at a lightning_presets.{kind.__name__} (or a function returning one); "
             f"skip it meanwhile with LIGHTNING_PRESETS_DENY={distribution}",
         )
@@ -286,18 +342,18 @@ def _load_one(entry_point: metadata.EntryPoint | Unreadable, kind: type[T], watc
             f"use one name in both places: call the entry point {item_name!r} in {distribution}'s entry points",
         )
         return Entry(**base, status="refused", findings=(finding, *slow))
-    if not isinstance(item_name, str) or not _NAME.fullmatch(item_name):
+    if not is_valid_name(item_name):
         finding = codes.NAME_NOT_LOWER_CASE.finding(
             f"{noun} name {item_name!r} from {distribution} {version} is not lower-case letters, digits, '_' or '-'; "
             f"Lightning lower-cases strategy names before lookup, so {item_name!r} could never be selected",
-            f"rename it to {_suggest_name(str(item_name))!r} in {distribution}'s entry points",
+            f"rename it to {suggested_name(str(item_name), distribution)!r} in {distribution}'s entry points",
         )
         return Entry(**base, status="refused", findings=(finding, *slow))
     if kind.TYPE is STRATEGY and item_name in LIGHTNING_BUILTIN_NAMES:
         finding = codes.NAME_OF_LIGHTNING.finding(
             f"strategy preset {item_name!r} from {distribution} {version} takes the name of a Lightning built-in "
             "strategy; it is not registered and Lightning's own keeps the name",
-            f"rename it in {distribution}, e.g. {(distribution.replace('-', '_') + '_' + item_name)!r}",
+            f"rename it in {distribution}, e.g. {suggested_name(item_name, distribution)!r}",
         )
         return Entry(**base, status="refused", findings=(finding, *slow))
     problems = malformed(item)
@@ -360,20 +416,58 @@ class Catalog(Generic[T]):
         return next((entry for entry in self.entries if entry.name == name), None)
 
 
+def _is_own(entry_point: metadata.EntryPoint | Unreadable) -> bool:
+    return not isinstance(entry_point, Unreadable) and (
+        normalize_distribution(_distribution_of(entry_point)[0]) == OWN_DISTRIBUTION
+    )
+
+
 def load(kind: type[T]) -> Catalog[T]:
     """Load the group of a preset type: ours first, then third parties by distribution name; warn about each bad
     entry (never raising, whatever the warnings filters say)."""
-    group, noun = kind.TYPE.group, kind.TYPE.noun
+    own = builtin_entries(kind)  # before any third party's code runs
     with _Watch() as watch:
-        loaded = [_load_one(entry_point, kind, watch) for entry_point in _entry_points(group)]
-    loaded.sort(key=lambda e: (normalize_distribution(e.distribution) != OWN_DISTRIBUTION, e.distribution, e.name))
-    catalog = Catalog(_resolve_duplicates(loaded, noun))
+        others = [_load_one(each, kind, watch) for each in _entry_points(kind.TYPE.group) if not _is_own(each)]
+    loaded = sorted([*own, *others], key=lambda e: (normalize_distribution(e.distribution) != OWN_DISTRIBUTION,
+                                                   e.distribution, e.name))  # fmt: skip
+    catalog = Catalog(_resolve_duplicates(loaded, kind.TYPE.noun))
     for entry in catalog.entries:  # ours first: a rule function a third party reuses stays ours
         for each in entry.item.rules if entry.item is not None else ():
             record_origin(each, entry.distribution, entry.version)
     for finding in catalog.findings:
         notify(finding)
     return catalog
+
+
+# Our own entries by (group, ALLOW, DENY): what they depend on. `_own_lock` is never held while a third party's code
+# or Lightning is imported (our preset modules import torch, nothing else), so the start-up hook may wait on it.
+_own_lock = threading.RLock()
+_own_cache: dict[tuple[str, str, str], tuple[Entry[Any], ...]] = {}
+_own_loading = threading.local()
+
+
+def builtin_entries(kind: type[T]) -> tuple[Entry[T], ...]:
+    """Our own entries of a preset type, loaded without any third party's code and without importing Lightning.
+
+    Their status is final (ours keep a name another distribution also declares), so the start-up hook registers
+    them before ``import lightning`` returns, even while another thread is loading third parties' entries.
+    """
+    key = (kind.TYPE.group, os.environ.get(ALLOW_VARIABLE, ""), os.environ.get(DENY_VARIABLE, ""))
+    with _own_lock:
+        found = _own_cache.get(key)
+        if found is not None:
+            return found
+        if getattr(_own_loading, "active", False):  # asked from inside one of our own preset modules: not yet
+            return ()
+        _own_loading.active = True
+        try:
+            with _Watch() as watch:
+                scanned = _entry_points(kind.TYPE.group)
+                found = _own_cache[key] = tuple(_load_one(each, kind, watch) for each in scanned if _is_own(each))
+        finally:
+            _own_loading.active = False
+    _run_deferred()  # a registration asked for while our own modules loaded (none of them imports Lightning today)
+    return found
 
 
 # Two locks. `_lock` is held while a catalog loads, so preset modules are imported under it; `_state` guards the
@@ -471,7 +565,7 @@ _deferred: list[Callable[[], None]] = []
 
 def loading_in_this_thread() -> bool:
     """Whether this thread is inside a catalog load (a preset module being imported)."""
-    return getattr(_thread, "depth", 0) > 0
+    return getattr(_thread, "depth", 0) > 0 or getattr(_own_loading, "active", False)
 
 
 def after_loading(work: Callable[[], None]) -> None:
@@ -510,5 +604,7 @@ def clear_cache() -> None:
     Registries filled earlier keep the factories they got (registration never overrides); this is for
     tests and tools that read the catalog, not a way to reload presets into a running Lightning.
     """
-    with _lock:
+    with _lock, _own_lock:
         _cache.clear()
+        _own_cache.clear()
+        _about.clear()

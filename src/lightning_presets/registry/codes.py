@@ -100,7 +100,7 @@ UNKNOWN_PRESET = Code(
 )  # fmt: skip
 
 MALFORMED_PRESET = Code(
-    code="LP011", stage="catalog", severity="error", title="a preset whose class or rules are malformed",
+    code="LP011", stage="catalog", severity="error", title="a preset whose fields, class or rules are malformed",
     fails='acme_fsdp = "acme_presets:ACME_FSDP_BAD_RULE"   # a rule declared with code "ACME1"',
     fixed='acme_fsdp = "acme_presets:ACME_FSDP"   # its rule declared with code "LP901"',
     evidence="runtime: "

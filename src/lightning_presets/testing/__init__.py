@@ -1,7 +1,8 @@
 """Test presets the way lightning-presets tests its own: a pytest plugin for platform teams.
 
-Installing lightning-presets registers the plugin (``pytest11`` entry point ``lightning_presets``, module
-:mod:`lightning_presets.testing.plugin`), so every test of the environment can use its fixtures with no import:
+Installing lightning-presets registers the plugin (``pytest11`` entry point and top-level module
+``lightning_presets_pytest``, which imports nothing of this package until a fixture is used), so every test of the
+environment can use its fixtures with no import:
 
 - ``simulated_gpus(count, capability=(9, 0), memory=None)``: Lightning sees ``count`` CUDA devices for the rest of the
   test (CUDA itself is never touched), the simulation ``lightning-presets check`` uses;

@@ -1,64 +1,10 @@
-"""The pytest plugin (``pytest11`` entry point ``lightning_presets``): simulated GPUs and clusters as fixtures.
+"""The pytest plugin's fixtures under the package's name, for ``-p lightning_presets.testing.plugin``.
 
-pytest loads this module in every session of an environment where lightning-presets is installed, so it imports
-nothing heavy: torch and Lightning are imported when a test first asks for a fixture.
+The plugin itself is the top-level module :mod:`lightning_presets_pytest` (``pytest11`` entry point of the same
+name), which pytest loads in every session without importing this package; this module only re-exports its fixtures
+for suites that name the plugin by this path.
 """
 
-from __future__ import annotations
+from lightning_presets_pytest import simulated_cluster, simulated_gpus
 
-import contextlib
-from collections.abc import Callable, Iterator
-from typing import Any
-
-import pytest
-
-from lightning_presets.core.hardware import SimulatedGPU
-
-SimulateGPUs = Callable[..., SimulatedGPU]
-SimulateCluster = Callable[..., dict[str, str]]
-
-
-@pytest.fixture
-def simulated_gpus() -> Iterator[SimulateGPUs]:
-    """``simulated_gpus(count, capability=(9, 0), memory=None)``: Lightning sees ``count`` CUDA devices of that compute
-    capability (and ``memory`` bytes each, for guards that read it) until the test ends; CUDA is never initialised.
-
-    The same simulation as ``lightning-presets check --gpus``: Lightning's device count and torch's availability,
-    device count, capability and bf16 support are patched, the way Lightning's own tests do it.
-    """
-    with contextlib.ExitStack() as stack:
-
-        def simulate(
-            count: int = 8, *, capability: tuple[int, int] = (9, 0), memory: int | None = None
-        ) -> SimulatedGPU:
-            from lightning_presets.tools.simulation import simulated_cuda
-
-            return stack.enter_context(simulated_cuda(count, capability, memory))
-
-        yield simulate
-
-
-@pytest.fixture
-def simulated_cluster() -> Iterator[SimulateCluster]:
-    """``simulated_cluster(kind, nodes=1, tasks_per_node=1, env=None)``: ``os.environ`` as on rank 0 of a ``slurm``,
-    ``torchelastic`` or ``lsf`` job (or ``none``) of ``nodes`` × ``tasks_per_node`` processes, other clusters'
-    variables removed and ``env`` applied last, until the test ends. Returns the variables it set.
-
-    The same variables ``lightning-presets check --cluster`` simulates; Lightning picks its cluster environment
-    (``SLURMEnvironment``, ``TorchElasticEnvironment``, ``LSFEnvironment``) from them.
-    """
-    with contextlib.ExitStack() as stack:
-
-        def simulate(
-            kind: str, *, nodes: int = 1, tasks_per_node: int = 1, env: dict[str, str] | None = None
-        ) -> dict[str, str]:
-            from lightning_presets.tools import simulation
-
-            if kind not in simulation.CLUSTERS:
-                raise ValueError(f"simulated_cluster({kind!r}): the kind is one of {', '.join(simulation.CLUSTERS)}")
-            variables: dict[str, Any] = stack.enter_context(
-                simulation.simulated_cluster(kind, tasks_per_node, nodes, env)
-            )
-            return variables
-
-        yield simulate
+__all__ = ["simulated_cluster", "simulated_gpus"]

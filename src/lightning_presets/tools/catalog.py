@@ -218,6 +218,13 @@ def describe(listed: Listed) -> dict[str, Any]:
             "guards": _rules(item),
             "tested_with": dict(getattr(item, "tested_with", {}) or {}),
             "plain_lightning": {kind: code for kind in ("trainer", "fabric") if (code := plain_code(item, kind))},
+            "resumes": list(_resumable(data["family"])) if listed.kind == "strategy" else [],
         }
     )
     return data
+
+
+def _resumable(family: str | None) -> tuple[str, ...]:
+    from lightning_presets.guards.resume import resumable  # imports torch: only for a preset's full description
+
+    return resumable(family)

@@ -2,14 +2,15 @@
 
 A config file is input, not code. It is read up to :data:`MAX_BYTES`, as UTF-8, with PyYAML's safe loader (no
 ``!!python`` tag runs anything), and its ``trainer:`` section may expand to at most :data:`MAX_VALUES` values
-(an alias bomb is refused, not expanded). A ``class_path`` is built only when it names a Lightning strategy,
-precision plugin or cluster environment, or a class a registered preset declares: anything else is refused
-before its module is imported.
+(an alias bomb is refused, not expanded). A ``class_path`` is looked up, never imported by its path: it must name a
+class that Lightning's strategies, precision-plugin or cluster-environment modules export, or a class a registered
+preset declares; anything else is refused, and the module it names is never imported.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,7 +24,8 @@ MAX_VALUES = 10_000
 """The most values (mappings, lists and scalars, aliases counted each time they are used) in ``trainer:``."""
 MAX_DEPTH = 64
 """The deepest nesting accepted in ``trainer:``."""
-LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning", "lightning_fabric")
+MAX_INTEGER_BITS = 1024
+"""The largest integer accepted (about 308 digits): far above any setting, far below what Python cannot print."""
 _SKIPPED = ("callbacks", "logger", "profiler")
 
 
@@ -37,7 +39,7 @@ def trainer_section(path: str) -> tuple[dict[str, Any], list[str]]:
     section = data.get("trainer", {}) or {}
     if not isinstance(section, dict):
         raise UsageError(f"--config {path}: 'trainer:' must be a mapping, got {type(section).__name__}")
-    _check_size(path, section)
+    check_values(f"--config {path}: 'trainer:'", section)
     arguments: dict[str, Any] = {}
     notes = []
     for key, value in section.items():
@@ -87,18 +89,22 @@ def _load(path: str) -> Any:
         raise UsageError(f"--config {path}: nested too deeply to be a LightningCLI config") from error
 
 
-def _check_size(path: str, section: Any) -> None:
-    """Refuse a section that expands to more than :data:`MAX_VALUES` values or nests deeper than :data:`MAX_DEPTH`."""
+def check_values(where: str, values: Any) -> None:
+    """Refuse input that expands to more than :data:`MAX_VALUES` values, nests deeper than :data:`MAX_DEPTH` or holds
+    an integer of more than :data:`MAX_INTEGER_BITS` bits (a 5,000-digit hex number cannot even be printed)."""
     count = 0
-    stack: list[tuple[Any, int]] = [(section, 1)]
+    stack: list[tuple[Any, int]] = [(values, 1)]
     while stack:
         value, depth = stack.pop()
         count += 1
         if count > MAX_VALUES:
-            raise UsageError(f"--config {path}: 'trainer:' expands to more than {MAX_VALUES} values (YAML aliases "
-                             "are counted each time they are used)")  # fmt: skip
+            raise UsageError(f"{where} expands to more than {MAX_VALUES} values (YAML aliases are counted each time "
+                             "they are used)")  # fmt: skip
         if depth > MAX_DEPTH:
-            raise UsageError(f"--config {path}: 'trainer:' nests deeper than {MAX_DEPTH} levels")
+            raise UsageError(f"{where} nests deeper than {MAX_DEPTH} levels")
+        if isinstance(value, int) and value.bit_length() > MAX_INTEGER_BITS:
+            raise UsageError(f"{where} holds an integer of {value.bit_length()} bits; no setting is larger than "
+                             f"{MAX_INTEGER_BITS} bits")  # fmt: skip
         children: Iterable[Any] = ()
         if isinstance(value, dict):
             children = [*value.keys(), *value.values()]
@@ -107,74 +113,99 @@ def _check_size(path: str, section: Any) -> None:
         stack.extend((child, depth + 1) for child in children)
 
 
-# What a class_path may be, by role; the base classes are looked up in every installed namespace.
+# What a class_path may be, by role: the base class, and the package module (per namespace) that exports the role.
 _ROLES = {
-    "strategy": "a Lightning strategy",
-    "precision": "a Lightning precision plugin",
-    "environment": "a Lightning cluster environment",
+    "strategy": ("a Lightning strategy", "Strategy"),
+    "precision": ("a Lightning precision plugin", "Precision"),
+    "environment": ("a Lightning cluster environment", "ClusterEnvironment"),
 }
 
 
-def _bases(roles: Iterable[str]) -> tuple[type, ...]:
-    """The base classes of these roles in every Lightning namespace that is installed."""
-    names = set()
+def _role_modules(role: str) -> list[str]:
+    """The Lightning modules that export the classes of a role, in every namespace (installed or not)."""
+    names = []
     for namespace in NAMESPACES:
-        for role in roles:
-            if role == "strategy":
-                names.add((namespace.strategies_module, "Strategy"))
-            elif role == "precision":
-                names.add((f"{namespace.package}.plugins.precision", "Precision"))
-            else:
-                names.add((f"{fabric_package(namespace)}.plugins.environments", "ClusterEnvironment"))
-    bases = []
-    for module_name, attr in sorted(names):
-        try:
-            bases.append(getattr(importlib.import_module(module_name), attr))
-        except (ImportError, AttributeError):  # that namespace is not installed
+        if role == "strategy":
+            names.append(namespace.strategies_module)
+        elif role == "precision":
+            names.append(f"{namespace.package}.plugins.precision")
+        else:
+            names += [f"{namespace.package}.plugins.environments", f"{fabric_package(namespace)}.plugins.environments"]
+    return list(dict.fromkeys(names))
+
+
+def _lightning_class(class_path: str, role: str) -> type | None:
+    """The class of a role that ``class_path`` names, looked up among what Lightning's modules of that role export
+    (by that module's path or the defining module's, e.g. ``lightning.pytorch.strategies.ddp.DDPStrategy``).
+
+    Only those modules are imported, and only in the Lightning package ``class_path`` starts with; the module the
+    path names is never imported itself (``lightning.__setup__`` runs code from the working directory).
+    """
+    top = class_path.partition(".")[0]
+    _, base_name = _ROLES[role]
+    for module_name in _role_modules(role):
+        if module_name.partition(".")[0] != top:
             continue
-    return tuple(bases)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:  # that namespace is not installed
+            continue
+        base = getattr(module, base_name, None)
+        for name, value in vars(module).items():
+            if not (isinstance(value, type) and isinstance(base, type) and issubclass(value, base)):
+                continue
+            if class_path in (f"{module_name}.{name}", f"{value.__module__}.{value.__qualname__}"):
+                return value
+    return None
 
 
-def _preset_modules() -> set[str]:
-    """The modules of the classes registered presets declare as ``module:Class``."""
-    modules = set()
+def _preset_class(class_path: str, roles: tuple[str, ...]) -> type | None:
+    """The class a registered preset declares as ``module:Class`` when ``class_path`` is ``module.Class``."""
     for loaded in (catalog.strategy_catalog(), catalog.precision_catalog()):
         for preset in loaded.presets.values():
             for kind in preset.kinds:
-                spec = preset.class_spec(kind) or ""
-                if ":" in spec:
-                    modules.add(spec.partition(":")[0])
-    return modules
+                module_name, colon, attr = (preset.class_spec(kind) or "").partition(":")
+                if colon and f"{module_name}.{attr}" == class_path:
+                    try:
+                        cls = getattr(importlib.import_module(module_name), attr)
+                    except Exception:  # the preset is broken: `list` says why
+                        return None
+                    return cls if isinstance(cls, type) and _is_role(cls, roles) else None
+    return None
 
 
-def _trusted(module_name: str) -> bool:
-    return module_name.partition(".")[0] in LIGHTNING_PACKAGES or module_name in _preset_modules()
+def _is_role(cls: type, roles: tuple[str, ...]) -> bool:
+    return any(issubclass(cls, base) for role in roles for base in _bases(role))
+
+
+def _bases(role: str) -> list[type]:
+    """The base class of a role in every Lightning namespace already imported (a preset's class imported its own)."""
+    _, base_name = _ROLES[role]
+    found = (getattr(sys.modules.get(name), base_name, None) for name in _role_modules(role))
+    return [base for base in found if isinstance(base, type)]
 
 
 def _instantiate(path: str, where: str, spec: dict[str, Any], roles: tuple[str, ...]) -> _Deferred:
     """A ``{class_path: ..., init_args: ...}`` value, built the way LightningCLI builds it, if its class is allowed.
 
-    The module is imported only when it is Lightning's or a registered preset's; the class must then subclass
-    the Lightning class of its role. Nested ``class_path`` values in ``init_args`` may be precision plugins or
-    cluster environments.
+    The class is looked up, never imported by its path: among the classes Lightning's modules of the role export,
+    then among the classes registered presets declare. Nested ``class_path`` values in ``init_args`` may be
+    precision plugins or cluster environments.
     """
     class_path = spec.get("class_path")
-    allowed = " or ".join(_ROLES[role] for role in roles)
+    allowed = " or ".join(_ROLES[role][0] for role in roles)
     if not isinstance(class_path, str) or "." not in class_path:
         raise UsageError(f"--config {path}: {where} needs a 'class_path' such as "
                          "lightning.pytorch.strategies.FSDPStrategy")  # fmt: skip
-    module_name, _, name = class_path.rpartition(".")
-    if not _trusted(module_name):
+    found = next((cls for role in roles if (cls := _lightning_class(class_path, role)) is not None), None)
+    if found is None:
+        found = _preset_class(class_path, roles)
+    if found is None:
+        exporters = ", ".join(module for role in roles for module in _role_modules(role)[:2])
         raise UsageError(
-            f"--config {path}: {where}.class_path {class_path!r} is refused: a check builds only {allowed} "
-            f"(from {', '.join(LIGHTNING_PACKAGES)}) or a class a registered preset declares; nothing was imported"
+            f"--config {path}: {where}.class_path {class_path!r} is refused: it is not {allowed} (a class {exporters} "
+            "export, by that path or its own module's) nor a class a registered preset declares; nothing was imported"
         )
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as error:
-        raise UsageError(f"--config {path}: cannot import {where}.class_path {class_path!r}: {error}") from error
-    if not (isinstance(cls, type) and issubclass(cls, _bases(roles))):
-        raise UsageError(f"--config {path}: {where}.class_path {class_path!r} is not {allowed}; it is not built")
     init_args = spec.get("init_args") or {}
     if not isinstance(init_args, dict):
         raise UsageError(f"--config {path}: {where}.init_args must be a mapping")
@@ -184,7 +215,7 @@ def _instantiate(path: str, where: str, spec: dict[str, Any], roles: tuple[str, 
         else value
         for key, value in init_args.items()
     }
-    return _Deferred(cls, nested)
+    return _Deferred(found, nested)
 
 
 class _Deferred:

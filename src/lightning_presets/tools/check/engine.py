@@ -397,6 +397,19 @@ def _trainer_findings(outcome: _construct.Outcome) -> list[Finding]:
     return [record.message.finding for record in caught if isinstance(record.message, PresetWarning)]
 
 
+def _resume_findings(request: CheckRequest, outcome: _construct.Outcome) -> list[Finding]:
+    """``--resume-from``: the preset's resume rules on the constructed job, as its ``fit(ckpt_path=...)`` (Fabric:
+    ``load``) runs them before loading; a strategy that is not a preset has none."""
+    context = getattr(outcome.strategy, "_lp_context", None)
+    preset = getattr(outcome.strategy, "_lp_preset", None)
+    if request.resume_from is None or context is None or preset is None:
+        return []
+    from lightning_presets.guards.resume import resume_findings  # imports torch: only when asked
+
+    how = "fit(ckpt_path=...)" if request.mode == "trainer" else "load(...)"
+    return resume_findings(request.resume_from, context, strategy=outcome.strategy, how=how, own=preset.rules)
+
+
 def check_job(request: CheckRequest) -> CheckReport:
     """Validate ``request``: names, construction, cluster (``--model``'s memory plan is added by
     :func:`lightning_presets.tools.check.run_check`). Never raises for a bad configuration, only
@@ -406,6 +419,8 @@ def check_job(request: CheckRequest) -> CheckReport:
         raise UsageError(f"mode {request.mode!r} is not 'trainer' or 'fabric'")
     if request.cluster not in _simulation.CLUSTERS:
         raise UsageError(f"--cluster {request.cluster!r} is not one of {', '.join(_simulation.CLUSTERS)}")
+    if request.resume_from is not None and not os.path.exists(request.resume_from):
+        raise UsageError(f"--resume-from {request.resume_from!r}: no such file or folder here")
     _factory(request)
     start = time.perf_counter()  # imports done: what follows is the check itself
     out = _Collector()
@@ -426,6 +441,7 @@ def check_job(request: CheckRequest) -> CheckReport:
     evidence: Evidence = "construction" if outcome.attempted else "syntax"
     out.add(outcome.findings, "guard", "construction")
     out.add(_trainer_findings(outcome), "guard", "construction")
+    out.add(_resume_findings(request, outcome), "guard", "construction")
     if outcome.error is not None:
         out.add([_lightning_finding(outcome.error, request)], "lightning", "construction")
     preset = _preset(effective.get("strategy"))

@@ -20,7 +20,10 @@ LEFT_OUT = frozenset({"callbacks", "logger", "profiler", "plugins"})
 def trainer_parameters(package: str = "lightning") -> tuple[str, ...]:
     """The keyword parameters of ``Trainer.__init__`` in the installed ``package``, in their order; empty when it is
     not installed or its source cannot be read."""
-    spec = importlib.util.find_spec(package)
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):  # not installed, as an import hook or a broken install may say
+        return ()
     if spec is None or not spec.submodule_search_locations:
         return ()
     path = Path(next(iter(spec.submodule_search_locations)), *_TRAINER)

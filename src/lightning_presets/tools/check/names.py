@@ -97,7 +97,7 @@ def check_strategy(name: str, package: str, caller: str) -> list[Finding]:
     if entry is not None and entry.status != "ok":
         reason = f"the preset {name!r} from {entry.distribution} {entry.version} is {entry.status}"
         hint = (
-            f"allow it with LIGHTNING_PRESETS_ALLOW={entry.distribution} (or drop it from LIGHTNING_PRESETS_DENY)"
+            catalog.denied(entry, "strategy").hint  # says which variable leaves it out, and how to let it in
             if entry.status == "denied"
             else "see the findings above; `lightning-presets list` shows every preset and its status"
         )

@@ -52,6 +52,9 @@ class CheckRequest:
     """Simulate a notebook / interactive session."""
     notes: tuple[str, ...] = ()
     """What the request leaves out (e.g. config keys the check does not build); reported as given."""
+    resume_from: str | None = None
+    """A checkpoint the job resumes from (``fit(ckpt_path=...)``, ``Fabric.load``): the preset's resume rules read
+    its facts (never its tensors) against the constructed job."""
     model: str | None = None
     """``MODULE:FACTORY``: the model whose memory ``tools.check_memory.run_check`` plans under the job's preset
     against ``gpu_memory`` (LP730-LP731); :func:`run_check` itself does not read it."""

@@ -29,7 +29,6 @@ HEADROOM_ARITHMETIC = 0.3
 """``--params``: a share of each GPU for everything but model states (activations are not modelled)."""
 HEADROOM_TRACED = 0.1
 """``--model``: a share of each GPU for the CUDA context, NCCL buffers and fragmentation (not traced)."""
-DEFAULT_HEADROOM = HEADROOM_ARITHMETIC
 CPU_MEMORY_PER_GPU_MEMORY = 2
 """Without ``--cpu-memory``, a node is assumed to have twice its GPUs' memory as CPU memory."""
 MAX_PARAMS = 10**18

@@ -117,11 +117,6 @@ def decoder_1b3() -> DecoderModule:
     return DecoderModule(vocab=32_000, dim=2048, heads=16, layers=24, sequence=2048, batch=1)
 
 
-def decoder_125m() -> DecoderModule:
-    """124M parameters: 12 layers of width 768, 12 heads, vocabulary 32,000, sequences of 1,024, batch 4."""
-    return DecoderModule(vocab=32_000, dim=768, heads=12, layers=12, sequence=1024, batch=4)
-
-
 def decoder_tiny() -> DecoderModule:
-    """27k parameters, for tests and examples: 2 layers of width 32, vocabulary 64, 4 sequences of 16 tokens."""
+    """29k parameters, for tests and examples: 2 layers of width 32, vocabulary 64, 4 sequences of 16 tokens."""
     return DecoderModule(vocab=64, dim=32, heads=4, layers=2, sequence=16, batch=4)

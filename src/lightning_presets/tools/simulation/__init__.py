@@ -13,16 +13,19 @@ import importlib.util
 import logging
 import os
 import socket
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from unittest import mock
 
 from lightning_presets.core.environment import is_cluster_variable
+from lightning_presets.core.findings import UsageError
 from lightning_presets.core.hardware import SimulatedGPU, current, simulating
 
-__all__ = ["CLUSTERS", "MAX_PROCESSES", "SimulatedGPU", "cluster_variables", "current", "import_before_simulating",
-           "is_cluster_variable", "simulated_cluster", "simulated_cuda", "without_mps"]  # fmt: skip
+__all__ = ["CLUSTERS", "MAX_PROCESSES", "MAX_RANKFILE_BYTES", "SimulatedGPU", "check_rankfile", "cluster_variables",
+           "current", "import_before_simulating", "is_cluster_variable", "simulated_cluster", "simulated_cuda",
+           "without_mps"]  # fmt: skip
 
 _CUDA_MODULES = (
     "lightning.fabric.accelerators.cuda",
@@ -132,6 +135,39 @@ def cluster_variables(cluster: str, devices: int, num_nodes: int, rankfile: str 
 
 MAX_PROCESSES = 2**20
 """The largest job simulated (devices × nodes): beyond any cluster, and a rank file of a few megabytes."""
+MAX_RANKFILE_BYTES = 64 * MAX_PROCESSES
+"""The largest LSF rank file a check lets Lightning read: a line of up to 64 bytes per process of the largest job."""
+RANKFILE = "LSB_DJOB_RANKFILE"
+
+
+def check_rankfile(path: str) -> None:
+    """Refuse an LSF rank file Lightning could not read in bounded time and memory: only a regular UTF-8 text file of
+    at most :data:`MAX_RANKFILE_BYTES` (``/dev/zero`` would be read without end, a FIFO would block forever).
+
+    ``LSFEnvironment`` reads the whole file named by ``LSB_DJOB_RANKFILE`` when it is built; this runs first. The
+    file's type is read without opening it, and then at most one byte past the limit.
+    """
+    where = f"{RANKFILE}={path}"
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise UsageError(f"{where}: {reason}; give the path of an LSF rank file (one host name per line), or leave "
+                         "it out and --cluster lsf writes one") from None  # fmt: skip
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"{where}: not a regular file; an LSF rank file is a text file with one host name per line")
+    try:
+        with open(path, "rb") as file:
+            content = file.read(MAX_RANKFILE_BYTES + 1)
+    except OSError as error:
+        raise UsageError(f"{where}: cannot be read: {error.strerror or error}") from None
+    if len(content) > MAX_RANKFILE_BYTES:
+        raise UsageError(f"{where}: larger than {MAX_RANKFILE_BYTES // 2**20} MiB, more than a rank file of "
+                         f"{MAX_PROCESSES} processes")  # fmt: skip
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{where}: not UTF-8 text (byte {error.start}); an LSF rank file lists host names") from None
 
 
 def _lsf_rankfile(directory: str, devices: int, num_nodes: int) -> str:
@@ -151,11 +187,15 @@ def simulated_cluster(
 ) -> Iterator[dict[str, str]]:
     """``os.environ`` as on rank 0 of the given cluster: other clusters' variables removed, ``env`` applied last.
 
-    Everything is restored on exit. Yields the simulated variables (the cluster's and ``env``).
+    Everything is restored on exit. Yields the simulated variables (the cluster's and ``env``). A rank file ``env``
+    names is checked first (:func:`check_rankfile`): Lightning reads it whole.
     """
+    given = (env or {}).get(RANKFILE)
+    if given:
+        check_rankfile(given)
     with contextlib.ExitStack() as stack:
         rankfile = None
-        if cluster == "lsf" and not (env or {}).get("LSB_DJOB_RANKFILE"):
+        if cluster == "lsf" and not given:
             rankfile = _lsf_rankfile(stack.enter_context(tempfile.TemporaryDirectory()), devices, num_nodes)
         variables = {**cluster_variables(cluster, devices, num_nodes, rankfile), **(env or {})}
         stack.enter_context(_restored_environment(variables))
