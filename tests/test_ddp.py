@@ -43,6 +43,7 @@ BASE = Context(
     precision="bf16-mixed",
     precision_plugin="MixedPrecision",
     cluster_environment="LightningEnvironment",
+    options={"ddp_comm_hook": "bf16_compress_hook"},  # the preset's hook (the rule reads only whether there is one)
 )
 
 
@@ -89,7 +90,7 @@ def test_lp302_accepts_the_presets_flags() -> None:
 
 @pytest.mark.parametrize("accelerator", ["cpu", "mps"])
 def test_lp303_rejects_compression_off_cuda(accelerator: str) -> None:
-    finding = ddp.bf16_compress_needs_cuda(ctx(accelerator=accelerator, devices_per_node=2))
+    finding = ddp.bf16_compress_supported(ctx(accelerator=accelerator, devices_per_node=2))
     assert finding is not None
     assert (finding.code, finding.severity) == ("LP303", "error")
     assert f"accelerator={accelerator!r}" in finding.message
@@ -97,7 +98,11 @@ def test_lp303_rejects_compression_off_cuda(accelerator: str) -> None:
 
 
 def test_lp303_accepts_cuda() -> None:
-    assert ddp.bf16_compress_needs_cuda(ctx(accelerator="cuda")) is None
+    assert ddp.bf16_compress_supported(ctx(accelerator="cuda")) is None
+
+
+def test_lp303_is_quiet_on_cpu_once_the_hook_is_removed() -> None:
+    assert ddp.bf16_compress_supported(ctx(accelerator="cpu", options={"ddp_comm_hook": None})) is None
 
 
 @pytest.mark.parametrize("backend", ["gloo", "mpi"])

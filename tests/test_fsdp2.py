@@ -43,7 +43,7 @@ BASE = Context(
 
 
 def ctx(**changes: Any) -> Context:
-    option_changes = {key: changes.pop(key) for key in ("data_parallel_size",) if key in changes}
+    option_changes = {key: changes.pop(key) for key in ("data_parallel_size", "tensor_parallel_size") if key in changes}
     return dataclasses.replace(BASE, options={**BASE.options, **option_changes}, **changes)
 
 
@@ -61,33 +61,42 @@ def build(namespace: tuple[str, str, str], strategy: Any = FSDP2, **kwargs: Any)
 # ---------------------------------------------------------------------------------------------- rules
 
 
-@pytest.mark.parametrize("value", [2, 8, "4"])
-def test_lp210_rejects_tensor_parallelism_and_points_to_tp2d(value: Any) -> None:
-    finding = fsdp2.fsdp2_without_tensor_parallel(options(tensor_parallel_size=value))
+@pytest.mark.parametrize("tensor", [2, 8])
+def test_lp210_warns_when_the_model_does_not_use_the_tensor_dimension(tensor: int) -> None:
+    finding = fsdp2.tensor_dimension_used(ctx(data_parallel_size=1, tensor_parallel_size=tensor), FlatMLP())
     assert finding is not None
-    assert (finding.code, finding.severity) == ("LP210", "error")
-    assert f"tensor_parallel_size={value!r}" in finding.message
+    assert (finding.code, finding.severity) == ("LP210", "warning")  # it trains: the product is the world size
+    assert f"tensor_parallel_size={tensor}" in finding.message
+    assert "FlatMLP" in finding.message
     assert "tp2d_hybrid" in finding.hint
 
 
-@pytest.mark.parametrize("value", [1, "auto"])
-def test_lp210_accepts_no_tensor_parallelism(value: Any) -> None:
-    assert fsdp2.fsdp2_without_tensor_parallel(options(tensor_parallel_size=value)) is None
+@pytest.mark.parametrize("tensor", [1, "auto"])
+def test_lp210_accepts_no_tensor_parallelism(tensor: Any) -> None:
+    assert fsdp2.tensor_dimension_used(ctx(tensor_parallel_size=tensor), FlatMLP()) is None
 
 
-@pytest.mark.parametrize("value", [4, 1, 0, "2"])
-def test_lp211_rejects_a_data_parallel_size_other_than_the_world(value: Any) -> None:
+def test_lp210_accepts_a_model_that_applies_tensor_parallelism_itself() -> None:
+    class Parallelized(FlatMLP):
+        def configure_model(self) -> None:
+            pass
+
+    assert fsdp2.tensor_dimension_used(ctx(data_parallel_size=1, tensor_parallel_size=2), Parallelized()) is None
+
+
+@pytest.mark.parametrize("value", [4, 1, 0])
+def test_lp211_rejects_a_split_whose_product_is_not_the_world(value: Any) -> None:
     finding = fsdp2.data_parallel_is_world(ctx(data_parallel_size=value))
     assert finding is not None
     assert finding.code == "LP211"
-    assert f"data_parallel_size={value!r}" in finding.message
-    assert "devices=2 × num_nodes=1 = 2" in finding.message
-    assert "data_parallel_size=2" in finding.hint
+    assert f"data_parallel_size={value} × tensor_parallel_size=1 = {value}" in finding.message
+    assert "devices=2 × num_nodes=1" in finding.message
+    assert "(2, 1), (1, 2)" in finding.hint
 
 
-@pytest.mark.parametrize("value", ["auto", 2])
-def test_lp211_accepts_the_world_size(value: Any) -> None:
-    assert fsdp2.data_parallel_is_world(ctx(data_parallel_size=value)) is None
+@pytest.mark.parametrize(("data", "tensor"), [("auto", 1), (2, 1), (1, 2)])
+def test_lp211_accepts_a_split_whose_product_is_the_world(data: Any, tensor: Any) -> None:
+    assert fsdp2.data_parallel_is_world(ctx(data_parallel_size=data, tensor_parallel_size=tensor)) is None
 
 
 def test_lp212_warns_on_one_device_and_accepts_two() -> None:
@@ -119,7 +128,7 @@ def test_presets_carry_the_shared_model_parallel_rules() -> None:
     plain = {each.code for each in lightning_presets.get_preset(FSDP2).rules}
     offload = {each.code for each in lightning_presets.get_preset(OFFLOAD).rules}
     assert {"LP205", "LP206", "LP210", "LP211", "LP212", "LP213"} <= plain
-    assert offload == plain | {"LP214"}
+    assert offload == plain | {"LP214", "LP218"}
     assert "LP207" not in plain  # the presets bring their own parallelize_fn
     assert "LP208" not in plain  # and need no configure_model
 
@@ -162,10 +171,11 @@ def test_lp211_at_construction() -> None:
     assert "`Trainer(strategy='fsdp2', devices=2, num_nodes=1)`" in str(error.value)
 
 
-def test_lp210_when_the_strategy_is_built() -> None:
-    with pytest.raises(PresetConfigError) as error:
-        lightning_presets.strategy(OFFLOAD, tensor_parallel_size=2, target="fabric")
-    assert error.value.codes == ("LP210",)
+def test_a_tensor_parallel_split_is_built() -> None:
+    """A (data, tensor) split whose product is the world size trains (issue 15: LP210 refused it); whether the model
+    uses the tensor dimension is LP210's warning when the model is known."""
+    strategy = lightning_presets.strategy(OFFLOAD, tensor_parallel_size=2, target="fabric")
+    assert strategy._tensor_parallel_size == 2
 
 
 @pytest.mark.parametrize("caller", ["Trainer", "Fabric"])

@@ -18,14 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from sweep import runner, space
 
-KNOWN = {
-    "ddp_accumulate": ("missed_failure", "issue 15: ddp_static_graph with accumulate_grad_batches=2 dies in DDP's "
-                       "reducer (expect_autograd_hooks_ INTERNAL ASSERT); no guard reads accumulate_grad_batches yet"),
-    "fsdp2_sync_batchnorm": ("missed_failure", "ModelParallelStrategy never applies sync_batchnorm (its setup skips "
-                             "the layer sync DDPStrategy does): each rank normalises over its own half of the batch"),
-    "fsdp2_split_1x2": ("false_rejection", "issue 15 item 4: LP210 refuses data_parallel_size=1, "
-                        "tensor_parallel_size=2 on 2 devices, which trains (the product is the world size)"),
-}  # fmt: skip
+KNOWN: dict[str, tuple[str, str]] = {}
+# ddp_accumulate (LP308), fsdp2_sync_batchnorm (LP217) and fsdp2_split_1x2 (LP210 now a warning, LP211 reads the
+# product) were listed here until their guards were fixed.
 """Sample entries judged a false rejection or a missed failure today, and why; remove one once its guard is fixed."""
 
 SAMPLE: dict[str, tuple[str, dict[str, int], dict[str, Any]]] = {

@@ -22,6 +22,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,20 @@ trainer:
 """
 
 
+def _sharded_checkpoint(path: Path) -> None:
+    """A sharded checkpoint in the Trainer's ModelParallelStrategy layout (one process)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = get_optimizer_state_dict(model, torch.optim.Adam(model.parameters()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "torch.distributed is disabled ... assuming a single process": it is one
+        dcp.save({"state_dict": model.state_dict(), "optimizer_0": optimizer}, checkpoint_id=str(path))
+    torch.save({"loops": {}, "pytorch-lightning_version": "2.6.6"}, path / "meta.pt")
+
+
 def _commands(block: Block) -> list[tuple[list[str], str]]:
     """(argv, trailing comment) of each command line, continuation lines joined."""
     joined = re.sub(r"\\\n\s*", " ", block.text)
@@ -218,6 +233,8 @@ def test_a_cli_line_runs_with_the_exit_code_and_codes_its_comment_says(
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # `plan` traces in a child process
+    if "--resume-from" in argv:  # the README's checkpoint: the folder an fsdp2 run of the Trainer saves
+        _sharded_checkpoint(tmp_path / argv[argv.index("--resume-from") + 1])
     try:
         code = main(argv[1:])
     except SystemExit as exit_:

@@ -147,7 +147,7 @@ def test_lp504_single_device(fake_xla: mock.MagicMock) -> None:
     with pytest.raises(PresetConfigError) as excinfo:
         Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=1)
     assert excinfo.value.codes == ("LP504",)
-    assert "devices=1 × num_nodes=1 = 1" in excinfo.value.findings[0].message
+    assert "one device per host (1 device(s) × 1 node(s))" in excinfo.value.findings[0].message
     Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices="auto")
 
 

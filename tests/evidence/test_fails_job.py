@@ -255,12 +255,17 @@ class _Normed(LightningModule):
 
 @pytest.fixture(autouse=True)
 def _no_leftover_world() -> Any:
-    """A real ``fit`` leaves Lightning's default process group behind; the next test in this process starts without."""
+    """A real ``fit`` in this process leaves Lightning's default process group (its store listening on MASTER_PORT)
+    and the variables it wrote (MASTER_PORT, LOCAL_RANK, ...) behind; the next test starts without them (a child
+    launched later would otherwise inherit a MASTER_PORT this process still holds)."""
     import torch.distributed as dist
 
+    saved = dict(os.environ)
     yield
     if dist.is_initialized():
         dist.destroy_process_group()
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.mark.proves("LP217")
