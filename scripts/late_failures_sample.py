@@ -660,7 +660,10 @@ def _settings(case: Case) -> Iterator[None]:
     devices, nodes = 2, 2
     with contextlib.ExitStack() as stack:
         stack.enter_context(simulated_cuda(case.gpus))
-        stack.enter_context(simulated_cluster(case.cluster, devices, nodes, {k: v for k, v in case.env.items()}))
+        # A rank file the case names is Lightning's to read (the sample wants its failure); the simulation would refuse
+        # an unreadable one, so it gets the case's variables without it, and the patch below sets it as given.
+        simulated = {key: value for key, value in case.env.items() if key != "LSB_DJOB_RANKFILE"}
+        stack.enter_context(simulated_cluster(case.cluster, devices, nodes, simulated))
         stack.enter_context(mock.patch.dict(os.environ, {k: v for k, v in case.env.items()}))
         stack.enter_context(standing_in(*(name for name in case.stand_ins if name != "bitsandbytes")))
         if "bitsandbytes" in case.stand_ins:  # its import skipped: the plugin's own argument checks run without it
