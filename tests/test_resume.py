@@ -355,6 +355,8 @@ def test_check_resume_from_refuses_what_fit_would_refuse(tmp_path: Path, capsys:
     code, _, err = run_cli(capsys, "check", "--strategy", "fsdp2", "--resume-from", str(tmp_path / "missing.ckpt"))
     assert code == 2
     assert "missing.ckpt" in err
+    code, out, _ = run_cli(capsys, *job[:-3], "--resume-from", "s3://bucket/run.ckpt", "--strategy", "fsdp2")
+    assert code == 0, out  # a remote checkpoint is Lightning's to read (fsspec): not refused, not read here
 
 
 def test_show_lists_what_a_preset_resumes(capsys: pytest.CaptureFixture[str]) -> None:

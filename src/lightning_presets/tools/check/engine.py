@@ -419,7 +419,8 @@ def check_job(request: CheckRequest) -> CheckReport:
         raise UsageError(f"mode {request.mode!r} is not 'trainer' or 'fabric'")
     if request.cluster not in _simulation.CLUSTERS:
         raise UsageError(f"--cluster {request.cluster!r} is not one of {', '.join(_simulation.CLUSTERS)}")
-    if request.resume_from is not None and not os.path.exists(request.resume_from):
+    remote = request.resume_from is not None and "://" in request.resume_from  # fsspec's: Lightning reads it, not us
+    if request.resume_from is not None and not remote and not os.path.exists(request.resume_from):
         raise UsageError(f"--resume-from {request.resume_from!r}: no such file or folder here")
     _factory(request)
     start = time.perf_counter()  # imports done: what follows is the check itself
