@@ -26,8 +26,24 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = (ROOT / "src" / "lightning_presets", ROOT / "tests")
-"""Code whose exceptions prove nothing: the package under test and the tests themselves."""
+
+
+def _installed() -> tuple[Path, ...]:
+    """Where the package under test is imported from: the checkout's ``src`` (an editable install) or the
+    environment's site-packages (``pip install .``, as CI installs it), its top-level hook modules included."""
+    import importlib.util
+
+    found = []
+    for name in ("lightning_presets", "_lightning_presets_autoload", "lightning_presets_pytest"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            origin = Path(spec.origin).resolve()
+            found.append(origin.parent if origin.name == "__init__.py" else origin)
+    return tuple(found)
+
+
+OURS = (ROOT / "src", ROOT / "tests", *_installed())
+"""Code whose exceptions prove nothing: the package under test (wherever it is installed) and the tests."""
 SKIP_VARIABLE = "LIGHTNING_PRESETS_SKIP"
 PREFIX = "PROOF "
 _CODE = re.compile(r"^LP\d{3}$")
