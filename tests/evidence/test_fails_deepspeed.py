@@ -72,6 +72,8 @@ def test_lp402_lightning_refuses_deepspeed_below_0_16_with_this_torch(
 ) -> None:
     from lightning.pytorch.strategies import deepspeed as lightning_deepspeed
 
+    if not hasattr(lightning_deepspeed, "_DEEPSPEED_GREATER_EQUAL_0_16"):
+        pytest.skip("Lightning 2.5 has no such check: the pair fails when DeepSpeed loads a checkpoint (torch.load)")
     monkeypatch.setattr(lightning_deepspeed, "_DEEPSPEED_GREATER_EQUAL_0_16", False)  # as with deepspeed 0.15.4
     with proof.raises(ImportError, r"PyTorch >= 2.6 requires DeepSpeed >= 0.16.0", code="LP402"):
         lightning_deepspeed.DeepSpeedStrategy(stage=2)
