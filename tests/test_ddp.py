@@ -199,6 +199,11 @@ def test_bf16_compress_constructs_on_simulated_cuda(cuda8: SimulatedGPU, namespa
 
 @pytest.mark.parametrize("namespace", NAMESPACES, ids=NAMESPACE_IDS)
 def test_lp303_at_construction_in_every_namespace(namespace: tuple[str, str, str]) -> None:
+    import torch
+
+    if namespace[2] == "Fabric" and torch.version.cuda is not None:  # the rule's accepted case: see below
+        build(namespace, BF16, accelerator="cpu", devices=2)  # Fabric registers the hook on a CUDA build of torch
+        return
     with pytest.raises(PresetConfigError) as error:
         build(namespace, BF16, accelerator="cpu", devices=2)
     assert error.value.codes == ("LP303",)
