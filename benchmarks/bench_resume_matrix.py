@@ -28,8 +28,6 @@ import platform
 import re
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "resume_run.py"
 RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "tests"))  # the harness that forks the ranks
 STRATEGIES = ("ddp", "ddp_static_graph", "fsdp2", "fsdp2_offload_ckpt", "tp2d_hybrid")
 WORLD_SIZES = (1, 2)
 SAVE_STEP, TOTAL_STEPS = 3, 5
@@ -89,33 +88,23 @@ def run(
 def run_ranks(
     arguments: list[str], *, guards: bool = False, timeout_s: float = RUN_TIMEOUT_S
 ) -> tuple[list[dict[str, Any]], float]:
-    """One run of the worker script in its own session (killed as a group on timeout): (the ranks' reports, seconds).
+    """One run of the worker script on ``--devices`` ranks forked by the tests' harness (``tests/harness.py``: each
+    rank a process of its own session, killed with its session on timeout): (the ranks' reports, seconds).
     ``guards=False`` switches the resume rules off, so that what happens is Lightning's own doing."""
-    start = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, str(SCRIPT), *arguments],
-        cwd=ROOT,
-        env=_child_environment(guards),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
+    from harness import run_job
+
+    devices = int(arguments[arguments.index("--devices") + 1])
+    env = {} if guards else {"LIGHTNING_PRESETS_SKIP": _child_environment(False)["LIGHTNING_PRESETS_SKIP"]}
+    job = run_job(SCRIPT, *arguments, world_size=devices, env=env, cwd=ROOT, timeout=timeout_s)
+    if job.outcome == "hung":
         report = {"error": {"type": "Timeout", "message": f"no result within {timeout_s} s", "codes": []}}
-        return [report], time.monotonic() - start
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        return [report], job.seconds
+    output = job.stdout
     reports = [json.loads(line[7:]) for line in output.splitlines() if line.startswith("RESULT ")]
     if not reports:
         tail = " | ".join(output.strip().splitlines()[-3:])[:500]
         reports = [{"error": {"type": "NoResult", "message": tail, "codes": []}}]
-    return reports, time.monotonic() - start
+    return reports, job.seconds
 
 
 def _name(strategy: str, devices: int) -> str:
@@ -224,12 +213,14 @@ def convert(hint: str, writer: dict[str, Any], strategy: str, devices: int, work
     commands = list(_commands(hint))
     if target is None or not commands:
         return {"ran": False, "why": "the hint names no conversion to a checkpoint path"}
+    from harness import run_command
+
     results = []
     for command in commands:
-        done = subprocess.run(command, cwd=work, env=_child_environment(True), capture_output=True, text=True)
+        done = run_command(command, cwd=work)
         results.append({"command": shlex.join(command[1:]), "returncode": done.returncode})
         if done.returncode:
-            results[-1]["stderr"] = done.stderr.strip().splitlines()[-1:]
+            results[-1]["stderr"] = done.stdout.strip().splitlines()[-1:]
             return {"ran": True, "commands": results, "outcome": "conversion failed"}
     path = str(work / target)
     report, seconds = run(["resume", "--strategy", strategy, "--devices", str(devices), "--ckpt", path], guards=True)

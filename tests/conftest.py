@@ -97,3 +97,70 @@ def recording_fsdp() -> Iterator[list[dict[str, Any]]]:
     RecordingFSDP.calls = []
     with mock.patch("torch.distributed.fsdp.FullyShardedDataParallel", RecordingFSDP):
         yield RecordingFSDP.calls
+
+
+# --- the suite's own budget: a slow addition fails the developer's run, not CI's 90-minute limit ----------------
+
+SUITE_BUDGET_SECONDS = 900
+"""The whole suite's pytest session, at most: 1.5 × its measured time on a fresh clone of this project's 2-core
+machine (README, "How long CI takes"). Over it, the session fails with the figure."""
+MIN_TESTS, MIN_PROVES = 1684, 77
+"""Floors of the whole suite: no test and no executed proof is dropped to make it faster."""
+_STARTED = pytest.StashKey[float]()
+
+
+def _whole_suite(config: pytest.Config) -> bool:
+    """The README's test command: every test under ``tests/``, none selected away."""
+    tests = (Path(__file__).resolve().parent).as_posix()
+    args = [Path(arg.split("::")[0]).resolve().as_posix() for arg in config.args]
+    return (
+        args in ([], [tests], [Path(config.rootpath).resolve().as_posix()])
+        and not config.option.keyword
+        and not config.option.markexpr
+        and not config.getoption("deselect", None)
+        and not config.getoption("lf", False)
+        and not config.getoption("exitfirst", False)
+    )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    import time
+
+    session.stash[_STARTED] = time.monotonic()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not _whole_suite(session.config):
+        return
+    proves = sum(1 for item in session.items if item.get_closest_marker("proves") is not None)
+    if len(session.items) < MIN_TESTS or proves < MIN_PROVES:
+        raise pytest.UsageError(
+            f"the whole suite collected {len(session.items)} tests, {proves} of them marked proves; the floors are "
+            f"{MIN_TESTS} and {MIN_PROVES} (tests/conftest.py): a test or a proof was lost"
+        )
+
+
+BUDGET_VARIABLE = "LIGHTNING_PRESETS_SUITE_BUDGET"
+"""Seconds: the budget for any session, not only the whole suite's (``tests/test_ci.py`` checks the check)."""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    import os
+    import time
+
+    started = session.stash.get(_STARTED, None)
+    forced = os.environ.get(BUDGET_VARIABLE)
+    whole = _whole_suite(session.config) and session.testscollected >= MIN_TESTS
+    if started is None or not (whole or forced):
+        return
+    budget = float(forced) if forced else SUITE_BUDGET_SECONDS
+    elapsed = time.monotonic() - started
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"the session took {elapsed:.0f} s; its budget is {budget:.0f} s (tests/conftest.py SUITE_BUDGET_SECONDS)"]
+    if elapsed > budget:
+        lines.append("over budget: make the new tests share their runs (tests/harness.py), or say why they cannot")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line)

@@ -42,3 +42,26 @@ def test_the_readme_commands_are_what_ci_runs_verbatim() -> None:
         before = leg.split(command, 1)[0]
         assert "rm -rf .venv" in before
         assert command.startswith("python3 -m venv .venv && . .venv/bin/activate")
+
+
+def test_the_suites_budget_fails_a_slow_session(tmp_path: Path) -> None:
+    """The budget check of ``tests/conftest.py`` (a fresh pytest session: the check is a hook of the session's end)."""
+    import os
+    import subprocess
+    import sys
+
+    def session(budget: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "LIGHTNING_PRESETS_SUITE_BUDGET": budget}
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "tests/test_ci.py::test_ci_installs_every_recorded_torch_and_lightning"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+
+    slow = session("0")
+    assert slow.returncode == 1, slow.stdout[-2000:]
+    assert "1 passed" in slow.stdout
+    assert "its budget is 0 s" in slow.stdout
+    assert "over budget" in slow.stdout
+    fast = session("600")
+    assert fast.returncode == 0, fast.stdout[-2000:]
+    assert "its budget is 600 s" in fast.stdout
+    assert "over budget" not in fast.stdout

@@ -6,8 +6,6 @@ from __future__ import annotations
 import inspect
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,6 +19,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import lightning_presets
+from harness import run_job
 from helpers import QUIET, SCRIPTS
 from lightning_presets.registry import compat
 from lightning_presets.tools.simulation import SimulatedGPU
@@ -137,11 +136,8 @@ def test_lightning_flushes_itself_from_2_6() -> None:
 @pytest.mark.distributed
 def test_manual_optimization_with_ddp_static_graph_syncs_gradients(tmp_path: Path) -> None:
     """Runtime, 2 CPU processes: without the flush, Lightning 2.5 leaves every rank with its own gradients."""
-    process = subprocess.run(
-        [sys.executable, str(SCRIPTS / "ddp_manual_static.py")],
-        capture_output=True, text=True, timeout=180, cwd=tmp_path, check=False,
-    )  # fmt: skip
-    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    process = run_job(SCRIPTS / "ddp_manual_static.py", cwd=tmp_path, timeout=180)
+    assert process.returncode == 0, process.describe()
     steps = [json.loads(line) for line in re.findall(r"^RESULT (.*)$", process.stdout, re.MULTILINE)]
     assert steps == [{"step": 0, "synced": True}, {"step": 1, "synced": True}]
 

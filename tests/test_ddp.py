@@ -10,11 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-import json
 import math
-import re
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,6 +21,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook, fp16_compress_hook
 
 import lightning_presets
+from harness import run_job
 from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, SCRIPTS
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.core.versions import recorded
@@ -276,20 +273,12 @@ def test_tested_with_records_versions_and_evidence() -> None:
 @pytest.mark.distributed
 @pytest.mark.parametrize("api", ["trainer", "fabric"])
 def test_static_graph_fit_on_two_processes(tmp_path: Path, api: str) -> None:
-    process = subprocess.run(
-        [sys.executable, str(SCRIPTS / "ddp_fit.py"), "--api", api],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
-    decoder = json.JSONDecoder()
-    reports = sorted(
-        (decoder.raw_decode(process.stdout, match.end())[0] for match in re.finditer("RESULT ", process.stdout)),
-        key=lambda report: report["rank"],
-    )
+    # the Trainer's run starts as users start it (Lightning's launcher re-runs the script for rank 1); Fabric's
+    # ranks are forked by the harness
+    launcher = "fresh" if api == "trainer" else "fork"
+    job = run_job(SCRIPTS / "ddp_fit.py", "--api", api, cwd=tmp_path, timeout=180, launcher=launcher)
+    assert job.returncode == 0, job.describe()
+    reports = sorted(job.reports(), key=lambda report: report["rank"])
     assert [report["rank"] for report in reports] == [0, 1]
     for report in reports:
         assert report["world_size"] == 2

@@ -7,11 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-import json
 import math
-import re
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,6 +15,7 @@ from typing import Any
 import pytest
 
 import lightning_presets
+from harness import run_job
 from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, SCRIPTS
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.core.versions import recorded
@@ -268,20 +265,12 @@ def test_tested_with_records_versions_and_runtime_evidence() -> None:
 # ------------------------------------------------------------------- runtime: 2 processes, CPU, gloo
 
 
-def run_script(name: str, *args: str, cwd: Path) -> list[dict[str, Any]]:
-    """Run a script under tests/scripts/ as a file and return each rank's ``RESULT`` report, by rank."""
-    process = subprocess.run(
-        [sys.executable, str(SCRIPTS / name), *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=cwd,
-        check=False,
-    )
-    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
-    decoder = json.JSONDecoder()  # ranks share the pipe: read each report on its own, whatever follows it
-    reports = [decoder.raw_decode(process.stdout, match.end())[0] for match in re.finditer("RESULT ", process.stdout)]
-    assert len(reports) == 2, process.stdout[-3000:] + process.stderr[-3000:]
+def run_script(name: str, *args: str, cwd: Path, launcher: str = "fork") -> list[dict[str, Any]]:
+    """Run a script under tests/scripts/ on 2 ranks and return each rank's ``RESULT`` report, by rank."""
+    job = run_job(SCRIPTS / name, *args, cwd=cwd, timeout=180, launcher=launcher)
+    assert job.returncode == 0, job.describe()
+    reports = job.reports()
+    assert len(reports) == 2, job.describe()
     return sorted(reports, key=lambda report: report["rank"])
 
 
@@ -300,7 +289,9 @@ def assert_half_on_each_rank(reports: list[dict[str, Any]]) -> None:
 
 @pytest.fixture(scope="module")
 def fsdp2_trainer_reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    return run_script("fsdp2_fit.py", "--preset", FSDP2, "--api", "trainer", cwd=tmp_path_factory.mktemp("fsdp2"))
+    # as users start it: Lightning's launcher re-runs the script for rank 1
+    cwd = tmp_path_factory.mktemp("fsdp2")
+    return run_script("fsdp2_fit.py", "--preset", FSDP2, "--api", "trainer", cwd=cwd, launcher="fresh")
 
 
 @pytest.mark.distributed

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness import run_job
 from helpers import SCRIPTS, run
 from lightning_presets import PresetConfigError, PresetWarning
 
@@ -56,11 +56,8 @@ def _lightning_cli(config: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_lightning_cli_fit_with_a_preset_from_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two CPU processes (gloo); the preset shards the model with FSDP2."""
     config = _config(tmp_path, strategy="fsdp2", accelerator="cpu", devices=2, max_steps=3)
-    process = subprocess.run(
-        [sys.executable, str(SCRIPTS / "cli_fit.py"), "fit", "--config", str(config)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False,
-    )  # fmt: skip
-    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    process = run_job(SCRIPTS / "cli_fit.py", "fit", "--config", str(config), cwd=tmp_path, timeout=300)
+    assert process.returncode == 0, process.describe()
     reports = sorted(
         (json.loads(line) for line in re.findall(r"^RESULT (.*)$", process.stdout, re.MULTILINE)),
         key=lambda report: report["rank"],

@@ -26,6 +26,7 @@ from lightning.pytorch import LightningModule, Trainer
 from torch import nn
 
 import lightning_presets
+from harness import Job, run_job
 from helpers import QUIET
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.strategies import model_parallel as mp
@@ -467,28 +468,28 @@ def test_documented_examples_fail_and_pass() -> None:
 # ---------------------------------------------------------------- real 2-process training on CPU (gloo)
 
 
-def run_script(*args: str, timeout: float = 120) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
-    """Run a script as a file (Lightning re-runs it for rank 1) and parse rank 0's ``RESULT`` line."""
-    env = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
-    env.update({"OMP_NUM_THREADS": "1", "LIGHTNING_PRESETS_AUTOLOAD": "1", "PYTHONWARNINGS": "ignore"})
-    result = subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout, check=False
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(lines) == 1, result.stdout[-3000:]
-    return json.loads(lines[0].removeprefix("RESULT ")), result
+def run_script(
+    *args: str, timeout: float = 120, launcher: str = "fork", env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], Job]:
+    """Run the script on 2 ranks (forked by the harness, or ``launcher="fresh"``: as a file, Lightning re-runs it
+    for rank 1) and parse rank 0's ``RESULT`` line."""
+    job = run_job(*args, env={"PYTHONWARNINGS": "ignore", **(env or {})}, cwd=ROOT, timeout=timeout, launcher=launcher)
+    assert job.returncode == 0, job.describe()
+    lines = [line for line in job.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, job.describe()
+    return json.loads(lines[0].removeprefix("RESULT ")), job
 
 
-def check_training(result: dict[str, Any], mesh_shape: list[int]) -> None:
-    """Both ranks trained: finite, decreasing losses that start at the single-process reference."""
+def check_training(result: dict[str, Any], mesh_shape: list[int], *, forked: bool = True) -> None:
+    """Both ranks trained: finite, decreasing losses that start at the single-process reference. A forked rank comes
+    from the harness's server, which imported the package before the script ran; a fresh one did not."""
     ranks = result["ranks"]
     assert [rank["rank"] for rank in ranks] == [0, 1]
     for rank in ranks:
         # every process, rank 1 included (started by Lightning's launcher), built the preset's class
         assert rank["strategy_class"] == "lightning_presets.ModelParallelStrategy"
         assert rank["preset"] == "tp2d_hybrid"
-        assert rank["lightning_presets_loaded_at_start"] is False
+        assert rank["lightning_presets_loaded_at_start"] is forked
         assert rank["world_size"] == 2
         assert rank["backend"] == "gloo"
         assert rank["mesh_dims"] == ["data_parallel", "tensor_parallel"]
@@ -523,17 +524,19 @@ def check_tensor_parallel_layout(result: dict[str, Any]) -> None:
 
 @pytest.mark.distributed
 def test_trainer_by_name_trains_tensor_parallel_1x2_with_autoload_only() -> None:
-    result, _ = run_script(str(SCRIPT), "--api", "trainer")
+    # a fresh interpreter, as users start it: the start-up hook alone registers the name, in both ranks
+    result, _ = run_script(str(SCRIPT), "--api", "trainer", launcher="fresh", env={"LIGHTNING_PRESETS_AUTOLOAD": "1"})
     assert result["script_imported_lightning_presets"] is False
     assert result["strategy_class"] == "lightning_presets.ModelParallelStrategy"
     assert result["lightning_base"] == "lightning.pytorch.strategies.model_parallel.ModelParallelStrategy"
-    check_training(result, mesh_shape=[1, 2])
+    check_training(result, mesh_shape=[1, 2], forked=False)
     check_tensor_parallel_layout(result)
 
 
 @pytest.mark.distributed
 def test_the_name_resolves_through_the_start_up_hook_only() -> None:
-    """Control for the run above: with the hook off and no import, Lightning does not know the name."""
+    """Control for the run above: with the hook off and no import, Lightning does not know the name. A fresh
+    interpreter: the start-up hook is what is tested."""
     env = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--api", "trainer"],
@@ -581,17 +584,9 @@ def test_fabric_trains_data_parallel_2x1() -> None:
 
 @pytest.mark.distributed
 def test_quickstart_runs_end_to_end() -> None:
-    env = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
-    result = subprocess.run(
-        [sys.executable, "examples/quickstart.py"],
-        capture_output=True,
-        text=True,
-        env={**env, "OMP_NUM_THREADS": "1"},
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # its ranks forked by the harness; CI's first leg runs it as the README says, through Lightning's launcher
+    result = run_job(ROOT / "examples" / "quickstart.py", cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.describe()
     out = result.stdout
     assert "trained with ModelParallelStrategy on 2 CPU processes" in out
     assert "{'data_parallel': 1, 'tensor_parallel': 2}" in out
@@ -601,4 +596,4 @@ def test_quickstart_runs_end_to_end() -> None:
     assert last < first
     assert "rejected while Trainer(...) was constructed, codes ['LP101']" in out
     assert out.count("[LP101]") == 1  # shown once, by rank 0
-    assert "returned a view tensor" not in result.stderr  # torch's "wrong gradients" warning about FSDP2 outputs
+    assert "returned a view tensor" not in out  # torch's "wrong gradients" warning about FSDP2 outputs (any stream)

@@ -57,55 +57,23 @@ def process_group() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def two_ranks() -> dict[str, Any]:
     """One launch of ``scripts/two_ranks.py`` on 2 gloo processes, shared by the tests that read it: its ``STATE``
     lines by scenario and rank, its ``PROOF`` lines, and the output."""
     import json
-    import socket
-    import subprocess
-    import sys
     from pathlib import Path
 
     from proof import reports
 
-    def free_port() -> int:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            return int(probe.getsockname()[1])
+    from harness import free_port, run_job
 
     script = Path(__file__).resolve().parent / "scripts" / "two_ranks.py"
-    base = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}
-    ports = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "ELASTIC_PORT": str(free_port()),
-             "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}  # fmt: skip
-    cwd = tmp_path_factory.mktemp("two_ranks")
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, str(script)],
-            env={**base, **ports, "RANK": str(rank)},
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
-    outputs = []
-    for process in ranks:
-        try:
-            outputs.append(process.communicate(timeout=240)[0])
-        except subprocess.TimeoutExpired:
-            for each in ranks:
-                each.kill()
-            raise
-    output = "\n".join(outputs)
-    assert all(process.returncode == 0 for process in ranks), output[-4000:]
+    job = run_job(script, env={"ELASTIC_PORT": str(free_port())}, unset=("LIGHTNING_PRESETS_SKIP",), timeout=240)
+    output = job.stdout
+    assert job.returncode == 0, job.describe()
     states: dict[tuple[str, int], dict[str, Any]] = {}
     for line in output.splitlines():
         if line.startswith("STATE "):
             state = json.loads(line[len("STATE ") :])
             states[(state["scenario"], state["rank"])] = state
     return {"states": states, "reports": reports(output), "output": output}
-
-
-LAUNCH_VARIABLES = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GLOBAL_RANK", "MASTER_ADDR", "MASTER_PORT", "RANK",
-                    "LIGHTNING_PRESETS_SKIP")  # fmt: skip

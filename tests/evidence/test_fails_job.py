@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -22,6 +21,7 @@ from lightning.pytorch import LightningModule, Trainer
 from proof import Proof, reports
 
 import lightning_presets
+from harness import run_job
 from lightning_presets.tools.simulation import SimulatedGPU
 
 HERE = Path(__file__).resolve().parent
@@ -65,11 +65,8 @@ def test_lp308_static_graph_with_accumulation_fails_in_backward(proof: Proof, tm
     )
     script = tmp_path / "accumulate.py"
     script.write_text(textwrap.dedent(_ACCUMULATE))
-    path = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env = {**os.environ, "LIGHTNING_PRESETS_SKIP": "LP308", "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600,
-                          cwd=tmp_path, check=False)  # fmt: skip
-    assert "TRAINED" not in done.stdout
+    done = run_job(script, env={"LIGHTNING_PRESETS_SKIP": "LP308"}, path=(str(HERE),), cwd=tmp_path, timeout=600)
+    assert "TRAINED" not in done.stdout, done.describe()
     proof.child(reports(done.stdout), "lp308_static_graph_accumulation", "RuntimeError",
                 "expect_autograd_hooks_ INTERNAL ASSERT FAILED", code="LP308")  # fmt: skip
 

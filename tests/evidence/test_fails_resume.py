@@ -10,7 +10,6 @@ check ``benchmarks/gpu/resume_checks.py`` (prepared, see ``tests/test_examples.p
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 import torch
 from proof import Proof
 
+from harness import run_command
 from lightning_presets.guards.resume import resume_findings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,8 @@ def resumes_converted(code: str, path: Path, strategy: str, losses: dict[str, fl
     (finding,) = resume_findings(path, job._lp_context, strategy=job)
     assert finding.code == code
     for command in bench._commands(finding.hint):
-        subprocess.run(command, cwd=path.parent, env=bench._child_environment(True), check=True)
+        done = run_command(command, cwd=path.parent)  # the hint's command, in a process forked by the harness
+        assert done.returncode == 0, done.describe()
     converted = bench._converted(finding.hint)
     assert converted is not None, finding.hint
     report, _ = bench.run(["resume", "--strategy", strategy, "--devices", "1", "--ckpt", converted], guards=True)
