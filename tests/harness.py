@@ -180,6 +180,9 @@ class _Server:
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(10)
         self.replies.close()
+        self.log.close()
+        if self.process.stdin is not None:
+            self.process.stdin.close()
 
 
 _server: _Server | None = None

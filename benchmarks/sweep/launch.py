@@ -1,16 +1,16 @@
 """Start the processes of one configuration and collect what they wrote.
 
-The ranks are forked from a fork server that has imported torch, Lightning and the presets once, and are started
-the way torchrun starts them (``LOCAL_RANK``, ``MASTER_PORT``): Lightning then launches nothing itself. That saves
-the ~9 s each fresh interpreter spends importing on this machine; ``launch="lightning"`` runs the worker as a script
-instead and lets Lightning's own launcher re-run it for rank 1, as ``python train.py`` would.
+The ranks are forked by the tests' harness (``tests/harness.py``) from its fork server, which has imported torch,
+Lightning and the presets once, and are started the way torchrun starts them (``LOCAL_RANK``, ``MASTER_PORT``):
+Lightning then launches nothing itself. That saves the ~9 s each fresh interpreter spends importing on this machine;
+``launch="lightning"`` runs the worker as a script instead and lets Lightning's own launcher re-run it for rank 1,
+as ``python train.py`` would.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import multiprocessing
 import os
 import signal
 import socket
@@ -28,21 +28,6 @@ WORKER = SCRIPTS / "sweep_worker.py"
 
 GRACE_SECONDS = 5.0
 """How long the other ranks may still run once one rank reported an error (they usually wait in a collective)."""
-PRELOAD = (
-    "sweep_worker",
-    "lightning.pytorch",
-    "lightning_presets",
-    "lightning_presets.strategies.fsdp2",
-    "lightning_presets.strategies.model_parallel",
-    "lightning_presets.strategies.ddp",
-    "lightning_presets.plugins.presets",
-    "torch.distributed.fsdp",
-    "torch.distributed.tensor.parallel",
-    "torch.distributed.checkpoint",
-    "torchao.float8",
-)
-"""Imported once by the fork server (a module that fails to import is skipped by it)."""
-_context: Any = None
 
 
 @dataclass
@@ -69,15 +54,12 @@ def worker() -> Any:
     return importlib.import_module("sweep_worker")
 
 
-def fork_context() -> Any:
-    """The fork server, started once, with the heavy modules imported before it forks anything."""
-    global _context
-    if _context is None:
-        worker()  # the fork server takes its sys.path from this process
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(list(PRELOAD))
-    return _context
+def _harness() -> Any:
+    """The tests' harness (``tests/harness.py``): the fork server every real run of the tests starts from."""
+    tests = str(ROOT / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    return importlib.import_module("harness")
 
 
 def free_port() -> int:
@@ -91,8 +73,36 @@ def _read(folder: Path, role: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _processes(job: Any, folder: Path, roles: list[str]) -> Processes:
+    """What the harness's job says, in the sweep's terms (an exit code, or minus the signal that ended a process)."""
+    out = Processes(folder=folder, seconds=job.seconds, timed_out=job.outcome == "hung")
+    for role, rank in zip(roles, job.ranks, strict=True):
+        out.exit_codes[role] = rank.exit_code if rank.signal is None else -rank.signal
+        if rank.status in ("hung", "killed"):
+            out.killed.add(role)
+        result = _read(folder, role)
+        if result is not None:
+            out.results[role] = result
+    return out
+
+
+def run_ranks(config: dict[str, Any], world_size: int, folder: Path, timeout: float) -> Processes:
+    """The ranks, forked by the harness the way torchrun starts them; once one rank fails, the others get
+    ``GRACE_SECONDS``."""
+    job = _harness().run_job("sweep_worker:harness_rank", config, str(folder), world_size=world_size, cwd=folder,
+                             timeout=timeout, grace=GRACE_SECONDS, path=(str(SCRIPTS),))  # fmt: skip
+    return _processes(job, folder, [f"rank{rank}" for rank in range(world_size)])
+
+
+def run_reference(config: dict[str, Any], replicas: int, shuffled: bool, folder: Path, timeout: float) -> Processes:
+    """The single-process reference, forked by the harness without launch variables."""
+    job = _harness().run_job("sweep_worker:reference_main", config, replicas, shuffled, str(folder), world_size=1,
+                             cwd=folder, timeout=timeout, path=(str(SCRIPTS),), launch_env=False)  # fmt: skip
+    return _processes(job, folder, ["reference"])
+
+
 def _wait(handles: dict[str, Any], folder: Path, timeout: float, poll: Any, kill: Any) -> Processes:
-    """Wait for every process; after an error in one, give the others ``GRACE_SECONDS``; kill on timeout."""
+    """``run_script``'s wait: after an error in one process, give the others ``GRACE_SECONDS``; kill on timeout."""
     out = Processes(folder=folder)
     start = time.monotonic()
     deadline = start + timeout
@@ -120,32 +130,6 @@ def _wait(handles: dict[str, Any], folder: Path, timeout: float, poll: Any, kill
         if result is not None:
             out.results[role] = result
     return out
-
-
-def _kill_process(process: Any) -> None:
-    process.kill()
-    process.join(5)
-
-
-def run_forked(target: str, roles: dict[str, tuple[Any, ...]], folder: Path, timeout: float) -> Processes:
-    """Fork one process per role, each calling ``sweep_worker.<target>(*arguments)``."""
-    context = fork_context()
-    handles = {}
-    for role, arguments in roles.items():
-        process = context.Process(target=getattr(worker(), target), args=arguments, name=role, daemon=True)
-        process.start()
-        handles[role] = process
-    return _wait(handles, folder, timeout, lambda p: p.exitcode, _kill_process)
-
-
-def run_ranks(config: dict[str, Any], world_size: int, folder: Path, timeout: float) -> Processes:
-    port = free_port()
-    roles = {f"rank{rank}": (config, rank, world_size, port, str(folder)) for rank in range(world_size)}
-    return run_forked("rank_main", roles, folder, timeout)
-
-
-def run_reference(config: dict[str, Any], replicas: int, shuffled: bool, folder: Path, timeout: float) -> Processes:
-    return run_forked("reference_main", {"reference": (config, replicas, shuffled, str(folder))}, folder, timeout)
 
 
 def run_script(config: dict[str, Any], world_size: int, folder: Path, timeout: float) -> Processes:

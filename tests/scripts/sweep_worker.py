@@ -423,6 +423,11 @@ def rank_main(config: dict[str, Any], rank: int, world_size: int, port: int, out
     _run(config, folder, role)
 
 
+def harness_rank(config: dict[str, Any], out: str) -> None:
+    """``rank_main`` for a rank the tests' harness forked (its rank, world size and port are in the environment)."""
+    rank_main(config, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["MASTER_PORT"]), out)
+
+
 def reference_main(config: dict[str, Any], replicas: int, shuffled: bool, out: str) -> None:
     """The single-process reference: plain Lightning on one device, the global batch of ``replicas`` ranks."""
     folder = Path(out)

@@ -59,9 +59,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if output is not None:
         try:  # the old file stays as it was until the new one is complete
-            write_file(str(output), text)
+            note = write_file(str(output), text)
         except OSError as error:
             raise UsageError(f"--output {args.output}: cannot be written: {error.strerror or error}") from error
+        if note is not None:
+            sys.stderr.write(f"--output: {note}\n")
     else:
         write(text)
     return 0

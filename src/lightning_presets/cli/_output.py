@@ -67,27 +67,39 @@ def detach_stdout() -> None:
         pass
 
 
-def write_file(path: str, text: str) -> None:
+def write_file(path: str, text: str) -> str | None:
     """Replace the file ``path`` with ``text`` atomically: written to a temporary file in the same folder, then
     renamed over it, so a write that fails (disk full, file size limit) leaves the old file as it was.
 
     A symbolic link is followed; a new file gets the permissions ``open`` would give it, an existing one keeps its
-    own. What is not a regular file (``/dev/stdout``, a pipe) is written in place: it cannot be replaced.
+    own. What is not a regular file (``/dev/stdout``, a pipe) is written in place: it cannot be replaced. Nor can a
+    file with other hard links (a rename would leave them pointing at the old text) or a writable file in a folder
+    the user cannot write to: those are written in place too, and the reason is returned for the caller to say.
     """
     target = os.path.realpath(path)
     try:
-        mode: int | None = os.stat(target).st_mode
+        status: os.stat_result | None = os.stat(target)
     except FileNotFoundError:
-        mode = None
-    if mode is not None and not stat.S_ISREG(mode):
-        with open(target, "w", encoding="utf-8") as file:
-            file.write(text)
-        return
-    if mode is None:
+        status = None
+    if status is not None and not stat.S_ISREG(status.st_mode):
+        _write_in_place(target, text)
+        return None
+    if status is not None and status.st_nlink > 1:
+        _write_in_place(target, text)
+        return f"{path} has {status.st_nlink} hard links: written in place (not atomically) to keep them"
+    if status is None:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
-    descriptor, temporary = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.")
+    else:
+        mode = status.st_mode
+    try:
+        descriptor, temporary = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.")
+    except PermissionError:
+        if status is None or not os.access(target, os.W_OK):
+            raise
+        _write_in_place(target, text)
+        return f"the folder of {path} is not writable: written in place (not atomically)"
     try:
         with open(descriptor, "w", encoding="utf-8") as file:
             file.write(text)
@@ -99,6 +111,12 @@ def write_file(path: str, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+    return None
+
+
+def _write_in_place(target: str, text: str) -> None:
+    with open(target, "w", encoding="utf-8") as file:
+        file.write(text)
 
 
 def emit_json(data: Any, stream: TextIO | None = None) -> None:

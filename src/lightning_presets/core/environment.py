@@ -22,10 +22,36 @@ CLUSTER_VARIABLES = frozenset(
 )  # fmt: skip
 
 
+AUTOLOAD_ON = ("1", "true", "yes", "on")
+AUTOLOAD_OFF = ("0", "false", "no", "off")
+"""The values ``LIGHTNING_PRESETS_AUTOLOAD`` takes (any case, surrounding blanks ignored; empty means on). Any other
+value leaves autoload on, as the ``.pth`` line reads it, and is reported (:func:`unknown_values`)."""
+_SKIP_TOKEN = re.compile(r"LP[0-9]{3}|ALL", re.IGNORECASE)
+
+
 def autoload_enabled(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the start-up hook registers presets (``LIGHTNING_PRESETS_AUTOLOAD`` unset or not a false value)."""
     value = (os.environ if environ is None else environ).get(AUTOLOAD_VARIABLE, "1")
-    return value.strip().lower() not in ("0", "false", "no", "off")
+    return value.strip().lower() not in AUTOLOAD_OFF
+
+
+def unknown_values(environ: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """``(variable, value, what it takes)`` for each of the package's variables set to something it does not take:
+    ``LIGHTNING_PRESETS_AUTOLOAD=disabled`` (on, silently, until now), a ``LIGHTNING_PRESETS_SKIP`` entry that is no
+    code (``LP3O5``, ``LP30``)."""
+    env = os.environ if environ is None else environ
+    found = []
+    autoload = env.get(AUTOLOAD_VARIABLE)
+    if autoload is not None and autoload.strip() and autoload.strip().lower() not in AUTOLOAD_ON + AUTOLOAD_OFF:
+        found.append(
+            (AUTOLOAD_VARIABLE, autoload, f"one of {', '.join(AUTOLOAD_ON)} (on) or {', '.join(AUTOLOAD_OFF)} (off)")
+        )
+    for token in _SEPARATORS.split(env.get(SKIP_VARIABLE, "")):
+        if token and not _SKIP_TOKEN.fullmatch(token):
+            found.append(
+                (SKIP_VARIABLE, token, "rule codes (LP and three digits, e.g. LP305) separated by commas, or all")
+            )
+    return found
 
 
 def skipped_rules(environ: Mapping[str, str] | None = None) -> frozenset[str]:

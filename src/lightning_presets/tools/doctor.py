@@ -36,6 +36,7 @@ from lightning_presets.core.environment import (
     DENY_VARIABLE,
     autoload_enabled,
     is_cluster_variable,
+    skipped_rules,
 )
 from lightning_presets.core.findings import Finding, PresetWarning
 from lightning_presets.core.namespaces import NAMESPACES, Namespace
@@ -43,6 +44,7 @@ from lightning_presets.core.versions import LIGHTNING_TESTED
 from lightning_presets.core.versions import SUPPORTED_LIGHTNING as _SUPPORTED_RANGE
 from lightning_presets.registry import bridge, catalog, requirements
 from lightning_presets.registry.requirements import DEPENDENCIES, installed_version, is_importable
+from lightning_presets.registry.variables import RULES_SKIPPED, UNKNOWN_VALUE, variable_findings
 from lightning_presets.tools import catalog as catalogs
 
 DOCTOR_SCHEMA = "lightning-presets/doctor"
@@ -174,6 +176,8 @@ CODES: tuple[Code, ...] = (
     NO_STARTUP_HOOK,
     NOT_REGISTERED,
     LIGHTNING_BROKEN,
+    UNKNOWN_VALUE,
+    RULES_SKIPPED,
 )
 
 
@@ -492,6 +496,8 @@ def _diagnose(*, import_optional: bool) -> Report:
     report.sections["optional_dependencies"] = info
     report.findings.extend(found)
     report.sections["cluster"] = cluster_section()
+    report.sections["variables"] = {"skipped_rules": sorted(skipped_rules())}
+    report.findings.extend(variable_findings())
     if report.sections["torch"]["installed"]:
         report.sections["torch"]["cuda_initialized_at_end"] = cuda_initialized()
     return report

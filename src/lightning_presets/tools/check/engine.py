@@ -29,6 +29,7 @@ from lightning_presets.guards import arguments
 from lightning_presets.guards.launch_rules import environment_takes_the_job
 from lightning_presets.registry import catalog
 from lightning_presets.registry.overrides import accepted
+from lightning_presets.registry.variables import variable_findings
 from lightning_presets.tools import simulation as _simulation
 from lightning_presets.tools.check import cluster as _cluster
 from lightning_presets.tools.check import construct as _construct
@@ -469,6 +470,7 @@ def check_job(request: CheckRequest) -> CheckReport:
     if {finding.code for finding in cluster} & {each.code for each in _cluster.ENVIRONMENT_RULES}:
         out.drop(environment_takes_the_job.code)
     out.add(cluster, "check", evidence)
+    out.add(variable_findings(), "check", evidence)
     simulated = {
         "gpus_per_node": request.gpus,
         "gpus_visible": visible,
