@@ -233,6 +233,11 @@ def _strategy_argument(request: CheckRequest, name: Any, out: _Collector) -> Any
         except PresetConfigError as error:
             out.add(error.findings, "guard", "syntax")
             return None
+        except Exception as error:
+            if _raised_in_this_package(error):
+                raise  # our bug: reported as an internal error, never as the user's configuration
+            out.add([_lightning_finding(error, request)], "lightning", "syntax")  # the strategy's own constructor
+            return None
     registry = _names.strategy_registry(request.package)
     if name not in registry:  # e.g. an unknown PL_TRAINER_STRATEGY: the names check reports it
         out.add(_names.check_strategy(name, request.package, request.caller), "check", "syntax")
@@ -260,6 +265,22 @@ def _plugin_instances(request: CheckRequest, out: _Collector) -> list[Any] | Non
             out.add(error.findings, "guard", "syntax")
             return None
     return instances
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _raised_in_this_package(error: BaseException) -> bool:
+    """Whether the innermost frame of ``error``'s traceback is this package's code (not Lightning's, DeepSpeed's or
+    the standard library's, which the preset's strategy constructor calls with the user's ``--set`` values)."""
+    tb = error.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    if last is None:
+        return False
+    return os.path.abspath(last.tb_frame.f_code.co_filename).startswith(_PACKAGE + os.sep)
 
 
 def _lightning_finding(error: BaseException, request: CheckRequest) -> Finding:

@@ -167,7 +167,7 @@ def parse_value(text: str) -> Any:
     ``null``) when it is one, else the string."""
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):  # TypeError: `{[1]}` is unhashable
         pass
     try:
         return json.loads(text)
