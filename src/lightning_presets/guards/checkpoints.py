@@ -11,8 +11,17 @@ Three formats are recognised, by their files:
   the tag ``checkpoint``.
 
 Bounded and safe: only pickles are read (never a tensor's bytes), through an unpickler that imports nothing and
-calls nothing (every class the pickle names becomes an inert placeholder); pickles, zip indexes and folder listings
-above fixed sizes, symbolic-link loops and tags that leave the folder are refused with :class:`CheckpointReadError`.
+calls nothing (every class the pickle names becomes an inert placeholder) and keys dictionaries so that no pickle can
+make them quadratic. Every file is opened without blocking and read only if it is a regular file (a FIFO would block
+forever); the zip is read as ``torch.load`` reads it (its central directory and local headers; neither CRCs, names
+in local headers nor "version needed" checked), and so is the legacy (not zip) format. The work is bounded, not only
+the bytes: pickles, zip indexes and folder listings above fixed sizes, compression above a fixed ratio, pickles that
+run more than a fixed number of opcodes, create more than a fixed number of objects or take more than a fixed CPU
+time, symbolic-link loops and tags that leave the folder are refused with :class:`CheckpointReadError`. Whatever the
+reader cannot classify is left unknown: :func:`read_checkpoint` raises nothing but :class:`CheckpointReadError` and
+:class:`FileNotFoundError`, whatever the files hold (its own failure included: ``CheckpointReadError.internal``).
+Texts read from a checkpoint (keys, class names) reach facts and messages through :func:`clean` (no escape
+sequences).
 """
 
 from __future__ import annotations
@@ -23,15 +32,34 @@ import io
 import os
 import pickle
 import re
+import stat
 import struct
-import zipfile
+import sys
+import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import IO, Any, ClassVar, Literal
+
+from lightning_presets.core.rules import error_text
 
 MAX_PICKLE_BYTES = 256 * 2**20
-"""The largest pickle read (``data.pkl`` of a file, ``.metadata`` of a distributed checkpoint)."""
+"""The largest pickle read (``data.pkl`` of a file, ``.metadata`` of a distributed checkpoint; a real Lightning
+checkpoint's is well under 16 MB, a distributed checkpoint's metadata grows with the shards)."""
+MAX_PICKLE_OPCODES = 4_000_000
+"""The most opcodes one pickle may run (the work of reading it, under a microsecond each: a Lightning checkpoint runs
+about 125 per parameter tensor with Adam's state, 500,000 for 4,000 tensors)."""
+MAX_PICKLE_OBJECTS = 2_000_000
+"""The most objects one pickle may create while it is read, counted as the memory blocks the process allocates
+meanwhile (``sys.getallocatedblocks``; a Lightning checkpoint creates about 40 per parameter tensor with Adam's
+state)."""
+MAX_PICKLE_SECONDS = 5.0
+"""The most CPU time one pickle may cost to read, whatever else bounds it."""
+MAX_PICKLE_CLASSES = 10_000
+"""The most distinct classes one pickle may name (real ones name a few dozen)."""
+MAX_COMPRESSION_RATIO = 50
+"""The most a compressed ``data.pkl`` may expand (``torch.save`` stores it uncompressed)."""
 MAX_ZIP_INDEX_BYTES = 64 * 2**20
 """The largest zip central directory read."""
 MAX_FOLDER_ENTRIES = 100_000
@@ -45,7 +73,12 @@ KeyStyle = Literal["ids", "names", "none"]
 
 
 class CheckpointReadError(ValueError):
-    """The checkpoint's facts cannot be read safely: what was refused, and why."""
+    """The checkpoint's facts cannot be read safely: what was refused, and why. ``internal``: the reader itself
+    failed on it (a bug here, not in the checkpoint)."""
+
+    def __init__(self, message: str, *, internal: bool = False) -> None:
+        super().__init__(message)
+        self.internal = internal
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +119,9 @@ class CheckpointFacts:
     """DeepSpeed: the tag folder the ``latest`` file names; ``None`` when the path is the tag folder itself."""
     universal: bool = False
     """DeepSpeed: a universal checkpoint (``ds_to_universal``) is present (``latest_universal``)."""
+    unknown_entries: tuple[str, ...] = ()
+    """Top-level mappings that are neither weights nor a state shaped like an optimizer's (a custom optimizer's,
+    a scheduler's, the user's own): what they hold is unknown."""
 
     def describe(self) -> str:
         """One phrase for messages: ``a sharded checkpoint (torch.distributed.checkpoint) of 2 processes (...)``."""
@@ -100,7 +136,9 @@ class CheckpointFacts:
         if self.format == "distributed" and self.model_key is not None:
             details.append(f"weights under {self.model_key!r}")
         details.append(f"{'/'.join(self.weight_dtypes) or 'unknown-precision'} weights")
-        keys = f"optimizer state keyed by parameter {self.optimizer_keys}"
+        keys = "optimizer state" + (
+            f" keyed by parameter {self.optimizer_keys}" if self.optimizer_keys != "none" else ""
+        )
         details.append(keys if self.optimizers else "no optimizer state")
         if self.format == "distributed":
             processes = f"{self.world_size} process{'es' if self.world_size != 1 else ''}"
@@ -122,16 +160,25 @@ def is_local(path: object) -> bool:
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointFacts:
-    """The facts of the checkpoint at ``path``; :class:`CheckpointReadError` when they cannot be read safely and
-    :class:`FileNotFoundError` when there is nothing at ``path``."""
+    """The facts of the checkpoint at ``path``; :class:`CheckpointReadError` when they cannot be read safely (or the
+    reader fails on them, whatever the error) and :class:`FileNotFoundError` when there is nothing at ``path``."""
     where = Path(path)
-    kind = _stat(where)
-    if kind == "file":
-        return _file_facts(where)
-    entries = _list(where)
-    if ".metadata" in entries:
-        return _distributed_facts(where, entries)
-    return _deepspeed_facts(where, entries)
+    try:
+        kind = _stat(where)
+        if kind == "file":
+            return _file_facts(where)
+        entries = _list(where)
+        if ".metadata" in entries:
+            return _distributed_facts(where, entries)
+        return _deepspeed_facts(where, entries)
+    except (CheckpointReadError, FileNotFoundError, KeyboardInterrupt):
+        raise
+    except BaseException as error:  # the reader's own failure, on anything the files hold: never raised raw
+        raise CheckpointReadError(
+            f"{clean(repr(os.fspath(where)))}: the checkpoint reader of lightning-presets failed on it "
+            f"({clean(error_text(error))}); a bug of lightning-presets, not of the checkpoint",
+            internal=True,
+        ) from None
 
 
 # --------------------------------------------------------------------------- the file system, bounded
@@ -171,9 +218,30 @@ def _list(folder: Path) -> frozenset[str]:
     return frozenset(names)
 
 
+def _open(path: Path, where: str | None = None) -> IO[bytes]:
+    """``path`` opened for reading without blocking (a FIFO or a device would never answer), if a regular file."""
+    where = where or repr(os.fspath(path))
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as error:
+        raise _unreadable(where, error) from None
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+            raise CheckpointReadError(f"{where} is {kind}: not read")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
 def _read_bounded(path: Path, limit: int, what: str) -> bytes:
     try:
-        with open(path, "rb") as handle:
+        with _open(path) as handle:
             data = handle.read(limit + 1)
     except OSError as error:
         raise _unreadable(repr(os.fspath(path)), error) from None
@@ -239,31 +307,221 @@ _STORAGE_DTYPES = {
 _DTYPE_NAMES = frozenset(_STORAGE_DTYPES.values())
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, data: bytes) -> None:
-        super().__init__(io.BytesIO(data))
+_CHUNK = 16 * 2**10
+"""How much compressed data is inflated at a time."""
+_CHECK_EVERY = 2**14
+"""How many opcodes run between two checks of the objects a pickle has created."""
+_STOP: type[BaseException] = getattr(pickle, "_Stop")  # noqa: B009 (private: typeshed does not declare them)
+_UNFRAMER: Any = getattr(pickle, "_Unframer")  # noqa: B009
+
+
+class _Bounded:
+    """A pickle's bytes from ``source``, at most ``limit`` of them."""
+
+    def __init__(self, source: IO[bytes], where: str, limit: int) -> None:
+        self._source = source
+        self._where = where
+        self._limit = limit
+        self._used = 0
+
+    def _spend(self, size: int) -> None:
+        self._used += size
+        if self._used > self._limit:
+            raise CheckpointReadError(f"{self._where}: its pickle is larger than {self._limit:,} bytes: not read")
+
+    def read(self, size: int = -1) -> bytes:
+        size = self._limit - self._used + 1 if size < 0 else size
+        self._spend(size)  # before reading: a pickle's length field may claim anything
+        return self._source.read(size)
+
+    def readline(self) -> bytes:
+        data = self._source.readline(min(self._limit - self._used + 1, MAX_TEXT_LINE))
+        self._spend(len(data))
+        return data
+
+
+MAX_TEXT_LINE = 2**16
+"""The longest line of a text opcode (protocol 0) read."""
+
+
+class _Key:
+    """A dictionary key or set member other than a text, bytes or a plain int: hashed by identity, so that no
+    pickle can make its keys collide (equal hashes would make building the dictionary quadratic)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+_PLAIN_KEYS = (str, bytes, bool, type(None))
+
+
+def _safe(key: Any) -> Any:
+    if type(key) in _PLAIN_KEYS or (type(key) is int and -(2**60) < key < 2**60):
+        return key  # ints of different values below 2**61 - 1 never share a hash; texts' hashes are keyed
+    return _Key(key)
+
+
+def _pairs(items: list[Any]) -> Any:
+    return ((_safe(items[index]), items[index + 1]) for index in range(0, len(items) - 1, 2))
+
+
+class _Unpickler(pickle._Unpickler):
+    """Python's own unpickler (not the C one: this one can be bounded opcode by opcode) that imports nothing, calls
+    nothing of the pickle's, counts its opcodes and the objects it creates, and keys dictionaries and sets so that
+    no pickle can make them quadratic."""
+
+    dispatch: ClassVar[dict[int, Any]] = dict(pickle._Unpickler.dispatch)
+
+    def __init__(self, source: _Bounded | io.BytesIO, *, framed: bool = True) -> None:
+        super().__init__(source, encoding="utf-8", errors="replace")
         self._classes: dict[str, type[_Object]] = {}
+        self._framed = framed
+        self.stack: list[Any] = []
+
+    def load(self) -> Any:
+        unframer = _UNFRAMER(self._file_read, self._file_readline)  # type: ignore[attr-defined]
+        self._unframer = unframer
+        self.readinto = unframer.readinto
+        if self._framed:
+            self.read = read = unframer.read
+            self.readline = unframer.readline
+        else:  # protocols 0-3 have no frames: the bytes' own read, opcode by opcode (4 times faster)
+            self.read = read = self._file_read  # type: ignore[attr-defined]
+            self.readline = self._file_readline  # type: ignore[attr-defined]
+        self.metastack: list[Any] = []
+        self.stack = []
+        self.append = self.stack.append
+        self.proto = 0
+        dispatch = self.dispatch
+        blocks = sys.getallocatedblocks()
+        start = time.thread_time()
+        count = 0
+        try:
+            while True:
+                key = read(1)
+                if not key:
+                    raise EOFError("the pickle ends before its STOP")
+                dispatch[key[0]](self)
+                count += 1
+                if count % _CHECK_EVERY == 0:
+                    self._within(count, sys.getallocatedblocks() - blocks, time.thread_time() - start)
+        except _STOP as stop:
+            return getattr(stop, "value", None)
+
+    def _within(self, opcodes: int, objects: int, seconds: float) -> None:
+        if opcodes > MAX_PICKLE_OPCODES:
+            raise CheckpointReadError(f"its pickle runs more than {MAX_PICKLE_OPCODES:,} opcodes: not read")
+        if objects > MAX_PICKLE_OBJECTS:
+            raise CheckpointReadError(f"its pickle creates more than {MAX_PICKLE_OBJECTS:,} objects: not read")
+        if seconds > MAX_PICKLE_SECONDS:
+            raise CheckpointReadError(f"its pickle takes more than {MAX_PICKLE_SECONDS:g} s of CPU time: not read")
+
+    # dictionaries, sets and the memo, keyed safely
+    def _setitems(self) -> None:
+        items = self.pop_mark()  # type: ignore[attr-defined]
+        target = self.stack[-1]
+        for key, value in _pairs(items):
+            target[key] = value
+
+    def _setitem(self) -> None:
+        value = self.stack.pop()
+        key = self.stack.pop()
+        self.stack[-1][_safe(key)] = value
+
+    def _dict(self) -> None:
+        self.append(dict(_pairs(self.pop_mark())))  # type: ignore[attr-defined]
+
+    def _additems(self) -> None:
+        items = [_safe(item) for item in self.pop_mark()]  # type: ignore[attr-defined]
+        target = self.stack[-1]
+        add = getattr(target, "add", None)
+        if add is None:
+            raise TypeError("ADDITEMS on something that is not a set")
+        for item in items:
+            add(item)
+
+    def _frozenset(self) -> None:
+        self.append(frozenset(_safe(item) for item in self.pop_mark()))  # type: ignore[attr-defined]
+
+    def _put(self) -> None:
+        index = int(self.readline()[:-1])
+        if not 0 <= index < 2**32:
+            raise ValueError(f"PUT argument {index} out of range")
+        self.memo[index] = self.stack[-1]  # type: ignore[attr-defined]
+
+    def _extension(self) -> None:
+        raise ValueError("the pickle names an extension code (copyreg): not read")
+
+    for _code, _method in (
+        (pickle.SETITEMS, _setitems), (pickle.SETITEM, _setitem), (pickle.DICT, _dict),
+        (pickle.ADDITEMS, _additems), (pickle.FROZENSET, _frozenset), (pickle.PUT, _put),
+        (pickle.EXT1, _extension), (pickle.EXT2, _extension), (pickle.EXT4, _extension),
+    ):  # fmt: skip
+        dispatch[_code[0]] = _method
+    del _code, _method
 
     def find_class(self, module: str, name: str) -> Any:
         qualname = f"{module}.{name}"
-        if qualname == "collections.OrderedDict":  # a plain mapping; constructing one runs no code of the pickle's
-            return collections.OrderedDict
+        if qualname == "collections.OrderedDict":  # a plain mapping, filled by SETITEMS (its arguments are ignored)
+            return _ordered_dict
         found = self._classes.get(qualname)
         if found is None:
-            found = self._classes[qualname] = type("Placeholder", (_Object,), {"__slots__": (), "qualname": qualname})
+            if len(self._classes) >= MAX_PICKLE_CLASSES:
+                raise CheckpointReadError(f"its pickle names more than {MAX_PICKLE_CLASSES:,} classes: not read")
+            found = self._classes[qualname] = type(
+                "Placeholder", (_Object,), {"__slots__": (), "qualname": clean(qualname)}
+            )
         return found
 
     def persistent_load(self, pid: Any) -> Any:
         kind = pid[1] if isinstance(pid, tuple) and len(pid) > 1 else None
-        name = getattr(kind, "qualname", "").rpartition(".")[2]
+        name = str(getattr(kind, "qualname", "")).rpartition(".")[2]
         return _Storage(_STORAGE_DTYPES.get(name, name.removesuffix("Storage").lower() or "unknown"))
 
 
-def _loads(data: bytes, where: str) -> Any:
+def _ordered_dict(*args: Any, **kwargs: Any) -> collections.OrderedDict[Any, Any]:
+    return collections.OrderedDict()
+
+
+def _loads(source: IO[bytes] | bytes, where: str) -> Any:
+    """One pickle: all of ``source`` (bytes, already bounded in size), or from a file at its position (at most
+    :data:`MAX_PICKLE_BYTES` of it), within the budget."""
     try:
-        return _Unpickler(data).load()
-    except Exception as error:  # a damaged or foreign pickle: reported, never raised raw
-        raise CheckpointReadError(f"{where}: not a readable pickle ({type(error).__name__}: {error})") from None
+        if isinstance(source, bytes):
+            framed = source[:1] == pickle.PROTO and source[1:2] >= b"\x04"
+            return _Unpickler(io.BytesIO(source), framed=framed).load()
+        return _Unpickler(_Bounded(source, where, MAX_PICKLE_BYTES)).load()
+    except CheckpointReadError as error:
+        message = str(error)
+        raise CheckpointReadError(message if message.startswith(where) else f"{where}: {message}") from None
+    except OSError as error:
+        raise _unreadable(where, error) from None
+    except Exception as error:  # a damaged or foreign pickle (of any error type): reported, never raised raw
+        raise CheckpointReadError(f"{where}: not a readable pickle ({clean(error_text(error))})") from None
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+MAX_TEXT = 200
+"""The most characters of a text read from a checkpoint (a key, a class's name) that a message repeats."""
+
+
+def clean(text: str, limit: int = MAX_TEXT) -> str:
+    """``text`` read from a checkpoint, safe for a terminal: control characters (escape sequences) written as
+    ``\\xNN``, at most ``limit`` characters."""
+    text = _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def label(key: Any) -> str:
+    """A key read from a checkpoint as text for facts and messages (a huge int is not printed)."""
+    key = key.value if isinstance(key, _Key) else key
+    if isinstance(key, str):
+        return clean(key)
+    if (type(key) is int and key.bit_length() <= 64) or type(key) in (bool, float) or key is None:
+        return str(key)
+    return f"<a {key.qualname if isinstance(key, _Object) else clean(type(key).__name__)} key>"
 
 
 def _dtype(value: Any, depth: int = 0) -> str | None:
@@ -314,78 +572,217 @@ def _dtypes(value: Any) -> tuple[str, ...]:
 
 
 def _is_optimizer_state(value: Any) -> bool:
+    """A mapping shaped like an optimizer's ``state_dict()``: ``param_groups`` (torch.optim's, and the wrappers that
+    keep them, such as Lookahead's ``fast_state``/``slow_state``/``param_groups``), or a ``state`` of mappings."""
     mapping = _mapping(value)
-    return mapping is not None and "state" in mapping and "param_groups" in mapping
+    if mapping is None:
+        return False
+    return "param_groups" in mapping or ("state" in mapping and _mapping(mapping["state"]) is not None)
+
+
+def _has_tensors(value: Any) -> bool:
+    mapping = _mapping(value)
+    return mapping is not None and any(_dtype(item) is not None for item in mapping.values())
 
 
 def _key_style(state: Any) -> KeyStyle:
+    """How an optimizer's state is keyed; ``none`` when there is none or its shape is not torch.optim's."""
     mapping = _mapping(state)
     if mapping is None:
         return "none"
-    keys = list(_mapping(mapping["state"]) or ())
+    keys = list(_mapping(mapping.get("state")) or ())
     if not keys:  # no step taken yet: the parameter groups still name the parameters
-        groups = mapping["param_groups"] if isinstance(mapping["param_groups"], list) else []
-        keys = [param for group in groups for param in (_mapping(group) or {}).get("params", [])]
+        groups = mapping.get("param_groups")
+        keys = [
+            param
+            for group in (groups if isinstance(groups, list) else [])
+            for param in _listed((_mapping(group) or {}).get("params"))
+        ]
     if not keys:
         return "none"
     return "ids" if all(type(key) is int for key in keys) else "names"
 
 
+def _listed(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
 # --------------------------------------------------------------------------- one torch.save file
 
 
-def _zip_index_size(handle: Any, where: str) -> tuple[int, int]:
-    """(entries, bytes) of a zip's central directory, read from its end records before anything else."""
+_END = b"PK\x05\x06"
+_END64_LOCATOR = b"PK\x06\x07"
+_END64 = b"PK\x06\x06"
+_CENTRAL = b"PK\x01\x02"
+_LOCAL = b"PK\x03\x04"
+_CENTRAL_ENTRY = struct.Struct("<4s4H4x3I5H4xI")  # signature .. method, crc (skipped), sizes, lengths, offset
+_LOCAL_HEADER = struct.Struct("<4s22xHH")
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19."
+"""The first pickle of the legacy (not zip) ``torch.save`` format: its magic number, 0x1950a86a20f9469cfc6c."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Member:
+    name: str
+    method: int
+    flags: int
+    compressed: int
+    size: int
+    offset: int
+
+
+def _zip_directory(handle: IO[bytes], where: str) -> list[_Member] | None:
+    """The members of a zip, read from its end records and central directory as ``torch.load`` (miniz) reads them;
+    ``None`` when the file has no zip directory at its end."""
     handle.seek(0, os.SEEK_END)
     size = handle.tell()
     tail_length = min(size, 22 + 65_535 + 20)
     handle.seek(size - tail_length)
     tail = handle.read(tail_length)
-    end = tail.rfind(b"PK\x05\x06")
+    end = tail.rfind(_END)
     if end < 0 or end + 22 > len(tail):
-        raise CheckpointReadError(f"{where}: not a torch.save zip file (no zip directory at its end)")
-    entries, index_bytes = struct.unpack_from("<HI", tail, end + 10)
-    if (entries == 0xFFFF or index_bytes == 0xFFFFFFFF) and end >= 20 and tail[end - 20 : end - 16] == b"PK\x06\x07":
+        return None
+    entries, index_bytes, index_offset = struct.unpack_from("<HII", tail, end + 10)
+    zip64 = entries == 0xFFFF or 0xFFFFFFFF in (index_bytes, index_offset)
+    if zip64 and end >= 20 and tail[end - 20 : end - 16] == _END64_LOCATOR:
         (record_offset,) = struct.unpack_from("<Q", tail, end - 20 + 8)
-        handle.seek(record_offset)
+        handle.seek(min(record_offset, size))
         record = handle.read(56)
-        if len(record) < 56 or record[:4] != b"PK\x06\x06":
+        if len(record) < 56 or record[:4] != _END64:
             raise CheckpointReadError(f"{where}: its zip64 directory record is damaged")
-        entries, index_bytes = struct.unpack_from("<QQ", record, 32)
-    return entries, index_bytes
+        entries, index_bytes, index_offset = struct.unpack_from("<QQQ", record, 32)
+    if index_bytes > MAX_ZIP_INDEX_BYTES or entries > MAX_FOLDER_ENTRIES:
+        raise CheckpointReadError(
+            f"{where}: its zip index holds {entries:,} entries in {index_bytes:,} bytes, above the "
+            f"{MAX_FOLDER_ENTRIES:,} entries / {MAX_ZIP_INDEX_BYTES:,} bytes read: not read"
+        )
+    if index_offset + index_bytes > size:
+        raise CheckpointReadError(f"{where}: its zip directory lies beyond the end of the file (truncated?)")
+    handle.seek(index_offset)
+    index = handle.read(index_bytes)
+    members = []
+    at = 0
+    for _ in range(entries):
+        if at + _CENTRAL_ENTRY.size > len(index) or index[at : at + 4] != _CENTRAL:
+            raise CheckpointReadError(f"{where}: its zip directory is damaged")
+        _, _, _, flags, method, _, compressed, length, name_length, extra_length, comment_length, _, _, offset = (
+            _CENTRAL_ENTRY.unpack_from(index, at)
+        )
+        at += _CENTRAL_ENTRY.size
+        raw_name = index[at : at + name_length]
+        extra = index[at + name_length : at + name_length + extra_length]
+        at += name_length + extra_length + comment_length
+        length, compressed, offset = _zip64_sizes(extra, length, compressed, offset)
+        name = raw_name.decode("utf-8" if flags & 0x800 else "cp437", errors="replace")
+        members.append(_Member(name, method, flags, compressed, length, offset))
+    return members
+
+
+def _zip64_sizes(extra: bytes, size: int, compressed: int, offset: int) -> tuple[int, int, int]:
+    """The sizes and offset a zip64 extra field holds for those its entry marks 0xFFFFFFFF."""
+    at = 0
+    while at + 4 <= len(extra):
+        kind, length = struct.unpack_from("<HH", extra, at)
+        body = extra[at + 4 : at + 4 + length]
+        at += 4 + length
+        if kind != 1:
+            continue
+        values = [value for (value,) in struct.iter_unpack("<Q", body[: len(body) // 8 * 8])]
+        if size == 0xFFFFFFFF and values:
+            size = values.pop(0)
+        if compressed == 0xFFFFFFFF and values:
+            compressed = values.pop(0)
+        if offset == 0xFFFFFFFF and values:
+            offset = values.pop(0)
+    return size, compressed, offset
+
+
+def _data_pickle(members: list[_Member], where: str) -> _Member:
+    """``<archive>/data.pkl``, the archive being the folder of the zip's first member (as ``torch.load`` finds it)."""
+    prefix = members[0].name.partition("/")[0] if members and "/" in members[0].name else None
+    found = [member for member in members if prefix is not None and member.name == f"{prefix}/data.pkl"]
+    if not found:
+        raise CheckpointReadError(f"{where}: a zip file, but not one torch.save wrote (no data.pkl)")
+    return found[0]
+
+
+def _member_bytes(handle: IO[bytes], member: _Member, where: str) -> bytes:
+    """A member's bytes (stored or deflated, the methods ``torch.load`` reads), bounded in size and expansion."""
+    if member.flags & 0x1:
+        raise CheckpointReadError(f"{where}: its data.pkl is encrypted: not read")
+    if member.size > MAX_PICKLE_BYTES:
+        raise CheckpointReadError(
+            f"{where}: its pickle is {member.size:,} bytes, above the {MAX_PICKLE_BYTES:,} read: not read"
+        )
+    handle.seek(member.offset)
+    header = handle.read(_LOCAL_HEADER.size)
+    if len(header) < _LOCAL_HEADER.size or header[:4] != _LOCAL:
+        raise CheckpointReadError(f"{where}: the zip header of its data.pkl is damaged")
+    _, name_length, extra_length = _LOCAL_HEADER.unpack(header)
+    handle.seek(member.offset + _LOCAL_HEADER.size + name_length + extra_length)
+    if member.method == 0:
+        data = handle.read(min(member.size, MAX_PICKLE_BYTES + 1))
+    elif member.method == 8:
+        data = _inflate(handle, member, where)
+    else:
+        raise CheckpointReadError(
+            f"{where}: its data.pkl is compressed with zip method {member.method}, which torch.load does not read"
+        )
+    if len(data) < member.size:
+        raise CheckpointReadError(f"{where}: its data.pkl ends early (the file is truncated or damaged)")
+    return data[: member.size]
+
+
+def _inflate(handle: IO[bytes], member: _Member, where: str) -> bytes:
+    inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+    out = bytearray()
+    read = 0
+    while len(out) < member.size and not inflater.eof:
+        chunk = inflater.unconsumed_tail or handle.read(min(_CHUNK, max(member.compressed - read, 0)))
+        if not chunk:
+            break
+        if not inflater.unconsumed_tail:
+            read += len(chunk)
+        try:
+            out += inflater.decompress(chunk, _CHUNK)
+        except zlib.error as error:
+            raise CheckpointReadError(f"{where}: its data.pkl does not decompress ({error})") from None
+        if len(out) > MAX_COMPRESSION_RATIO * max(read, 1) + _CHUNK:
+            raise CheckpointReadError(
+                f"{where}: its data.pkl expands more than {MAX_COMPRESSION_RATIO} times (torch.save stores it "
+                "uncompressed): not read"
+            )
+    return bytes(out)
 
 
 def _zip_pickle(path: Path, where: str | None = None) -> Any:
-    """The unpickled ``data.pkl`` of a ``torch.save`` zip (tensors as placeholders)."""
+    """The unpickled ``data.pkl`` of a ``torch.save`` zip (tensors as placeholders), or the pickled object of the
+    legacy format."""
     where = where or repr(os.fspath(path))
     try:
-        with open(path, "rb") as handle:
-            entries, index_bytes = _zip_index_size(handle, where)
-            if index_bytes > MAX_ZIP_INDEX_BYTES or entries > MAX_FOLDER_ENTRIES:
-                raise CheckpointReadError(
-                    f"{where}: its zip index holds {entries:,} entries in {index_bytes:,} bytes, above the "
-                    f"{MAX_FOLDER_ENTRIES:,} entries / {MAX_ZIP_INDEX_BYTES:,} bytes read: not read"
-                )
-            handle.seek(0)
-            with zipfile.ZipFile(handle) as archive:
-                names = [name for name in archive.namelist() if name.endswith("/data.pkl") and name.count("/") == 1]
-                if len(names) != 1:
-                    raise CheckpointReadError(f"{where}: a zip file, but not one torch.save wrote (no data.pkl)")
-                info = archive.getinfo(names[0])
-                if info.file_size > MAX_PICKLE_BYTES:
-                    raise CheckpointReadError(
-                        f"{where}: its pickle is {info.file_size:,} bytes, above the {MAX_PICKLE_BYTES:,} read: "
-                        "not read"
-                    )
-                with archive.open(info) as member:
-                    data = member.read(MAX_PICKLE_BYTES + 1)
-    except zipfile.BadZipFile as error:
-        raise CheckpointReadError(f"{where} cannot be read as a torch.save zip: {error}") from None
+        with _open(path, where) as handle:
+            members = _zip_directory(handle, where)
+            if members is None:
+                handle.seek(0)
+                if handle.read(len(_LEGACY_MAGIC)) == _LEGACY_MAGIC:
+                    return _legacy_pickle(handle, where)
+                raise CheckpointReadError(f"{where}: not a torch.save zip file (no zip directory at its end)")
+            data = _member_bytes(handle, _data_pickle(members, where), where)
     except OSError as error:
         raise _unreadable(where, error) from None
-    if len(data) > MAX_PICKLE_BYTES:
-        raise CheckpointReadError(f"{where}: its pickle is larger than {MAX_PICKLE_BYTES:,} bytes: not read")
+    except (struct.error, ValueError, OverflowError, EOFError, MemoryError) as error:
+        if isinstance(error, CheckpointReadError):
+            raise
+        raise CheckpointReadError(f"{where} is damaged ({clean(error_text(error))})") from None
     return _loads(data, where)
+
+
+def _legacy_pickle(handle: IO[bytes], where: str) -> Any:
+    """The object of a legacy ``torch.save`` file: after its magic number, its protocol version and system
+    information, each one pickle (the storages' bytes that follow are not read)."""
+    for _ in range(2):
+        _loads(handle, where)
+    return _loads(handle, where)
 
 
 _TRAINER_KEYS = ("pytorch-lightning_version", "loops")
@@ -393,18 +790,22 @@ _TRAINER_KEYS = ("pytorch-lightning_version", "loops")
 
 def _file_facts(path: Path) -> CheckpointFacts:
     top = _mapping(_zip_pickle(path)) or {}
-    keys = tuple(str(key) for key in top)
+    keys = tuple(label(key) for key in top)
     trainer = any(key in top for key in _TRAINER_KEYS)
+    unknown: tuple[str, ...] = ()
     if trainer:
         states = top.get("optimizer_states")
-        optimizer_states = list(states) if isinstance(states, list) else []
-        entries: tuple[str, ...] = ("optimizer_states",) if optimizer_states else ()
+        optimizer_states = list(states) if isinstance(states, (list, tuple)) else []
+        entries: tuple[str, ...] = ("optimizer_states",) if "optimizer_states" in top else ()
         model_key: str | None = "state_dict" if "state_dict" in top else None
     else:
-        entries = tuple(str(key) for key, value in top.items() if _is_optimizer_state(value))
-        optimizer_states = [top[key] for key in entries]
-        modules = [key for key, value in top.items() if _mapping(value) is not None and not _is_optimizer_state(value)]
-        model_key = "state_dict" if "state_dict" in top else modules[0] if len(modules) == 1 else None
+        found = [key for key, value in top.items() if _is_optimizer_state(value)]
+        entries = tuple(label(key) for key in found)
+        optimizer_states = [top[key] for key in found]
+        mappings = [key for key, value in top.items() if _mapping(value) is not None and key not in found]
+        modules = [key for key in mappings if _has_tensors(top[key])] or mappings
+        unknown = tuple(label(key) for key in mappings if key not in modules)
+        model_key = "state_dict" if "state_dict" in top else label(modules[0]) if len(modules) == 1 else None
     weights = top.get(model_key) if model_key is not None else top
     styles = {_key_style(state) for state in optimizer_states} - {"none"}
     return CheckpointFacts(
@@ -417,12 +818,13 @@ def _file_facts(path: Path) -> CheckpointFacts:
         optimizers=len(optimizer_states),
         optimizer_entries=entries,
         optimizer_keys=styles.pop() if len(styles) == 1 else "names" if styles else "none",
+        unknown_entries=unknown,
     )
 
 
 # --------------------------------------------------------------------------- a torch.distributed.checkpoint folder
 
-_SHARD_FILE = re.compile(r"__(\d+)_\d+\.distcp")
+_SHARD_FILE = re.compile(r"__(\d{1,9})_\d+\.distcp")
 _DCP_METADATA = "torch.distributed.checkpoint.metadata.Metadata"
 
 
@@ -434,22 +836,29 @@ def _distributed_facts(folder: Path, entries: frozenset[str]) -> CheckpointFacts
     tensors = _mapping(metadata.field("state_dict_metadata")) or {}
     paths = _mapping(metadata.field("planner_data")) or {}
     storage = _mapping(metadata.field("storage_data")) or {}
-    files = {info.field("relative_path") for info in storage.values() if isinstance(info, _Object)}
-    ranks = {int(m.group(1)) for name in (files or entries) if (m := _SHARD_FILE.fullmatch(str(name)))}
-    keyed = {str(fqn): _path_of(str(fqn), paths.get(fqn)) for fqn in tensors}
-    optimizers = sorted({path[0] for path in keyed.values() if len(path) > 1 and path[1] == "param_groups"})
-    top = {path[0] for path in keyed.values()}
+    files = {
+        name
+        for info in storage.values()
+        if isinstance(info, _Object) and isinstance(name := info.field("relative_path"), str)
+    }
+    ranks = {int(m.group(1)) for name in (files or entries) if (m := _SHARD_FILE.fullmatch(name))}
+    keyed = [
+        (entry, _path_of(label(fqn), paths.get(fqn) if isinstance(fqn, str) else None))
+        for fqn, entry in tensors.items()
+    ]
+    optimizers = sorted({label(path[0]) for _, path in keyed if len(path) > 1 and path[1] == "param_groups"})
+    top = {label(path[0]) for _, path in keyed}
     modules = sorted(top - set(optimizers))
     meta = _mapping(_zip_pickle(folder / "meta.pt")) if "meta.pt" in entries else None
     trainer = meta is not None and any(key in meta for key in _TRAINER_KEYS)
     model_key = modules[0] if len(modules) == 1 else None
     weight_dtypes = collections.Counter(
-        dtype for fqn, path in keyed.items() if path[0] == model_key and (dtype := _tensor_dtype(tensors[fqn]))
+        dtype for entry, path in keyed if label(path[0]) == model_key and (dtype := _tensor_dtype(entry))
     )
     styles: set[KeyStyle] = {
         "ids" if _is_id(path[2]) else "names"
-        for path in keyed.values()
-        if path[0] in optimizers and len(path) > 2 and path[1] == "state"
+        for _, path in keyed
+        if len(path) > 2 and path[1] == "state" and label(path[0]) in optimizers
     }
     return CheckpointFacts(
         path=os.fspath(folder),
@@ -457,10 +866,10 @@ def _distributed_facts(folder: Path, entries: frozenset[str]) -> CheckpointFacts
         writer="trainer" if trainer else "fabric" if meta is not None else "torch",
         world_size=max(ranks) + 1 if ranks else None,
         model_key=model_key,
-        top_level=tuple(sorted(top | {str(key) for key in meta or ()})),
+        top_level=tuple(sorted(top | {label(key) for key in meta or ()})),
         weight_dtypes=tuple(dtype for dtype, _ in weight_dtypes.most_common()),
         optimizers=len(optimizers),
-        optimizer_entries=tuple(str(key) for key in optimizers),
+        optimizer_entries=tuple(optimizers),
         optimizer_keys=styles.pop() if len(styles) == 1 else "names" if styles else "none",
     )
 
@@ -484,7 +893,7 @@ def _tensor_dtype(entry: Any) -> str | None:
         return None
     state = properties.state
     dtype = state[0] if isinstance(state, tuple) and state else properties.field("dtype")
-    return dtype.qualname[6:] if type(dtype) is type and issubclass(dtype, _Object) else None
+    return dtype.qualname[6:] if isinstance(dtype, type) and issubclass(dtype, _Object) else None
 
 
 # --------------------------------------------------------------------------- a DeepSpeed folder
@@ -507,7 +916,7 @@ def _deepspeed_facts(folder: Path, entries: frozenset[str]) -> CheckpointFacts:
     tag_folder = folder / tag if tag is not None else folder
     files = _list(tag_folder) if tag is not None else entries
     model_files = sorted(name for name in files if _MODEL_STATES.fullmatch(name))
-    shards = [match for name in files if (match := _OPTIM_STATES.fullmatch(name))]
+    shards = [match for name in sorted(files) if (match := _OPTIM_STATES.fullmatch(name))]
     if not model_files:
         raise CheckpointReadError(
             f"{os.fspath(folder)!r} is a folder but no checkpoint: no '.metadata' (torch.distributed.checkpoint), no "
@@ -528,7 +937,7 @@ def _deepspeed_facts(folder: Path, entries: frozenset[str]) -> CheckpointFacts:
         writer="trainer" if trainer else "deepspeed",
         world_size=len({m.group(1) for m in shards}) * len({m.group(2) for m in shards}) or None,
         model_key="module",
-        top_level=tuple(str(key) for key in states),
+        top_level=tuple(label(key) for key in states),
         weight_dtypes=_dtypes(states.get("module")),
         optimizers=1 if shards else 0,
         optimizer_keys="ids" if shards else "none",
@@ -536,7 +945,7 @@ def _deepspeed_facts(folder: Path, entries: frozenset[str]) -> CheckpointFacts:
         model_parallel_size=mp_size if type(mp_size) is int else None,
         zero_stage=stage,
         zero_shards=len(shards),
-        tag=tag,
+        tag=clean(tag) if tag is not None else None,
         universal=universal,
     )
 

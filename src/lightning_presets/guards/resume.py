@@ -18,13 +18,16 @@ from typing import Any, NamedTuple
 
 from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context
+from lightning_presets.core.environment import skipped_rules
 from lightning_presets.core.findings import Finding
 from lightning_presets.core.rules import Problem, Rule, rule, run_rules
 from lightning_presets.guards.builders import BLOCKS
 from lightning_presets.guards.checkpoints import (
+    MAX_TEXT,
     CheckpointFacts,
     CheckpointReadError,
     Format,
+    clean,
     is_local,
     read_checkpoint,
 )
@@ -38,10 +41,16 @@ class Resume:
     checkpoint: CheckpointFacts | None
     """``None`` when it could not be read (``unreadable`` says why)."""
     unreadable: str = ""
+    reader_failed: bool = False
+    """The reader itself failed on the checkpoint (``unreadable`` says how): a bug of lightning-presets."""
     how: str = "fit(ckpt_path=...)"
     """The call that loads it: ``fit(ckpt_path=...)`` (or ``validate``, ``test``, ``predict``), ``load(...)``."""
     restores_optimizer: bool = True
     """The job restores optimizer state from it (``fit``; ``Fabric.load`` with an optimizer in its state)."""
+    state_optimizers: tuple[str, ...] | None = None
+    """``Fabric.load``: the keys of the state that hold optimizers (``None``: not known, as in ``check``)."""
+    strict: bool = True
+    """``Fabric.load(strict=...)``: with ``False``, Fabric skips the state's keys the checkpoint lacks."""
     zero_stage: int | None = None
     """DeepSpeed: the job's ZeRO stage (its strategy's config)."""
     load_universal: bool = False
@@ -363,14 +372,29 @@ def optimizer_state_present(ctx: Context, resume: Resume) -> Problem | None:
     facts = resume.checkpoint
     if (
         facts is None
-        or facts.optimizers
         or not resume.restores_optimizer
-        or (ctx.caller == "Trainer" and facts.writer != "trainer")
         or facts.format not in loadable(ctx, resume) - {"deepspeed"}
         or (facts.format == "file" and ctx.family == "deepspeed")
     ):
         return None
-    what = "fit restores the optimizer and the loops" if ctx.caller == "Trainer" else "the state has an optimizer"
+    if ctx.caller == "Trainer":
+        # the Trainer's file: Lightning fails only without the list (an empty one, or [{}] of a fit without an
+        # optimizer, loads)
+        listed = facts.format == "file" and "optimizer_states" in facts.top_level
+        if facts.writer != "trainer" or facts.optimizers or listed:
+            return None
+        what = "fit restores the optimizer and the loops"
+    elif not resume.strict:  # Fabric.load(strict=False) skips what the checkpoint lacks
+        return None
+    elif resume.state_optimizers is not None:  # Fabric.load: the state's own keys tell what it loads
+        missing = [key for key in resume.state_optimizers if key not in facts.top_level]
+        if not missing:
+            return None
+        what = f"the state passed to load has the optimizer {', '.join(map(repr, missing))}, which it lacks"
+    elif facts.optimizers or facts.unknown_entries:  # an entry that may be an optimizer's own state_dict()
+        return None
+    else:
+        what = "the state has an optimizer"
     return Problem(
         f"{_job(ctx, resume)}: {facts.path!r} is {facts.describe()}, but {what}; Lightning fails on every rank "
         "after setup (a KeyError for a file, missing keys for a sharded folder)",
@@ -529,8 +553,15 @@ def saved_by_the_trainer(ctx: Context, resume: Resume) -> Problem | None:
 def checkpoint_is_readable(ctx: Context, resume: Resume) -> Problem | None:
     if not resume.unreadable or ctx.family not in FORMATS:
         return None
+    message = f"{_job(ctx, resume)}: the checkpoint was not checked, Lightning will try to load it: {resume.unreadable}"
+    if resume.reader_failed:
+        return Problem(
+            message,
+            "nothing to change in the job; please report this bug to lightning-presets with the checkpoint's layout; "
+            "LIGHTNING_PRESETS_SKIP=LP809 silences this warning",
+        )
     return Problem(
-        f"{_job(ctx, resume)}: the checkpoint was not checked: {resume.unreadable}",
+        message,
         "point ckpt_path at a checkpoint file or folder Lightning wrote; if this one is right, "
         "LIGHTNING_PRESETS_SKIP=LP809 silences this warning",
     )
@@ -580,7 +611,13 @@ def _default_checkpoint_io(strategy: Any) -> bool:
 
 
 def resume_facts(
-    path: object, *, strategy: Any = None, how: str = "fit(ckpt_path=...)", restores_optimizer: bool = True
+    path: object,
+    *,
+    strategy: Any = None,
+    how: str = "fit(ckpt_path=...)",
+    restores_optimizer: bool = True,
+    state_optimizers: tuple[str, ...] | None = None,
+    strict: bool = True,
 ) -> Resume | None:
     """What the resume rules read: the checkpoint at ``path`` and the job's loading settings (``strategy``: the
     Lightning strategy that will load it). ``None`` when ``path`` is not a local path or does not exist: Lightning
@@ -588,23 +625,31 @@ def resume_facts(
     if not is_local(path):
         return None
     text = os.fspath(path)  # type: ignore[call-overload]
-    stage, universal, full_weights = _deepspeed_settings(strategy)
+    try:
+        stage, universal, full_weights = _deepspeed_settings(strategy)
+        default_io = _default_checkpoint_io(strategy)
+    except Exception:  # a strategy whose attributes raise: its settings are unknown, the checkpoint is still read
+        stage, universal, full_weights, default_io = None, False, False, True
+    failed = False
     try:
         facts, unreadable = read_checkpoint(text), ""
     except FileNotFoundError:
         return None
     except CheckpointReadError as error:
-        facts, unreadable = None, str(error)
+        facts, unreadable, failed = None, clean(str(error), MAX_TEXT * 4), error.internal
     return Resume(
         path=text,
         checkpoint=facts,
         unreadable=unreadable,
+        reader_failed=failed,
         how=how,
         restores_optimizer=restores_optimizer,
+        state_optimizers=state_optimizers,
+        strict=strict,
         zero_stage=stage,
         load_universal=universal,
         load_full_weights=full_weights,
-        default_checkpoint_io=_default_checkpoint_io(strategy),
+        default_checkpoint_io=default_io,
     )
 
 
@@ -616,6 +661,8 @@ def resume_findings(
     how: str = "fit(ckpt_path=...)",
     restores_optimizer: bool = True,
     own: tuple[Rule, ...] = (),
+    state_optimizers: tuple[str, ...] | None = None,
+    strict: bool = True,
 ) -> list[Finding]:
     """Every finding of the resume rules (and of the preset's ``own`` rules of stage ``resume``) for loading
     ``path`` into the job ``context``.
@@ -626,7 +673,17 @@ def resume_findings(
     own = tuple(each for each in own if each.stage == "resume" and each not in RESUME_RULES)
     if context.family not in FORMATS and not own:  # XLA's own format, a third party's family: nothing to check
         return []
-    resume = resume_facts(path, strategy=strategy, how=how, restores_optimizer=restores_optimizer)
+    skipped = skipped_rules()
+    if "ALL" in skipped or all(str(each.code).upper() in skipped for each in (*RESUME_RULES, *own)):
+        return []  # LIGHTNING_PRESETS_SKIP: not even read
+    resume = resume_facts(
+        path,
+        strategy=strategy,
+        how=how,
+        restores_optimizer=restores_optimizer,
+        state_optimizers=state_optimizers,
+        strict=strict,
+    )
     if resume is None:
         return []
     return run_rules((*RESUME_RULES, *own), "resume", context, resume)

@@ -192,14 +192,29 @@ class Guarded:
         if context is not None and optimizers:
             report(run_rules(self._lp_preset.rules, "optimizers", context, model, tuple(optimizers)))
 
-    def _lp_check_resume(self, path: Any, *, how: str, restores_optimizer: bool) -> None:
+    def _lp_check_resume(
+        self,
+        path: Any,
+        *,
+        how: str,
+        restores_optimizer: bool,
+        state_optimizers: tuple[str, ...] | None = None,
+        strict: bool = True,
+    ) -> None:
         """The resume rules, before Lightning's ``load_checkpoint`` reads a byte of ``path`` or broadcasts it. Every
         rank reads the same files and configuration, so every rank reaches the same verdict without communicating."""
         from lightning_presets.guards.resume import resume_findings  # imports torch: not at `import lightning_presets`
 
         context = self._lp_context or snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
         findings = resume_findings(
-            path, context, strategy=self, how=how, restores_optimizer=restores_optimizer, own=self._lp_preset.rules
+            path,
+            context,
+            strategy=self,
+            how=how,
+            restores_optimizer=restores_optimizer,
+            own=self._lp_preset.rules,
+            state_optimizers=state_optimizers,
+            strict=strict,
         )
         report(findings)
 
@@ -245,8 +260,15 @@ class GuardedFabricStrategy(Guarded):
     def load_checkpoint(self, path: Any, state: Any = None, *args: Any, **kwargs: Any) -> Any:
         """``Fabric.load``/``load_raw``: the resume rules first."""
         if isinstance(state, Mapping):
-            optimizer = any(hasattr(value, "param_groups") and hasattr(value, "state_dict") for value in state.values())
-            self._lp_check_resume(path, how="load(...)", restores_optimizer=optimizer)
+            optimizers = tuple(
+                str(key)
+                for key, value in state.items()
+                if hasattr(value, "param_groups") and hasattr(value, "state_dict")
+            )
+            strict = kwargs.get("strict", args[0] if args else True) is not False
+            self._lp_check_resume(
+                path, how="load(...)", restores_optimizer=bool(optimizers), state_optimizers=optimizers, strict=strict
+            )
         else:  # load_raw: one module's or optimizer's own state dict
             self._lp_check_resume(path, how="load_raw(...)", restores_optimizer=False)
         return cast(Any, super()).load_checkpoint(path, state, *args, **kwargs)

@@ -1,0 +1,616 @@
+"""The checkpoint reader behind the resume guards, on what real jobs and damaged files hand it: a legal resume is never
+broken by it, nothing but findings comes out of it, its work is bounded, special files never block it."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import struct
+import sys
+import threading
+import time
+import tracemalloc
+import warnings
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_presets import PresetConfigError
+from lightning_presets.core.context import Context
+from lightning_presets.core.findings import Finding, PresetWarning
+from lightning_presets.guards import checkpoints, resume
+from lightning_presets.guards.checkpoints import CheckpointReadError, read_checkpoint
+from lightning_presets.guards.resume import resume_findings
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "scripts"))
+
+from checkpoint_layouts import LIGHTNING_STATE, deepspeed_folder  # noqa: E402
+
+FAMILIES = {"ddp_static_graph": "ddp", "fsdp2": "model_parallel", "deepspeed_zero2_offload": "deepspeed"}
+
+
+def ctx(preset: str = "ddp_static_graph", devices: int = 2, caller: str = "Trainer") -> Context:
+    return Context(
+        preset=preset, target=caller.lower(), caller=caller, accelerator="cpu", devices_per_node=devices, num_nodes=1,
+        precision="32-true", precision_plugin="Precision", cluster_environment="LightningEnvironment",
+        family=FAMILIES[preset],
+    )  # fmt: skip
+
+
+class Lookahead(torch.optim.Optimizer):
+    """An optimizer whose ``state_dict()`` is not torch.optim's ``{"state", "param_groups"}`` (torch-optimizer's
+    Lookahead: ``fast_state``, ``slow_state``, ``param_groups``)."""
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params, {"lr": 0.1})
+
+    def state_dict(self) -> dict[str, Any]:
+        inner = super().state_dict()
+        return {"fast_state": inner["state"], "slow_state": {}, "param_groups": inner["param_groups"]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict({"state": state_dict["fast_state"], "param_groups": state_dict["param_groups"]})
+
+
+class Foreign(torch.optim.Optimizer):
+    """An optimizer whose ``state_dict()`` shares no key with torch.optim's."""
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params, {"lr": 0.1})
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"inner": {"k": 5, "steps": [1, 2]}, "version": 3}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+
+def trainer_file(path: Path, optimizer_states: list[Any]) -> Path:
+    model = nn.Linear(2, 2)
+    torch.save({"state_dict": model.state_dict(), "optimizer_states": optimizer_states, "lr_schedulers": [],
+                **LIGHTNING_STATE}, path)  # fmt: skip
+    return path
+
+
+def findings_codes(findings: list[Finding]) -> list[str]:
+    return [each.code for each in findings]
+
+
+# --------------------------------------------------------------------------- 1. a legal resume is never broken
+
+
+OPTIMIZER_STATES: dict[str, Callable[[], list[Any]]] = {
+    "no optimizer (a fit without one saves [{}])": lambda: [{}],
+    "an empty list": lambda: [],
+    "Lookahead's keys": lambda: [Lookahead(nn.Linear(2, 2).parameters()).state_dict()],
+    "keys of its own": lambda: [Foreign(nn.Linear(2, 2).parameters()).state_dict()],
+    "not a mapping": lambda: [None, 3, "x"],
+}
+
+
+@pytest.mark.parametrize("states", OPTIMIZER_STATES.values(), ids=OPTIMIZER_STATES.keys())
+def test_trainer_files_with_unusual_optimizer_states_resume(tmp_path: Path, states: Callable[[], list[Any]]) -> None:
+    path = trainer_file(tmp_path / "run.ckpt", states())
+    facts = read_checkpoint(path)
+    assert (facts.format, facts.writer, facts.model_key) == ("file", "trainer", "state_dict")
+    for preset in ("ddp_static_graph", "fsdp2"):
+        assert resume_findings(path, ctx(preset)) == []
+
+
+def test_a_fit_without_an_optimizer_resumes_in_lightning(tmp_path: Path) -> None:
+    """The real load: Lightning's own ``load_checkpoint`` of the preset runs and returns the checkpoint."""
+    from lightning.pytorch import Trainer
+
+    path = trainer_file(tmp_path / "run.ckpt", [{}])
+    strategy = Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, logger=False).strategy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PresetWarning)
+        loaded = strategy.load_checkpoint(str(path))
+    assert loaded["optimizer_states"] == [{}]
+
+
+@pytest.mark.parametrize(
+    "error", [KeyError("state"), TypeError("x"), RecursionError(), MemoryError(), SystemExit(3), StopIteration()]
+)
+def test_any_failure_inside_the_reader_is_lp809_and_the_load_proceeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: BaseException
+) -> None:
+    from lightning.pytorch import Trainer
+
+    def failing(*args: Any) -> Any:
+        raise error
+
+    path = trainer_file(tmp_path / "run.ckpt", [{}])
+    monkeypatch.setattr(checkpoints, "_file_facts", failing)
+    with pytest.raises(CheckpointReadError) as raised:
+        read_checkpoint(path)
+    assert raised.value.internal
+    strategy = Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, logger=False).strategy
+    with pytest.warns(PresetWarning) as caught:
+        loaded = strategy.load_checkpoint(str(path))
+    assert loaded["optimizer_states"] == [{}]  # Lightning loaded it
+    [finding] = [each.message.finding for each in caught if isinstance(each.message, PresetWarning)]  # type: ignore[attr-defined]
+    assert (finding.code, finding.severity) == ("LP809", "warning")
+    assert "Lightning will try to load it" in finding.message
+    assert "a bug of lightning-presets" in finding.message
+    assert "report" in finding.hint
+
+
+@pytest.mark.parametrize("skip", ["all", "LP801,LP802,LP803,LP804,LP805,LP806,LP807,LP808,LP809"])
+def test_skipping_every_resume_rule_does_not_even_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, skip: str
+) -> None:
+    from lightning.pytorch import Trainer
+
+    def never(*args: Any) -> Any:
+        raise AssertionError("the reader ran")
+
+    monkeypatch.setattr(resume, "read_checkpoint", never)
+    monkeypatch.setenv("LIGHTNING_PRESETS_SKIP", skip)
+    path = trainer_file(tmp_path / "run.ckpt", [{}])
+    strategy = Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, logger=False).strategy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PresetWarning)
+        assert strategy.load_checkpoint(str(path))["optimizer_states"] == [{}]
+    assert resume_findings(path, ctx()) == []
+    monkeypatch.setenv("LIGHTNING_PRESETS_SKIP", "LP801")  # other rules still run: the reader too
+    with pytest.raises(AssertionError, match="the reader ran"):
+        resume_findings(path, ctx())
+
+
+def test_a_strategy_whose_settings_raise_still_gets_its_checkpoint_read(tmp_path: Path) -> None:
+    class Odd:
+        @property
+        def config(self) -> Any:
+            raise RuntimeError("config is not ready")
+
+    path = trainer_file(tmp_path / "run.ckpt", [])
+    assert resume_findings(path, ctx(), strategy=Odd()) == []
+    torch.save({"state_dict": {}, **LIGHTNING_STATE}, tmp_path / "weights.ckpt")
+    assert findings_codes(resume_findings(tmp_path / "weights.ckpt", ctx(), strategy=Odd())) == ["LP804"]
+
+
+def test_check_resume_from_reports_lp809_never_an_internal_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from helpers import run_cli
+
+    path = trainer_file(tmp_path / "run.ckpt", [{}])
+    job = ("check", "--strategy", "ddp_static_graph", "--accelerator", "cpu", "--devices", "2", "--json")
+    code, out, err = run_cli(capsys, *job, "--resume-from", str(path))
+    assert (code, json.loads(out)["findings"]) == (0, []), err
+    lookahead = trainer_file(tmp_path / "lookahead.ckpt", OPTIMIZER_STATES["Lookahead's keys"]())
+    code, out, err = run_cli(capsys, *job, "--resume-from", str(lookahead))
+    assert (code, json.loads(out)["findings"]) == (0, []), err
+
+    def failing(*args: Any) -> Any:
+        raise KeyError("state")
+
+    monkeypatch.setattr(checkpoints, "_file_facts", failing)
+    code, out, err = run_cli(capsys, *job, "--resume-from", str(path))
+    assert code == 0, err
+    assert "internal error" not in err
+    assert [(each["code"], each["severity"]) for each in json.loads(out)["findings"]] == [("LP809", "warning")]
+
+
+# --------------------------------------------------------------------------- 2. only findings come out
+
+
+def sharded_folder(path: Path) -> Path:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    model = nn.Linear(2, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "torch.distributed is disabled ...: assuming a single process"
+        dcp.save(
+            {"state_dict": model.state_dict(), "optimizer_0": get_optimizer_state_dict(model, optimizer)},
+            checkpoint_id=str(path),
+        )
+    torch.save({"loops": {}, "pytorch-lightning_version": "2.6.6"}, path / "meta.pt")
+    return path
+
+
+def adam_file(path: Path) -> Path:
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2))
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    return trainer_file(path, [optimizer.state_dict()])
+
+
+def zip_edit(data: bytearray, rng: random.Random) -> None:
+    """One edit of a zip's headers: a field of a local or central header, or of the end record."""
+    signatures = [b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06", b"PK\x06\x06", b"PK\x06\x07"]
+    starts = [index for signature in signatures for index in _find_all(bytes(data), signature)]
+    if not starts:
+        return
+    at = rng.choice(starts) + rng.randrange(4, 46)
+    if at + 2 <= len(data):
+        data[at : at + 2] = struct.pack("<H", rng.choice([0, 1, 0x3F, 0x64, 0xFFFF, rng.randrange(65536)]))
+
+
+def _find_all(data: bytes, needle: bytes) -> Iterator[int]:
+    start = data.find(needle)
+    while start >= 0:
+        yield start
+        start = data.find(needle, start + 1)
+
+
+def corrupt(file: Path, rng: random.Random) -> None:
+    data = bytearray(file.read_bytes())
+    kind = rng.choice(["flip", "flip", "truncate", "zip", "bytes"])
+    if not data:
+        return
+    if kind == "flip":
+        for _ in range(rng.choice([1, 1, 2, 8])):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    elif kind == "truncate":
+        del data[rng.randrange(len(data)) :]
+    elif kind == "zip":
+        zip_edit(data, rng)
+    else:
+        at = rng.randrange(len(data))
+        data[at : at + 8] = bytes(rng.randrange(256) for _ in range(8))
+    file.write_bytes(bytes(data))
+
+
+LAYOUTS: dict[str, Callable[[Path], Path]] = {
+    "trainer file": lambda root: adam_file(root / "run.ckpt"),
+    "distributed folder": lambda root: sharded_folder(root / "run.ckpt"),
+    "deepspeed folder": lambda root: deepspeed_folder(root / "run.ckpt", stage=2, data_parallel=2),
+}
+JOBS = {
+    "trainer file": "ddp_static_graph",
+    "distributed folder": "fsdp2",
+    "deepspeed folder": "deepspeed_zero2_offload",
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUTS)
+def test_fuzzed_checkpoints_give_findings_never_exceptions(tmp_path: Path, layout: str) -> None:
+    rng = random.Random(f"resume-reader-{layout}")
+    (tmp_path / "pristine").mkdir()
+    pristine = LAYOUTS[layout](tmp_path / "pristine")
+    files = sorted(path for path in ([pristine] if pristine.is_file() else pristine.rglob("*")) if path.is_file())
+    job = ctx(JOBS[layout], devices=2)
+    deadline = time.monotonic() + 4.0
+    runs = 0
+    while time.monotonic() < deadline or runs < 50:
+        case = tmp_path / f"case{runs}"
+        shutil.copytree(pristine.parent, case)
+        target = case / files[rng.randrange(len(files))].relative_to(pristine.parent)
+        corrupt(target, rng)
+        error = refusal(case / pristine.name)
+        assert error is None or not error.internal, f"{target.name}: {error}"
+        found = resume_findings(case / pristine.name, job)
+        assert all(isinstance(each, Finding) and each.code.startswith("LP8") for each in found), found
+        shutil.rmtree(case)
+        runs += 1
+    assert runs >= 50
+
+
+def refusal(path: Path) -> CheckpointReadError | None:
+    """The reader's refusal of ``path`` (``None``: read); any other exception escapes."""
+    try:
+        read_checkpoint(path)
+    except CheckpointReadError as error:
+        return error
+    except FileNotFoundError:
+        return None
+    return None
+
+
+def _rezip(path: Path, edit: Callable[[zipfile.ZipInfo, bytes], bytes] | None = None) -> Path:
+    """``path`` rewritten member by member (stored), with ``edit`` applied to each member's bytes."""
+    with zipfile.ZipFile(path) as archive:
+        members = [(info, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for info, data in members:
+            archive.writestr(info.filename, edit(info, data) if edit else data)
+    return path
+
+
+def test_an_unusual_version_needed_is_read_as_torch_reads_it(tmp_path: Path) -> None:
+    path = adam_file(tmp_path / "run.ckpt")
+    data = bytearray(path.read_bytes())
+    for at in _find_all(bytes(data), b"PK\x01\x02"):
+        data[at + 6 : at + 8] = struct.pack("<H", 0x64)  # "version needed to extract": 10.0 (zipfile reads <= 6.3)
+    for at in _find_all(bytes(data), b"PK\x03\x04"):
+        data[at + 4 : at + 6] = struct.pack("<H", 0x64)
+    path.write_bytes(bytes(data))
+    assert "state_dict" in torch.load(path, weights_only=False)  # torch (and Lightning) load it
+    facts = read_checkpoint(path)
+    assert (facts.writer, facts.optimizers, facts.weight_dtypes) == ("trainer", 1, ("float32",))
+    assert resume_findings(path, ctx()) == []
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (lambda data: data[: len(data) // 2], "no zip directory"),
+        (lambda data: data.replace(b"data.pkl", b"dada.pkl", 1), None),  # the local header's name: torch ignores it
+        (lambda data: data.replace(b"PK\x01\x02", b"PK\x01\x03", 1), "zip directory is damaged"),
+    ],
+)
+def test_damaged_zips_are_lp809_or_read(tmp_path: Path, damage: Callable[[bytes], bytes], expected: str | None) -> None:
+    path = adam_file(tmp_path / "run.ckpt")
+    path.write_bytes(damage(path.read_bytes()))
+    if expected is None:
+        assert read_checkpoint(path).writer == "trainer"
+        return
+    with pytest.raises(CheckpointReadError, match=expected):
+        read_checkpoint(path)
+    assert findings_codes(resume_findings(path, ctx())) == ["LP809"]
+
+
+def test_a_damaged_pickle_is_lp809_whatever_the_error(tmp_path: Path) -> None:
+    edits: list[Callable[[bytes], bytes]] = [
+        lambda pkl: pkl[: len(pkl) // 2],  # EOFError / UnpicklingError
+        lambda pkl: pkl.replace(b"X", b"\xff\xff\xff\x7f", 1),  # a BINUNICODE length beyond the end
+        lambda pkl: b"\x80\x02X\x02\x00\x00\x00\xff\xfe.",  # not UTF-8
+        lambda pkl: b"\x80\x02}q\x00(K\x01]q\x01u.",  # a list as a key: unhashable
+        lambda pkl: b"\x80\x02c__builtin__\nint\nK\x01\x85R.",  # REDUCE of a placeholder
+        lambda pkl: b"\x80\x02\x82\x01.",  # an extension code
+    ]
+    for index, edit in enumerate(edits):
+
+        def edited(info: zipfile.ZipInfo, data: bytes, edit: Callable[[bytes], bytes] = edit) -> bytes:
+            return edit(data) if info.filename.endswith("data.pkl") else data
+
+        path = _rezip(adam_file(tmp_path / f"run{index}.ckpt"), edited)
+        error = refusal(path)
+        assert error is None or not error.internal, error
+        assert set(findings_codes(resume_findings(path, ctx()))) <= {"LP809", "LP808"}
+
+
+# --------------------------------------------------------------------------- 3. bounded by work, not bytes
+
+
+def raw_zip(path: Path, pickle_bytes: bytes, compression: int = zipfile.ZIP_STORED) -> Path:
+    with zipfile.ZipFile(path, "w", compression) as archive:
+        archive.writestr("archive/data.pkl", pickle_bytes)
+        archive.writestr("archive/version", b"3\n")
+    return path
+
+
+def measured(call: Callable[[], Any]) -> tuple[float, int, BaseException | None]:
+    """(seconds, peak bytes traced, the error raised) of ``call``."""
+    tracemalloc.start()
+    start = time.perf_counter()
+    raised: BaseException | None = None
+    try:
+        call()
+    except Exception as error:
+        raised = error
+    seconds = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return seconds, peak, raised
+
+
+def test_a_compressed_pickle_of_empty_dicts_costs_nothing(tmp_path: Path) -> None:
+    bomb = b"\x80\x02" + b"}" * (64 * 2**20) + b"."  # 64 MiB of EMPTY_DICT: about 65 KB deflated
+    path = raw_zip(tmp_path / "bomb.ckpt", bomb, zipfile.ZIP_DEFLATED)
+    del bomb
+    assert path.stat().st_size < 100_000
+    seconds, peak, raised = measured(lambda: read_checkpoint(path))
+    assert isinstance(raised, CheckpointReadError)
+    assert "expands more than" in str(raised)
+    assert seconds < 2.0
+    assert peak < 20 * 2**20
+    assert findings_codes(resume_findings(path, ctx())) == ["LP809"]
+
+
+def test_a_stored_pickle_of_empty_dicts_stops_at_the_object_budget(tmp_path: Path) -> None:
+    path = raw_zip(tmp_path / "dicts.ckpt", b"\x80\x02" + b"}" * (3 * checkpoints.MAX_PICKLE_OBJECTS) + b".")
+    start = time.perf_counter()
+    with pytest.raises(CheckpointReadError, match="creates more than"):
+        read_checkpoint(path)
+    assert time.perf_counter() - start < 10.0
+
+
+def test_keys_of_one_hash_are_not_quadratic(tmp_path: Path) -> None:
+    modulus = 2**61 - 1  # ints that differ by it share a hash
+    body = bytearray(b"\x80\x02}(")
+    for index in range(40_000):
+        key = (index * modulus).to_bytes(16, "little", signed=True)
+        body += b"\x8a\x10" + key + b"N"  # LONG1 key, None
+    body += b"u."  # one SETITEMS of every pair
+    path = raw_zip(tmp_path / "collide.ckpt", bytes(body))
+    start = time.perf_counter()
+    assert len(read_checkpoint(path).top_level) == 40_000  # read, in linear time
+    assert time.perf_counter() - start < 3.0  # quadratic: 14 s and more
+
+
+@pytest.mark.parametrize(
+    ("limit", "value", "message"),
+    [
+        ("MAX_PICKLE_OPCODES", 1000, "runs more than"),
+        ("MAX_PICKLE_OBJECTS", 1000, "creates more than"),
+        ("MAX_PICKLE_SECONDS", 0.0, "CPU time"),
+        ("MAX_PICKLE_CLASSES", 1, "names more than"),
+        ("MAX_COMPRESSION_RATIO", 1, "expands more than"),
+    ],
+)
+def test_each_budget_is_lp809(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str, value: float, message: str
+) -> None:
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(300)])
+    path = trainer_file(tmp_path / "run.ckpt", [torch.optim.Adam(model.parameters()).state_dict()])
+    torch.save({"state_dict": model.state_dict(), **LIGHTNING_STATE}, path)
+    if limit == "MAX_COMPRESSION_RATIO":
+        with zipfile.ZipFile(path) as archive:
+            pkl = archive.read(next(name for name in archive.namelist() if name.endswith("data.pkl")))
+        raw_zip(path, pkl, zipfile.ZIP_DEFLATED)
+    assert read_checkpoint(path).writer == "trainer"  # within the real budgets
+    monkeypatch.setattr(checkpoints, limit, value)
+    with pytest.raises(CheckpointReadError, match=message):
+        read_checkpoint(path)
+    [finding] = resume_findings(path, ctx())
+    assert (finding.code, finding.severity) == ("LP809", "warning")
+
+
+# --------------------------------------------------------------------------- 4. special files never block
+
+
+def _fifo_cases() -> dict[str, Callable[[Path], tuple[Path, Path]]]:
+    def metadata(root: Path) -> tuple[Path, Path]:
+        folder = sharded_folder(root / "run.ckpt")
+        return folder, folder / ".metadata"
+
+    def meta(root: Path) -> tuple[Path, Path]:
+        folder = sharded_folder(root / "run.ckpt")
+        return folder, folder / "meta.pt"
+
+    def latest(name: str) -> Callable[[Path], tuple[Path, Path]]:
+        def build(root: Path) -> tuple[Path, Path]:
+            folder = deepspeed_folder(root / "run.ckpt", stage=2, data_parallel=2, universal=True)
+            return folder, folder / name
+
+        return build
+
+    def model_states(root: Path) -> tuple[Path, Path]:
+        folder = deepspeed_folder(root / "run.ckpt", stage=2, data_parallel=2)
+        return folder, folder / "checkpoint" / "mp_rank_00_model_states.pt"
+
+    def shard(root: Path) -> tuple[Path, Path]:
+        folder = deepspeed_folder(root / "run.ckpt", stage=2, data_parallel=2, config_stage=False)
+        return folder, folder / "checkpoint" / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+
+    return {
+        ".metadata": metadata, "meta.pt": meta, "latest": latest("latest"),
+        "latest_universal": latest("latest_universal"), "model_states": model_states, "optim_states": shard,
+    }  # fmt: skip
+
+
+FIFO_CASES = _fifo_cases()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+@pytest.mark.parametrize("case", FIFO_CASES, ids=FIFO_CASES)
+def test_a_fifo_inside_a_checkpoint_is_refused_without_blocking(tmp_path: Path, case: str) -> None:
+    folder, special = FIFO_CASES[case](tmp_path)
+    special.unlink()
+    os.mkfifo(special)
+    outcome: list[Any] = []
+
+    def read() -> None:
+        try:
+            outcome.append(resume_findings(folder, ctx("fsdp2" if "meta" in case else "deepspeed_zero2_offload")))
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(10)
+    if thread.is_alive():  # it blocked opening the FIFO: open the other end to release it, then fail
+        descriptor = os.open(special, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(descriptor)
+        thread.join(10)
+        pytest.fail(f"reading {special.name} as a FIFO blocked")
+    [findings] = outcome
+    assert isinstance(findings, list), findings
+    [finding] = findings
+    assert finding.code == "LP809"
+    assert "FIFO" in finding.message
+
+
+# --------------------------------------------------------------------------- 5. Fabric.load of other optimizers
+
+
+@pytest.fixture
+def lightning_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from lightning.fabric.strategies import ModelParallelStrategy
+
+    calls: list[str] = []
+    monkeypatch.setattr(ModelParallelStrategy, "load_checkpoint", lambda self, *a, **k: calls.append("load") or {})
+    return calls
+
+
+@pytest.mark.parametrize("optimizer", [Lookahead, Foreign])
+def test_fabric_load_of_an_optimizer_not_shaped_like_torch_optims(
+    tmp_path: Path, lightning_loads: list[str], optimizer: type[torch.optim.Optimizer]
+) -> None:
+    from lightning.fabric import Fabric
+
+    strategy = Fabric(strategy="fsdp2", accelerator="cpu", devices=2).strategy
+    model = nn.Linear(2, 2)
+    own = optimizer(model.parameters())
+    torch.save({"model": model.state_dict(), "optimizer": own.state_dict(), "step": 3}, tmp_path / "run.pt")
+    strategy.load_checkpoint(path=tmp_path / "run.pt", state={"model": model, "optimizer": own}, strict=True)
+    assert lightning_loads == ["load"]  # accepted: Lightning's own load ran
+    assert resume_findings(tmp_path / "run.pt", ctx("fsdp2", caller="Fabric"), how="load(...)") == []  # check: too
+    torch.save({"model": model.state_dict(), "step": 3}, tmp_path / "weights.pt")
+    with pytest.raises(PresetConfigError) as raised:  # the rejected case: no 'optimizer' in it
+        strategy.load_checkpoint(path=tmp_path / "weights.pt", state={"model": model, "optimizer": own}, strict=True)
+    assert raised.value.codes == ("LP804",)
+    assert "'optimizer'" in raised.value.findings[0].message
+    strategy.load_checkpoint(path=tmp_path / "weights.pt", state={"model": model, "optimizer": own}, strict=False)
+    assert lightning_loads == ["load", "load"]  # strict=False: Fabric skips what the checkpoint lacks
+    renamed = {"model": model, "opt": own}
+    torch.save({"model": model.state_dict(), "opt": own.state_dict()}, tmp_path / "renamed.pt")
+    strategy.load_checkpoint(path=tmp_path / "renamed.pt", state=renamed, strict=True)
+    assert lightning_loads == ["load", "load", "load"]
+
+
+# --------------------------------------------------------------------------- 6. legacy files, escape sequences
+
+
+def test_a_legacy_torch_save_file_is_read(tmp_path: Path) -> None:
+    model = nn.Linear(2, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    state = {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], **LIGHTNING_STATE}
+    torch.save(state, tmp_path / "legacy.ckpt", _use_new_zipfile_serialization=False)
+    facts = read_checkpoint(tmp_path / "legacy.ckpt")
+    assert (facts.format, facts.writer, facts.optimizers, facts.weight_dtypes) == ("file", "trainer", 1, ("float32",))
+    assert resume_findings(tmp_path / "legacy.ckpt", ctx()) == []
+    del state["optimizer_states"]
+    torch.save(state, tmp_path / "weights.ckpt", _use_new_zipfile_serialization=False)
+    assert findings_codes(resume_findings(tmp_path / "weights.ckpt", ctx())) == ["LP804"]
+
+
+def test_escape_sequences_read_from_a_checkpoint_never_reach_messages(tmp_path: Path) -> None:
+    model = nn.Linear(2, 2)
+    torch.save({"model": model.state_dict(), "\x1b]0;owned\x07": 1}, tmp_path / "run.ckpt")
+
+    def evil(info: zipfile.ZipInfo, data: bytes) -> bytes:
+        return data.replace(b"\nFloatStorage\n", b"\n\x1b[2JFloatStorage\n") if info.filename.endswith(".pkl") else data
+
+    _rezip(tmp_path / "run.ckpt", evil)
+    [finding] = resume_findings(tmp_path / "run.ckpt", ctx())  # LP808: fit of a file the Trainer did not save
+    assert finding.code == "LP808"
+    for text in (finding.message, finding.hint, *read_checkpoint(tmp_path / "run.ckpt").top_level):
+        assert "\x1b" not in text, text
+        assert "\x07" not in text, text
+    assert "\\x1b[2j" in finding.message  # the dtype it read, visible but inert
+    broken = raw_zip(tmp_path / "broken.ckpt", b"\x80\x02X\x05\x00\x00\x00\x1b[2J\x07\x93.")
+    [finding] = resume_findings(broken, ctx())
+    assert finding.code == "LP809"
+    assert "\x1b" not in finding.message
+
+
+def test_the_reader_costs_little_on_a_real_checkpoint(tmp_path: Path) -> None:
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(500)])
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    path = trainer_file(tmp_path / "run.ckpt", [optimizer.state_dict()])
+    torch.save(
+        {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], **LIGHTNING_STATE}, path
+    )
+    start = time.perf_counter()
+    facts = read_checkpoint(path)
+    assert time.perf_counter() - start < 2.0
+    assert (facts.optimizers, facts.optimizer_keys, facts.weight_dtypes) == (1, "ids", ("float32",))
