@@ -154,9 +154,20 @@ _WRITERS = {
 }
 
 
-def is_local(path: object) -> bool:
-    """Whether ``path`` names the local file system (URLs such as ``s3://`` are not read)."""
-    return isinstance(path, (str, os.PathLike)) and "://" not in os.fspath(path)
+FILE_URL = "file://"
+
+
+def local_path(path: object) -> str | None:
+    """The local path ``path`` names: itself, or the path of a ``file://`` URL (which Lightning, through fsspec,
+    loads from the local file system as well); ``None`` for other URLs (``s3://``: not read) and non-paths."""
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        return None
+    if text.startswith(FILE_URL):
+        return text[len(FILE_URL) :] or None
+    return None if "://" in text else text
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointFacts:

@@ -28,7 +28,7 @@ from lightning_presets.guards.checkpoints import (
     CheckpointReadError,
     Format,
     clean,
-    is_local,
+    local_path,
     read_checkpoint,
 )
 
@@ -622,9 +622,9 @@ def resume_facts(
     """What the resume rules read: the checkpoint at ``path`` and the job's loading settings (``strategy``: the
     Lightning strategy that will load it). ``None`` when ``path`` is not a local path or does not exist: Lightning
     reports those itself."""
-    if not is_local(path):
+    text = local_path(path)
+    if text is None:
         return None
-    text = os.fspath(path)  # type: ignore[call-overload]
     try:
         stage, universal, full_weights = _deepspeed_settings(strategy)
         default_io = _default_checkpoint_io(strategy)

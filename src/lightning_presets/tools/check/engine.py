@@ -26,6 +26,7 @@ from lightning_presets.core.findings import Finding, PresetConfigError, PresetWa
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import run_rules
 from lightning_presets.guards import arguments
+from lightning_presets.guards.checkpoints import local_path
 from lightning_presets.guards.launch_rules import environment_takes_the_job
 from lightning_presets.registry import catalog
 from lightning_presets.registry.overrides import accepted
@@ -441,9 +442,11 @@ def check_job(request: CheckRequest) -> CheckReport:
         raise UsageError(f"mode {request.mode!r} is not 'trainer' or 'fabric'")
     if request.cluster not in _simulation.CLUSTERS:
         raise UsageError(f"--cluster {request.cluster!r} is not one of {', '.join(_simulation.CLUSTERS)}")
-    remote = request.resume_from is not None and "://" in request.resume_from  # fsspec's: Lightning reads it, not us
-    if request.resume_from is not None and not remote and not os.path.exists(request.resume_from):
-        raise UsageError(f"--resume-from {request.resume_from!r}: no such file or folder here")
+    if request.resume_from is not None:
+        local = local_path(request.resume_from)  # None: a remote (fsspec) URL, which Lightning reads, not us
+        # lexists: a symbolic link loop is there, and reported as fit reports it (LP809), not as missing
+        if local is not None and not os.path.lexists(local):
+            raise UsageError(f"--resume-from {request.resume_from!r}: no such file or folder here")
     _factory(request)
     start = time.perf_counter()  # imports done: what follows is the check itself
     out = _Collector()
