@@ -614,3 +614,23 @@ def test_the_reader_costs_little_on_a_real_checkpoint(tmp_path: Path) -> None:
     facts = read_checkpoint(path)
     assert time.perf_counter() - start < 2.0
     assert (facts.optimizers, facts.optimizer_keys, facts.weight_dtypes) == (1, "ids", ("float32",))
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("devices", [1, 2])
+@pytest.mark.parametrize("optimizer", ["none", "lookahead", "foreign"])
+def test_a_real_resume_of_an_unusual_optimizer_proceeds(tmp_path: Path, optimizer: str, devices: int) -> None:
+    """Plain Lightning resumes these (``ddp``, the control); with the presets installed the preset resumes them too,
+    on 1 and 2 processes (before: ``KeyError: 'state'`` on every rank, even with ``LIGHTNING_PRESETS_SKIP=all``)."""
+    from harness import SCRIPTS_PATH, run_job
+
+    script = Path(SCRIPTS_PATH) / "resume_unusual.py"
+    for strategy in ("ddp", "ddp_static_graph"):
+        job = run_job(script, "--strategy", strategy, "--optimizer", optimizer, "--devices", str(devices), "--out",
+                      str(tmp_path / f"{strategy}.ckpt"), world_size=devices, cwd=tmp_path, timeout=180)  # fmt: skip
+        reports = job.reports()
+        assert len(reports) == devices, job.describe()
+        for report in reports:
+            assert report["error"] is None, report
+            assert report["epochs"] == 2, report  # resumed after the first epoch, then trained the second
+            assert report["step"] == (4 if optimizer != "none" else 0), report  # (no optimizer: no optimizer step)
