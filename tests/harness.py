@@ -50,6 +50,9 @@ another value than the server's needs a fresh interpreter, and ``run_job`` says 
 LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GLOBAL_RANK",
                     "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")  # fmt: skip
 """The caller's launch variables, never passed on: each job gets its own."""
+SESSION_ENVIRONMENT = dict(os.environ)
+"""The environment when the harness was first imported (at collection, before any test changed it): the server's,
+whichever test happens to start it."""
 SERVER_ENVIRONMENT = {"OMP_NUM_THREADS": "1"}
 """The server's (and so every job's) defaults: one OpenMP thread per rank, as the tests' launches always set."""
 
@@ -133,7 +136,7 @@ class _Server:
 
     def __init__(self) -> None:
         read_fd, write_fd = os.pipe()
-        env = {**SERVER_ENVIRONMENT, **{key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES}}
+        env = {**SERVER_ENVIRONMENT, **{k: v for k, v in SESSION_ENVIRONMENT.items() if k not in LAUNCH_VARIABLES}}
         self.environment = env
         self.log = tempfile.NamedTemporaryFile(prefix="harness-server-", suffix=".log", delete=False)  # noqa: SIM115
         self.process = subprocess.Popen(
@@ -307,6 +310,9 @@ def run_job(
     if reply is None or "server_error" in reply:
         notes.append(f"the fork server failed during the job and was replaced: {reply or current.log_text()[-2000:]}")
         current.stop()
+        for pid_file in folder.glob("rank*.pid"):  # the ranks' sessions outlive the server: end them too
+            with contextlib.suppress(ValueError, OSError):
+                os.killpg(int(pid_file.read_text()), signal.SIGKILL)
         ranks = []
         for rank in range(world_size):
             output, error = _read_rank(folder, rank)

@@ -84,6 +84,8 @@ def _child(job: dict[str, Any], rank: int, reply_fd: int) -> None:
     try:
         os.setsid()
         os.close(reply_fd)
+        with open(os.path.join(job["folder"], f"rank{rank}.pid"), "w") as out:  # the client's, if the server dies
+            out.write(str(os.getpid()))
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         folder = job["folder"]

@@ -81,6 +81,22 @@ def test_a_job_that_kills_the_server_costs_only_that_job() -> None:
     after = run_job("harness_jobs:all_reduce", path=JOBS, timeout=60)
     assert after.outcome == "trained", after.describe()
     assert server().process.pid != before
+    pids = [int(pid_file.read_text()) for pid_file in job.folder.glob("rank*.pid")]
+    assert pids  # rank 0 at least (it may kill the server before rank 1 is forked)
+    assert [pid for pid in pids if _alive(pid)] == []  # the orphaned ranks were ended with the job
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for init to reap it is not)."""
+    for _ in range(50):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        if state in ("Z", "X"):
+            return False
+        time.sleep(0.1)
+    return True
 
 
 @pytest.mark.distributed
