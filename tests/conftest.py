@@ -104,8 +104,9 @@ def recording_fsdp() -> Iterator[list[dict[str, Any]]]:
 SUITE_BUDGET_SECONDS = 900
 """The whole suite's pytest session, at most: 1.5 × its measured time on a fresh clone of this project's 2-core
 machine (README, "How long CI takes"). Over it, the session fails with the figure."""
-MIN_TESTS, MIN_PROVES = 1684, 77
-"""Floors of the whole suite: no test and no executed proof is dropped to make it faster."""
+MIN_TESTS, MIN_PROVES = 1688, 73
+"""Floors of the whole suite: no test and no executed proof is dropped to make it faster (what the suite collected
+before its runs moved to the harness, at commit e6ba095: 1,688 tests, 73 of them marked ``proves``)."""
 _STARTED = pytest.StashKey[float]()
 
 
