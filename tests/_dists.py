@@ -7,6 +7,7 @@ project that ``pip_install`` builds and installs into a temporary virtual enviro
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -134,13 +135,23 @@ def pip_install(python: Path, *paths: Path | str) -> str:
     return pip(python, "install", "--no-build-isolation", "--no-deps", "--no-index", *map(str, paths))
 
 
+_BUILT: dict[Path, Path] = {}
+"""The wheel already built of each project in this session (the tree does not change while the tests run)."""
+
+
 def build_wheel(project: Path, wheel_dir: Path) -> Path:
-    """Build one wheel of ``project`` into ``wheel_dir`` and return its path."""
+    """Build one wheel of ``project`` into ``wheel_dir`` and return its path. A project built before in this session
+    is not built again: its wheel, the same bytes, is copied into ``wheel_dir``."""
+    built = _BUILT.get(project.resolve())
+    if built is not None and built.is_file():
+        wheel_dir.mkdir(parents=True, exist_ok=True)
+        return Path(shutil.copy2(built, wheel_dir / built.name))
     _run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
          "-w", str(wheel_dir), str(project)]
     )  # fmt: skip
     (wheel,) = wheel_dir.glob("*.whl")
+    _BUILT[project.resolve()] = wheel
     return wheel
 
 

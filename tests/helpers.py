@@ -5,10 +5,14 @@ Import them the way the tests import ``models``: ``from helpers import QUIET, NA
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -86,6 +90,77 @@ def run_python(
     )
 
 
+class Started:
+    """A command started in the background (``start_python``); ``result()`` waits for it."""
+
+    def __init__(
+        self, command: list[str], *, env: dict[str, str], timeout: float, cwd: str | Path | None = None,
+        input: str | None = None, stdout: int | None = None,
+    ) -> None:  # fmt: skip
+        """``input``, when given, is written into a pipe that is the command's stdin (closed after it); ``stdout``, a
+        file descriptor the command writes its stdout to instead of a pipe read here (``result().stdout`` is then
+        ``None``)."""
+        self.command, self.timeout = command, timeout
+        self.started = time.monotonic()
+        stdin: int | None = None
+        if input is not None:  # small: it fits in the pipe's buffer, so the write never waits for the reader
+            stdin, writer = os.pipe()
+            with os.fdopen(writer, "w") as feed:
+                feed.write(input)
+        self.process = subprocess.Popen(
+            command, stdin=stdin, stdout=subprocess.PIPE if stdout is None else stdout, stderr=subprocess.PIPE,
+            text=True, env=env, cwd=cwd,
+            start_new_session=True,
+        )  # fmt: skip
+        if stdin is not None:
+            os.close(stdin)
+        self._result: subprocess.CompletedProcess[str] | None = None
+        self.seconds: float | None = None
+        """From the start to the end of the command, once ``result()`` returned."""
+
+    def result(self) -> subprocess.CompletedProcess[str]:
+        """What ``subprocess.run(..., capture_output=True, text=True, timeout=timeout)`` returns (the timeout counts
+        from the start); raises ``subprocess.TimeoutExpired`` as it does, after killing the command's group."""
+        if self._result is None:
+            left = max(0.1, self.timeout - (time.monotonic() - self.started))
+            try:
+                stdout, stderr = self.process.communicate(timeout=left)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise
+            self.seconds = time.monotonic() - self.started
+            self._result = subprocess.CompletedProcess(self.command, self.process.returncode, stdout, stderr)
+        return self._result
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.communicate()
+
+
+def start_python(code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Started:
+    """``run_python`` started in the background: several fresh interpreters that cannot share one (each needs its
+    own import-time environment or flags) then start side by side, and each test reads its own ``result()``."""
+    full_env = {**os.environ, "PYTHONWARNINGS": "default", **(env or {})}
+    return Started([sys.executable, *args, "-c", textwrap.dedent(code)], env=full_env, timeout=timeout)
+
+
+def run_forked(
+    code: str, *, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``run_python``'s result for ``python -c code``, forked from the harness's server (torch, Lightning and the
+    presets already imported) instead of a fresh interpreter; stdout and stderr are merged into ``stdout`` (and
+    ``stderr`` is empty). Only for claims that do not depend on the interpreter's start or on what is imported
+    before the code runs; ``env`` may not change an import-time variable (``harness.run_command`` refuses it)."""
+    from harness import run_command
+
+    job = run_command([sys.executable, "-c", textwrap.dedent(code)], env={"PYTHONWARNINGS": "default", **(env or {})},
+                      timeout=timeout)  # fmt: skip
+    assert job.outcome in ("trained", "raised", "died"), job.describe()
+    return subprocess.CompletedProcess([sys.executable, "-c", code], job.returncode, job.stdout, "")
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """Run ``lightning-presets *argv`` in this process: (exit code, stdout, stderr); never a traceback."""
     from lightning_presets.cli import main
@@ -97,3 +172,34 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     return code, out, err
+
+
+class Fresh:
+    """Fresh interpreters a module's tests read, started side by side: ``Fresh(request, {key: (start, tests)})``
+    starts at once every ``start()`` whose ``tests`` (names, ``name[id]`` for one parameter) the session selected;
+    ``fresh[key]`` is its ``Started`` (started then, if it was not yet). ``close()`` kills what is still running."""
+
+    def __init__(self, request: pytest.FixtureRequest, runs: dict[str, tuple[Callable[[], Started], tuple[str, ...]]]):
+        self.starters = {key: start for key, (start, _) in runs.items()}
+        self.started: dict[str, Started] = {}
+        self.failed: dict[str, BaseException] = {}
+        """What a ``start()`` started together raised (a skip too): raised again by the test that reads it."""
+        selected = {item.name for item in request.session.items if item.path == request.path}
+        selected |= {name.partition("[")[0] for name in selected}
+        for key, (_, tests) in runs.items():
+            if selected & set(tests):
+                try:
+                    self[key]
+                except (Exception, pytest.skip.Exception) as error:  # a skip too: it belongs to that test
+                    self.failed[key] = error
+
+    def __getitem__(self, key: str) -> Started:
+        if key in self.failed:
+            raise self.failed[key]
+        if key not in self.started:
+            self.started[key] = self.starters[key]()
+        return self.started[key]
+
+    def close(self) -> None:
+        for run in self.started.values():
+            run.kill()

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 
 import _lightning_presets_autoload as hook  # type: ignore[import-untyped, unused-ignore]  # installed copy: no py.typed
 from _dists import IMPORTER, build_wheel, make_venv, pip, pip_install, site_packages, write_installed
-from helpers import run_python
+from helpers import Fresh, Started, start_python
 from lightning_presets import _activate
 from lightning_presets.core.environment import autoload_enabled
 from lightning_presets.core.namespaces import NAMESPACES
@@ -38,11 +39,10 @@ def last_json(output: str) -> Any:
 # --- fresh interpreters ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def hooked() -> dict[str, Any]:
-    """What a fresh ``python -O`` sees when user code never imports lightning_presets."""
-    result = run_python(
-        f"""
+# Every check below needs a fresh interpreter of its own: the start-up hook, ``python -O``/``-S`` and the variables
+# read at import (LIGHTNING_PRESETS_AUTOLOAD, PYTHONPATH) are the claims. They do not depend on each other, so the
+# module starts those its selected tests need side by side (``fresh``), and each test reads its own result.
+HOOKED = f"""
         import json, subprocess, sys
         from lightning.pytorch import Trainer
 
@@ -67,10 +67,85 @@ def hooked() -> dict[str, Any]:
             "optimize": sys.flags.optimize,
             "codes": codes,
         }}))
-        """,
-        "-O",
-        env=ON,
-    )
+        """
+
+AUTOLOAD_OFF = """
+        import importlib, json, sys
+        from lightning.pytorch.strategies import StrategyRegistry
+
+        before = "tp2d_hybrid" in StrategyRegistry
+        hook = "_lightning_presets_autoload" in sys.modules
+        import lightning_presets
+
+        registries = {}
+        for module, attr in [("lightning.pytorch.strategies", "StrategyRegistry"),
+                             ("lightning.fabric.strategies", "STRATEGY_REGISTRY"),
+                             ("pytorch_lightning.strategies", "StrategyRegistry"),
+                             ("lightning_fabric.strategies", "STRATEGY_REGISTRY")]:
+            registries[module] = "tp2d_hybrid" in getattr(importlib.import_module(module), attr)
+        finders = [type(f).__name__ for f in sys.meta_path].count("StrategiesFinder")
+        print(json.dumps({"before": before, "hook": hook, "after": registries, "finders": finders}))
+        """
+
+SITE_DIRS = [path for path in sys.path if path.endswith("site-packages")] + [str(ROOT / "src")]
+WITHOUT_SITE = f"""
+        import json, sys
+        sys.path.extend({SITE_DIRS!r})
+        from lightning.fabric.strategies import STRATEGY_REGISTRY
+
+        before = "tp2d_hybrid" in STRATEGY_REGISTRY
+        import lightning_presets
+
+        print(json.dumps({{"before": before, "after": "tp2d_hybrid" in STRATEGY_REGISTRY}}))
+        """
+
+IMPORTING = """
+        import json, sys
+        STATEMENT
+        registries = {}
+        for module, attr in [("lightning.pytorch.strategies", "StrategyRegistry"),
+                             ("lightning.fabric.strategies", "STRATEGY_REGISTRY"),
+                             ("pytorch_lightning.strategies", "StrategyRegistry"),
+                             ("lightning_fabric.strategies", "STRATEGY_REGISTRY")]:
+            if module in sys.modules:
+                registries[module] = "importer_ddp" in getattr(sys.modules[module], attr)
+        print(json.dumps(registries))
+        """
+STATEMENTS = ["import pytorch_lightning", "import lightning_fabric"]
+IMPORTING_TEST = "test_preset_module_importing_lightning_neither_hangs_nor_breaks_it"
+
+
+HOOKED_TESTS = ("test_trainer_resolves_the_name_without_importing_the_package", "test_worker_processes_see_the_presets",
+                "test_guards_work_under_python_optimize")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fresh(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fresh]:
+    """The fresh interpreters of the selected tests, started together; keyed by what they check."""
+    site = tmp_path_factory.mktemp("importer")
+    write_installed(IMPORTER, site)
+
+    def importing(statement: str) -> Started:
+        code = IMPORTING.replace("STATEMENT", statement)
+        return start_python(code, env={**ON, "PYTHONPATH": str(site)}, timeout=180)
+
+    runs = Fresh(request, {
+        # what a fresh ``python -O`` sees when user code never imports lightning_presets
+        "hooked": (lambda: start_python(HOOKED, "-O", env=ON), HOOKED_TESTS),
+        "off": (lambda: start_python(AUTOLOAD_OFF, env=OFF), ("test_autoload_off_needs_an_explicit_import",)),
+        "without_site": (lambda: start_python(WITHOUT_SITE, "-S", env=ON),
+                         ("test_import_registers_into_modules_imported_before_the_hook",)),
+        **{statement: ((lambda statement=statement: importing(statement)), (f"{IMPORTING_TEST}[{statement}]",))
+           for statement in STATEMENTS},
+    })  # fmt: skip
+    yield runs
+    runs.close()
+
+
+@pytest.fixture(scope="module")
+def hooked(fresh: Fresh) -> dict[str, Any]:
+    """What a fresh ``python -O`` sees when user code never imports lightning_presets."""
+    result = fresh["hooked"].result()
     assert result.returncode == 0, result.stderr
     data: dict[str, Any] = last_json(result.stdout)
     return data
@@ -90,74 +165,25 @@ def test_guards_work_under_python_optimize(hooked: dict[str, Any]) -> None:
     assert hooked["codes"] == ["LP205"]
 
 
-def test_autoload_off_needs_an_explicit_import() -> None:
-    result = run_python(
-        """
-        import importlib, json, sys
-        from lightning.pytorch.strategies import StrategyRegistry
-
-        before = "tp2d_hybrid" in StrategyRegistry
-        hook = "_lightning_presets_autoload" in sys.modules
-        import lightning_presets
-
-        registries = {}
-        for module, attr in [("lightning.pytorch.strategies", "StrategyRegistry"),
-                             ("lightning.fabric.strategies", "STRATEGY_REGISTRY"),
-                             ("pytorch_lightning.strategies", "StrategyRegistry"),
-                             ("lightning_fabric.strategies", "STRATEGY_REGISTRY")]:
-            registries[module] = "tp2d_hybrid" in getattr(importlib.import_module(module), attr)
-        finders = [type(f).__name__ for f in sys.meta_path].count("StrategiesFinder")
-        print(json.dumps({"before": before, "hook": hook, "after": registries, "finders": finders}))
-        """,
-        env=OFF,
-    )
+def test_autoload_off_needs_an_explicit_import(fresh: Fresh) -> None:
+    result = fresh["off"].result()
     assert result.returncode == 0, result.stderr
     data = last_json(result.stdout)
     assert (data["before"], data["hook"], data["finders"]) == (False, False, 0)
     assert data["after"] == dict.fromkeys((ns.strategies_module for ns in NAMESPACES), True)
 
 
-def test_import_registers_into_modules_imported_before_the_hook() -> None:
+def test_import_registers_into_modules_imported_before_the_hook(fresh: Fresh) -> None:
     """Without the ``.pth`` (``python -S``), ``import lightning_presets`` installs the hook and catches up."""
-    site_dirs = [path for path in sys.path if path.endswith("site-packages")] + [str(ROOT / "src")]
-    result = run_python(
-        f"""
-        import json, sys
-        sys.path.extend({site_dirs!r})
-        from lightning.fabric.strategies import STRATEGY_REGISTRY
-
-        before = "tp2d_hybrid" in STRATEGY_REGISTRY
-        import lightning_presets
-
-        print(json.dumps({{"before": before, "after": "tp2d_hybrid" in STRATEGY_REGISTRY}}))
-        """,
-        "-S",
-        env=ON,
-    )
+    result = fresh["without_site"].result()
     assert result.returncode == 0, result.stderr
     assert last_json(result.stdout) == {"before": False, "after": True}
 
 
-@pytest.mark.parametrize("statement", ["import pytorch_lightning", "import lightning_fabric"])
-def test_preset_module_importing_lightning_neither_hangs_nor_breaks_it(tmp_path: Path, statement: str) -> None:
+@pytest.mark.parametrize("statement", STATEMENTS)
+def test_preset_module_importing_lightning_neither_hangs_nor_breaks_it(fresh: Fresh, statement: str) -> None:
     """Its entry point is loaded while Lightning is being imported (``import lightning`` is in test_third_party)."""
-    write_installed(IMPORTER, tmp_path)
-    result = run_python(
-        f"""
-        import json, sys
-        {statement}
-        registries = {{}}
-        for module, attr in [("lightning.pytorch.strategies", "StrategyRegistry"),
-                             ("lightning.fabric.strategies", "STRATEGY_REGISTRY"),
-                             ("pytorch_lightning.strategies", "StrategyRegistry"),
-                             ("lightning_fabric.strategies", "STRATEGY_REGISTRY")]:
-            if module in sys.modules:
-                registries[module] = "importer_ddp" in getattr(sys.modules[module], attr)
-        print(json.dumps(registries))
-        """,
-        env={**ON, "PYTHONPATH": str(tmp_path)},
-        timeout=180,
-    )
+    result = fresh[statement].result()
     assert result.returncode == 0, result.stderr
     registries = last_json(result.stdout)
     assert f"{statement.split()[1]}.strategies" in registries

@@ -385,6 +385,7 @@ def test_no_cuda_initialized_and_no_child_process(
 
 
 def test_python_m_runs_the_check_in_a_fresh_interpreter() -> None:
+    # a fresh interpreter: the claim is `python -m` from a cold start (Lightning's import-time banners silenced)
     result = subprocess.run(
         [sys.executable, "-m", "lightning_presets", "check", *shlex.split(ISSUE_COMMANDS[0]), "--json"],
         capture_output=True, text=True, timeout=120, check=False,
@@ -506,6 +507,7 @@ def test_fabric_mode_leaves_out_trainer_only_config_keys(capsys: pytest.CaptureF
 
 
 def test_check_works_under_python_O() -> None:
+    # a fresh interpreter: -O (assert statements stripped) is fixed when the interpreter starts
     result = subprocess.run(
         [sys.executable, "-O", "-m", "lightning_presets", "check", "--accelerator", "cpu", "--devices", "2",
          "--strategy", "fsdp_offload_ckpt", "--json"],

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import fcntl
+import json
 import os
-import pty
-import select
-import struct
 import subprocess
 import sys
-import termios
-import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from harness import run_command
+
 ANSI = "\x1b["
 COMMAND = [sys.executable, "-m", "lightning_presets"]
+DRIVER = Path(__file__).resolve().parent / "scripts" / "cli_on_terminal.py"
 
 
 def _environment(**extra: str) -> dict[str, str]:
@@ -23,49 +23,47 @@ def _environment(**extra: str) -> dict[str, str]:
     return {**env, "TERM": "xterm-256color", **extra}
 
 
-def on_terminal(*argv: str, timeout: float = 120, **env: str) -> tuple[int, str, str]:
-    """Run the CLI with stdout and stderr on two pseudo-terminals; their text and the exit code."""
-    out_primary, out_secondary = pty.openpty()
-    err_primary, err_secondary = pty.openpty()
-    for fd in (out_secondary, err_secondary):  # a terminal of 120 columns, as a developer's would be
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    process = subprocess.Popen(
-        [*COMMAND, *argv], stdout=out_secondary, stderr=err_secondary, stdin=subprocess.DEVNULL, env=_environment(**env)
-    )
-    os.close(out_secondary)
-    os.close(err_secondary)
-    chunks: dict[int, list[bytes]] = {out_primary: [], err_primary: []}
-    deadline = time.monotonic() + timeout
-    open_fds = set(chunks)
-    while open_fds and time.monotonic() < deadline:
-        ready, _, _ = select.select(list(open_fds), [], [], 0.2)
-        for fd in ready:
-            try:
-                data = os.read(fd, 65536)
-            except OSError:  # the other side closed (EIO on Linux)
-                data = b""
-            if data:
-                chunks[fd].append(data)
-            else:
-                open_fds.discard(fd)
-    code = process.wait(timeout=max(deadline - time.monotonic(), 1))
-    for fd in chunks:
-        os.close(fd)
-    return code, b"".join(chunks[out_primary]).decode(), b"".join(chunks[err_primary]).decode()
+def _cli(*runs: tuple[tuple[str, ...], dict[str, str], bool, float]) -> list[dict[str, Any]]:
+    """For each ``(argv, env, terminal, timeout)``: ``python -m lightning_presets *argv`` with stdout and stderr on
+    two pseudo-terminals of 40 × 120 (or two pipes) and exactly ``env``. Forked from the harness's server
+    (tests/scripts/cli_on_terminal.py), side by side, instead of a fresh interpreter each: the CLI reads the terminal
+    and the environment when it runs, not at import."""
+    specs = [{"argv": list(argv), "env": env, "terminal": terminal, "timeout": timeout}
+             for argv, env, terminal, timeout in runs]  # fmt: skip
+    longest = max(timeout for *_, timeout in runs)
+    job = run_command([sys.executable, str(DRIVER), json.dumps(specs)], timeout=longest + 60)
+    assert job.outcome == "trained", job.describe()
+    (results,) = job.reports()
+    for result in results:
+        assert not result["timed_out"], result
+    return list(results)
 
 
-def piped(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*COMMAND, *argv], capture_output=True, text=True, env=_environment(**env), timeout=120, check=False
-    )
+def terminal(*argv: str, timeout: float = 120, **env: str) -> tuple[tuple[str, ...], dict[str, str], bool, float]:
+    return argv, _environment(**env), True, timeout
+
+
+def pipe(*argv: str, timeout: float = 120, **env: str) -> tuple[tuple[str, ...], dict[str, str], bool, float]:
+    return argv, _environment(**env), False, timeout
+
+
+def as_terminal(result: dict[str, Any]) -> tuple[int, str, str]:
+    """What ``on_terminal`` returns: the exit code and the text of the two terminals."""
+    return result["code"], result["out"], result["err"]
+
+
+def as_pipe(result: dict[str, Any], argv: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """What ``subprocess.run(..., capture_output=True, text=True)`` returns."""
+    return subprocess.CompletedProcess([*COMMAND, *argv], result["code"], result["out"], result["err"])
 
 
 @pytest.mark.parametrize("argv", [("list",), ("check", "--accelerator", "cpu", "--devices", "2", "--strategy",
                                               "fsdp_offload_ckpt")])  # fmt: skip
 def test_colour_on_a_terminal_none_when_piped(argv: tuple[str, ...]) -> None:
-    code, out, _ = on_terminal(*argv)
+    on_a_terminal, in_a_pipe = _cli(terminal(*argv), pipe(*argv))
+    code, out, _ = as_terminal(on_a_terminal)
     assert ANSI in out, out[:500]
-    result = piped(*argv)
+    result = as_pipe(in_a_pipe, argv)
     assert result.returncode == code
     assert ANSI not in result.stdout
     assert result.stdout.strip()
@@ -73,30 +71,38 @@ def test_colour_on_a_terminal_none_when_piped(argv: tuple[str, ...]) -> None:
 
 
 def test_no_color_dumb_terminals_and_json_are_plain_on_a_terminal() -> None:
-    for env in ({"NO_COLOR": "1"}, {"TERM": "dumb"}):
-        _, out, _ = on_terminal("list", **env)
+    *plain, as_json = _cli(terminal("list", NO_COLOR="1"), terminal("list", TERM="dumb"), terminal("list", "--json"))
+    for result in plain:
+        _, out, _ = as_terminal(result)
         assert ANSI not in out
         assert "fsdp_offload_ckpt" in out
-    _, out, _ = on_terminal("list", "--json")
+    _, out, _ = as_terminal(as_json)
     assert ANSI not in out
     assert out.lstrip().startswith("{")
 
 
 def test_severities_are_coloured_differently_on_a_terminal() -> None:
-    code, out, _ = on_terminal("check", "--accelerator", "cpu", "--devices", "1", "--strategy", "fsdp2")
+    warned, rejected = _cli(
+        terminal("check", "--accelerator", "cpu", "--devices", "1", "--strategy", "fsdp2"),
+        terminal("check", "--accelerator", "cpu", "--devices", "2", "--strategy", "fsdp_offload_ckpt"),
+    )
+    code, out, _ = as_terminal(warned)
     assert code == 0  # LP212: a warning only
     assert "\x1b[33m" in out  # yellow: the warning
-    code, out, _ = on_terminal("check", "--accelerator", "cpu", "--devices", "2", "--strategy", "fsdp_offload_ckpt")
+    code, out, _ = as_terminal(rejected)
     assert code == 1
     assert "\x1b[1;31m" in out  # bold red: the error
 
 
 def test_matrix_shows_progress_on_a_terminal_only(tmp_path: os.PathLike[str]) -> None:
-    target = os.path.join(tmp_path, "matrix.md")
-    code, _, err = on_terminal("matrix", "--mode", "fabric", "--output", target, timeout=240)
+    # each writes its own file (both at once); what is compared is their exit codes and stderr
+    target, piped_target = os.path.join(tmp_path, "matrix.md"), os.path.join(tmp_path, "piped.md")
+    argv = ("matrix", "--mode", "fabric", "--output")
+    on_a_terminal, in_a_pipe = _cli(terminal(*argv, target, timeout=240), pipe(*argv, piped_target))
+    code, _, err = as_terminal(on_a_terminal)
     assert code == 0
     assert "checking fabric configurations" in err  # the live bar, on stderr
-    result = piped("matrix", "--mode", "fabric", "--output", target)
+    result = as_pipe(in_a_pipe, (*argv, piped_target))
     assert result.returncode == 0
     assert "checking fabric configurations" not in result.stderr
     assert ANSI not in result.stderr

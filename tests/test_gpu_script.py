@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -47,13 +48,57 @@ def _report(out: Path) -> dict[str, Any]:
     return data
 
 
-def test_no_gpu_path_skips_every_check_and_exits_non_zero(tmp_path: Path) -> None:
+class _Started:
+    """A command started in the background, waited for by the test that reads it."""
+
+    def __init__(self, command: list[str], out: Path, timeout: float) -> None:
+        self.out, self.timeout = out, timeout
+        self.start = time.monotonic()
+        self.process = subprocess.Popen(
+            command, env=_env(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )  # fmt: skip
+
+    def result(self) -> tuple[subprocess.CompletedProcess[str], float]:
+        """What ``subprocess.run`` would have returned, and the seconds from the start to the end."""
+        try:
+            stdout, stderr = self.process.communicate(timeout=max(1.0, self.timeout - (time.monotonic() - self.start)))
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.communicate()
+            raise
+        elapsed = time.monotonic() - self.start
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode, stdout, stderr), elapsed
+
+
+NO_GPU_TEST = "test_no_gpu_path_skips_every_check_and_exits_non_zero"
+SMOKE_TEST = "test_cpu_smoke_runs_the_cpu_capable_checks_through_the_harness"
+
+
+@pytest.fixture(scope="module")
+def script_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, _Started]]:
+    """The two runs of the real script (fresh interpreters: it is what a GPU machine runs), started together when
+    the session has both tests, so the no-GPU run's start-up uses the core the smoke run's waits leave idle. Each
+    test still reads only its own run, in a folder of its own."""
+    selected = {item.name for item in request.session.items if item.path == request.path}
+    runs = {}
+    if NO_GPU_TEST in selected:
+        runs["no_gpu"] = _Started(["bash", str(RUN_SH)], tmp_path_factory.mktemp("no_gpu"), timeout=120)
+    if SMOKE_TEST in selected:
+        smoke = tmp_path_factory.mktemp("cpu_smoke")
+        runs["smoke"] = _Started([sys.executable, str(SCRIPT), "--cpu-smoke", "--out", str(smoke)], smoke, timeout=300)
+    yield runs
+    for run in runs.values():
+        if run.process.poll() is None:
+            run.process.kill()
+            run.process.communicate()
+
+
+def test_no_gpu_path_skips_every_check_and_exits_non_zero(script_runs: dict[str, _Started]) -> None:
     """No visible GPU (or a GPU node whose CUDA is broken) is not a pass: exit 2, the report still written."""
-    start = time.monotonic()
-    done = subprocess.run(
-        ["bash", str(RUN_SH)], env=_env(tmp_path), capture_output=True, text=True, timeout=120, check=False
-    )
-    elapsed = time.monotonic() - start
+    done, elapsed = script_runs["no_gpu"].result()
+    tmp_path = script_runs["no_gpu"].out
     assert done.returncode == gpu_checks.EXIT_NO_GPU == 2, done.stdout + done.stderr
     assert "no CUDA device is visible: every GPU check was skipped; exit 2" in done.stdout
     assert elapsed < 60
@@ -178,13 +223,9 @@ def test_a_hanging_check_is_killed_with_its_process_group(tmp_path: Path) -> Non
 
 
 @pytest.mark.distributed
-def test_cpu_smoke_runs_the_cpu_capable_checks_through_the_harness(tmp_path: Path) -> None:
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--cpu-smoke", "--out", str(tmp_path)],
-        env=_env(tmp_path), capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    elapsed = time.monotonic() - start
+def test_cpu_smoke_runs_the_cpu_capable_checks_through_the_harness(script_runs: dict[str, _Started]) -> None:
+    done, elapsed = script_runs["smoke"].result()
+    tmp_path = script_runs["smoke"].out
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = _report(tmp_path)
     assert report["mode"] == "cpu-smoke"

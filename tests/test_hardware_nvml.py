@@ -13,11 +13,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers import Fresh, Started
 from lightning_presets.core import hardware
 
 GIB = 2**30
@@ -124,19 +126,16 @@ def stand_in(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def probe(library_dir: Path | None, environs: list[dict[str, str]], **env: str) -> dict[str, Any]:
+def start_probe(library_dir: Path | None, environs: list[dict[str, str]], **env: str) -> Started:
     spec = ";".join(f"{uuid},{bus},{cap[0]},{cap[1]},{memory}" for uuid, bus, cap, memory in DEVICES)
     full_env = {key: value for key, value in os.environ.items() if not key.startswith(("CUDA_", "FAKE_NVML"))}
     full_env.update({"FAKE_NVML_DEVICES": spec, "LIGHTNING_PRESETS_AUTOLOAD": "0", **env})
     full_env["LD_LIBRARY_PATH"] = str(library_dir) if library_dir else ""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(PROBE), json.dumps(environs)],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=180,
-        check=False,
-    )
+    return Started([sys.executable, "-c", textwrap.dedent(PROBE), json.dumps(environs)], env=full_env, timeout=180)
+
+
+def probe(started: Started) -> dict[str, Any]:
+    done = started.result()
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, done.stdout + done.stderr
     data: dict[str, Any] = json.loads(lines[0].removeprefix("RESULT "))
@@ -159,22 +158,43 @@ CASES: list[tuple[dict[str, str], list[Any] | None]] = [
 ]
 
 
-def test_capability_and_memory_through_the_stand_in_nvml(stand_in: Path) -> None:
-    data = probe(stand_in, [environ for environ, _ in CASES])
+@pytest.fixture(scope="module")
+def probes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fresh]:
+    """The three probes, started side by side: each is a fresh interpreter of its own (the dynamic loader reads
+    ``LD_LIBRARY_PATH`` when the process starts, and the stand-in is loaded once per process), none depends on
+    another."""
+
+    def library() -> Path:
+        return request.getfixturevalue("stand_in")  # type: ignore[no-any-return]
+
+    cases = [environ for environ, _ in CASES]
+    runs = Fresh(request, {
+        "cases": (lambda: start_probe(library(), cases), ("test_capability_and_memory_through_the_stand_in_nvml",)),
+        "init_fails": (lambda: start_probe(library(), [{}], FAKE_NVML_INIT_FAILS="1"),
+                       ("test_nvml_that_fails_to_initialise_means_unknown",)),
+        "no_library": (lambda: start_probe(None, [{}, {"CUDA_VISIBLE_DEVICES": "0"}]),
+                       ("test_no_nvml_library_means_unknown",)),
+    })  # fmt: skip
+    yield runs
+    runs.close()
+
+
+def test_capability_and_memory_through_the_stand_in_nvml(stand_in: Path, probes: Fresh) -> None:
+    data = probe(probes["cases"])
     for (environ, expected), got in zip(CASES, data["results"], strict=True):
         assert got == expected, environ
     assert data["observed"] == [7, 0]  # observed_capability() reads the real environment: every GPU
     assert data["cuda_initialized"] is False
 
 
-def test_nvml_that_fails_to_initialise_means_unknown(stand_in: Path) -> None:
-    data = probe(stand_in, [{}], FAKE_NVML_INIT_FAILS="1")
+def test_nvml_that_fails_to_initialise_means_unknown(stand_in: Path, probes: Fresh) -> None:
+    data = probe(probes["init_fails"])
     assert data["results"] == [None]
     assert data["observed"] is None
 
 
-def test_no_nvml_library_means_unknown() -> None:
-    data = probe(None, [{}, {"CUDA_VISIBLE_DEVICES": "0"}])
+def test_no_nvml_library_means_unknown(probes: Fresh) -> None:
+    data = probe(probes["no_library"])
     assert data["results"] == [None, None]
     assert data["observed"] is None
 

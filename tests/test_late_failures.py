@@ -26,6 +26,7 @@ def data() -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def installed() -> lf.Installed:
     """The installed releases' sites and the construction trace (a fresh interpreter builds the sample: ~15 s)."""
+    # a fresh interpreter: the sample traces Lightning from its import on (sys.settrace before `import lightning`)
     return lf.installed()
 
 

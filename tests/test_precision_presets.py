@@ -22,7 +22,7 @@ from lightning.pytorch import Trainer
 from torch import nn
 
 import lightning_presets
-from helpers import QUIET, codes, run_python
+from helpers import QUIET, codes, run_forked
 from lightning_presets import PresetConfigError, PresetWarning
 from lightning_presets.core import hardware as _capability
 from lightning_presets.plugins.torchao_float8 import float8_split
@@ -309,8 +309,13 @@ def test_broken_transformer_engine_reports_its_first_error_line(tmp_path: Path) 
     package = tmp_path / "transformer_engine"
     package.mkdir()
     (package / "__init__.py").write_text('raise OSError("libcudart.so.12: cannot open shared object file\\nx")\n')
-    result = run_python(
-        """
+    # Forked from the harness's server, with the broken package first on sys.path as PYTHONPATH would put it: the
+    # server never imported transformer_engine (asserted), so the import below is the package's first.
+    result = run_forked(
+        f"""
+        import sys
+        assert "transformer_engine" not in sys.modules
+        sys.path.insert(0, {str(tmp_path)!r})
         import lightning_presets
         from lightning_presets.tools.simulation import simulated_cuda
         with simulated_cuda(1):
@@ -318,8 +323,7 @@ def test_broken_transformer_engine_reports_its_first_error_line(tmp_path: Path) 
                 lightning_presets.precision("fp8-te")
             except lightning_presets.PresetConfigError as error:
                 print("CODES", error.codes, error.findings[0].message)
-        """,
-        env={"PYTHONPATH": str(tmp_path)},
+        """
     )
     assert "CODES ('LP601',)" in result.stdout, result.stdout + result.stderr
     assert "OSError: libcudart.so.12: cannot open shared object file" in result.stdout

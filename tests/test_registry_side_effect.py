@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import run_python
+from helpers import Started, start_python
 from lightning_presets.core.namespaces import NAMESPACES
 from lightning_presets.registry.catalog import LIGHTNING_BUILTIN_NAMES, strategy_catalog
 
@@ -20,8 +20,8 @@ print("NAMES " + json.dumps(names))
 """.replace("TARGETS", repr([(ns.target, ns.strategies_module, ns.registry_attr) for ns in NAMESPACES]))
 
 
-def _names(env: dict[str, str]) -> dict[str, set[str]]:
-    result = run_python(NAMES, env=env)
+def _names(started: Started) -> dict[str, set[str]]:
+    result = started.result()
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(line for line in result.stdout.splitlines() if line.startswith("NAMES "))
     return {target: set(names) for target, names in json.loads(line.removeprefix("NAMES ")).items()}
@@ -29,8 +29,12 @@ def _names(env: dict[str, str]) -> dict[str, set[str]]:
 
 def test_installed_package_adds_exactly_its_names_and_autoload_off_restores_lightnings() -> None:
     presets = strategy_catalog().presets
-    on = _names({})
-    off = _names({"LIGHTNING_PRESETS_AUTOLOAD": "0"})
+    # Two fresh interpreters (the variable is read at start-up, and no import of ours may come first), side by side.
+    starting_on, starting_off = (
+        start_python(NAMES, env={}),
+        start_python(NAMES, env={"LIGHTNING_PRESETS_AUTOLOAD": "0"}),
+    )
+    on, off = _names(starting_on), _names(starting_off)
     for namespace in NAMESPACES:
         ours = {name for name, preset in presets.items() if namespace.kind in preset.kinds}
         assert ours, namespace.target

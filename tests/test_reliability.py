@@ -14,6 +14,7 @@ import pickle
 import re
 import types
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from _dists import (  # registered_fixture: the fixture `registered`
     registered_fixture,  # noqa: F401
     write_installed,
 )
-from helpers import QUIET, run_cli, run_python
+from helpers import QUIET, Fresh, Started, run_cli, start_python
 from lightning_presets import Preset, PresetConfigError, PresetWarning, _activate
 from lightning_presets.core.environment import distribution_names
 from lightning_presets.core.namespaces import namespace_for_target
@@ -76,16 +77,26 @@ def last_json(output: str) -> Any:
     return json.loads(output.strip().splitlines()[-1])
 
 
+# The two fresh interpreters of this module (``python -W error``, and an import of Lightning that must be the first,
+# both with plugins on PYTHONPATH): started side by side when their tests are selected; each test reads its own.
+
+
+@pytest.fixture(scope="module")
+def fresh(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fresh]:
+    runs = Fresh(request, {
+        "hostile": (lambda: start_hostile(tmp_path_factory.mktemp("hostile")),
+                    ("test_hostile_plugins_under_python_w_error_cost_only_themselves",)),
+        "deadlock": (lambda: start_deadlock(tmp_path_factory.mktemp("deadlock")),
+                     ("test_import_in_one_thread_and_presets_in_another_do_not_deadlock",)),
+    })  # fmt: skip
+    yield runs
+    runs.close()
+
+
 # --- 1. warnings filters never break `import lightning` ------------------------------------------------------
 
 
-def test_hostile_plugins_under_python_w_error_cost_only_themselves(tmp_path: Path) -> None:
-    """``python -W error``: the import survives, the built-ins and the good plugin are registered, stdout is clean."""
-    for dist in HOSTILE:
-        write_installed(dist, tmp_path)
-    write_installed(NAMELESS, tmp_path, named=False)
-    result = run_python(
-        """
+HOSTILE_CODE = """
         import json
         import lightning.pytorch
         from lightning.pytorch.strategies import StrategyRegistry
@@ -101,12 +112,22 @@ def test_hostile_plugins_under_python_w_error_cost_only_themselves(tmp_path: Pat
 
         names = ["fsdp2", "printing_ddp", "raising", "exiting", "escaping", "bad_code_ddp", "nameless_ddp"]
         print(json.dumps({"outcome": {name: outcome(name) for name in names}, "built": built}))
-        """,
-        "-W",
-        "error",
-        env={"PYTHONPATH": on_path(tmp_path), "LIGHTNING_PRESETS_AUTOLOAD": "1", "PYTHONWARNINGS": "error"},
-        timeout=240,
-    )
+        """
+
+
+def start_hostile(site: Path) -> Started:
+    for dist in HOSTILE:
+        write_installed(dist, site)
+    write_installed(NAMELESS, site, named=False)
+    return start_python(
+        HOSTILE_CODE, "-W", "error", timeout=240,
+        env={"PYTHONPATH": on_path(site), "LIGHTNING_PRESETS_AUTOLOAD": "1", "PYTHONWARNINGS": "error"},
+    )  # fmt: skip
+
+
+def test_hostile_plugins_under_python_w_error_cost_only_themselves(fresh: Fresh) -> None:
+    """``python -W error``: the import survives, the built-ins and the good plugin are registered, stdout is clean."""
+    result = fresh["hostile"].result()
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.strip().splitlines()) == 1, result.stdout  # the plugin's print went to stderr
     data = last_json(result.stdout)
@@ -169,11 +190,7 @@ DEADLOCK = Dist(
 )
 
 
-def test_import_in_one_thread_and_presets_in_another_do_not_deadlock(tmp_path: Path) -> None:
-    write_installed(DEADLOCK, tmp_path)
-    (tmp_path / "_lp_sync.py").write_text("import threading\n\nloading = threading.Event()\n")
-    result = run_python(
-        """
+DEADLOCK_CODE = """
         import json, os, sys, threading, time
         import _lp_sync
         import lightning_presets
@@ -201,10 +218,19 @@ def test_import_in_one_thread_and_presets_in_another_do_not_deadlock(tmp_path: P
         from lightning.pytorch.strategies import StrategyRegistry as trainer
         registered = {name: [name in fabric, name in trainer] for name in ("deadlock_ddp", "fsdp2")}
         print(json.dumps({"presets": seen["presets"], "registered": registered}))
-        """,
-        env={"PYTHONPATH": on_path(tmp_path), "LIGHTNING_PRESETS_AUTOLOAD": "1"},
-        timeout=240,
+        """
+
+
+def start_deadlock(site: Path) -> Started:
+    write_installed(DEADLOCK, site)
+    (site / "_lp_sync.py").write_text("import threading\n\nloading = threading.Event()\n")
+    return start_python(
+        DEADLOCK_CODE, env={"PYTHONPATH": on_path(site), "LIGHTNING_PRESETS_AUTOLOAD": "1"}, timeout=240
     )
+
+
+def test_import_in_one_thread_and_presets_in_another_do_not_deadlock(fresh: Fresh) -> None:
+    result = fresh["deadlock"].result()
     assert result.returncode == 0, result.stderr
     data = last_json(result.stdout)
     assert data != "DEADLOCK"

@@ -13,17 +13,17 @@ import json
 import os
 import socket
 import stat
-import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from _dists import Dist
-from helpers import run_cli
+from helpers import Fresh, Started, run_cli, run_forked
 from lightning_presets.cli import _check as check_cli
 from lightning_presets.cli import _matrix as matrix_cli
 from lightning_presets.tools import simulation as _simulation
@@ -372,12 +372,14 @@ def test_matrix_writes_and_checks_a_plain_file(tmp_path: Path, capsys: pytest.Ca
     assert run_cli(capsys, "matrix", "--check", str(tmp_path / "missing.md"))[0] == 1  # stale, not a usage error
 
 
-def test_check_json_to_a_full_device_is_exit_2_without_a_traceback() -> None:
+def start_into_full_device() -> Started:
     with open("/dev/full", "w") as full:
-        result = subprocess.run(
-            [sys.executable, "-m", "lightning_presets", "check", "--json"],
-            stdout=full, stderr=subprocess.PIPE, text=True, timeout=180, check=False,
-        )  # fmt: skip
+        return Started([sys.executable, "-m", "lightning_presets", "check", "--json"], stdout=full.fileno(),
+                       env=dict(os.environ), timeout=180)  # fmt: skip
+
+
+def test_check_json_to_a_full_device_is_exit_2_without_a_traceback(fresh: Fresh) -> None:
+    result = fresh["full_device"].result()
     assert result.returncode == 2, result.stderr
     assert "No space left on device" in result.stderr
     assert "Traceback" not in result.stderr
@@ -438,10 +440,9 @@ def test_matrix_output_that_fails_mid_write_leaves_the_old_file(tmp_path: Path) 
     """Before: the old file was truncated first, then the write failed at the file size limit."""
     target = tmp_path / "matrix.md"
     target.write_text("the committed matrix\n", encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, "-c", MATRIX_UNDER_A_FILE_SIZE_LIMIT, str(target)],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    # Forked from the harness's server: the file size limit and the signal are this process's own, set at run time.
+    result = run_forked(MATRIX_UNDER_A_FILE_SIZE_LIMIT.replace("sys.argv[1]", repr(str(target))), timeout=300)
+    result.stderr = result.stdout  # stdout and stderr together
     assert result.returncode == 2, result.stderr[-2000:]
     assert f"--output {target}: cannot be written: File too large" in result.stderr
     assert target.read_text(encoding="utf-8") == "the committed matrix\n"
@@ -490,17 +491,19 @@ def test_a_reader_that_closes_early_keeps_the_exit_code(
     assert main([*argv, *json_flag]) == expected
 
 
-def test_a_rejected_check_into_a_closed_pipe_exits_1() -> None:
-    """The real pipe: its reader is closed before the command writes a byte."""
+def start_into_a_closed_pipe() -> Started:
     read, write_end = os.pipe()
     os.close(read)
     try:
-        result = subprocess.run(
-            [sys.executable, "-m", "lightning_presets", "check", "--strategy", "ddpp", "--json"],
-            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300, check=False,
-        )  # fmt: skip
+        return Started([sys.executable, "-m", "lightning_presets", "check", "--strategy", "ddpp", "--json"],
+                       stdout=write_end, env=dict(os.environ), timeout=300)  # fmt: skip
     finally:
         os.close(write_end)
+
+
+def test_a_rejected_check_into_a_closed_pipe_exits_1(fresh: Fresh) -> None:
+    """The real pipe: its reader is closed before the command writes a byte."""
+    result = fresh["closed_pipe"].result()
     assert result.returncode == 1, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
 
@@ -553,18 +556,36 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+WITHOUT_CASES = [(["check"], {2}), (["matrix"], {2}), (["list"], {0}), (["show", "fsdp2"], {1}), (["doctor"], {1})]
+
+
+def start_without_torch(argv: list[str]) -> Started:
+    return Started([sys.executable, "-c", WITHOUT_TORCH_AND_LIGHTNING, *argv], timeout=300,
+                   env={**os.environ, "LIGHTNING_PRESETS_AUTOLOAD": "0"})  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fresh(request: pytest.FixtureRequest) -> Iterator[Fresh]:
+    """The fresh interpreters of this module, started side by side when their tests are selected; each test reads
+    its own. They stay fresh: what the interpreter does with stdout at exit (a full device, a closed pipe) and torch
+    and Lightning missing before their first import are the claims."""
+    without = "test_without_torch_or_lightning_every_command_says_so"
+    runs = Fresh(request, {
+        "full_device": (start_into_full_device, ("test_check_json_to_a_full_device_is_exit_2_without_a_traceback",)),
+        "closed_pipe": (start_into_a_closed_pipe, ("test_a_rejected_check_into_a_closed_pipe_exits_1",)),
+        **{" ".join(argv): ((lambda argv=argv: start_without_torch(argv)), (f"{without}[{' '.join(argv)}-codes{i}]",))
+           for i, (argv, _) in enumerate(WITHOUT_CASES)},
+    })  # fmt: skip
+    yield runs
+    runs.close()
+
+
 @pytest.mark.parametrize(
-    ("argv", "codes"),
-    [(["check"], {2}), (["matrix"], {2}), (["list"], {0}), (["show", "fsdp2"], {1}), (["doctor"], {1})],
-    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+    ("argv", "codes"), WITHOUT_CASES, ids=lambda value: " ".join(value) if isinstance(value, list) else None
 )
-def test_without_torch_or_lightning_every_command_says_so(argv: list[str], codes: set[int]) -> None:
+def test_without_torch_or_lightning_every_command_says_so(fresh: Fresh, argv: list[str], codes: set[int]) -> None:
     """Before: ``check`` and ``matrix`` were internal errors (``doctor`` already said LP721)."""
-    result = subprocess.run(
-        [sys.executable, "-c", WITHOUT_TORCH_AND_LIGHTNING, *argv],
-        capture_output=True, text=True, timeout=300, check=False,
-        env={**os.environ, "LIGHTNING_PRESETS_AUTOLOAD": "0"},
-    )  # fmt: skip
+    result = fresh[" ".join(argv)].result()
     assert result.returncode in codes, result.stderr[-2000:]
     assert "internal error" not in result.stderr
     assert "Traceback" not in result.stderr

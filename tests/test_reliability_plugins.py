@@ -12,10 +12,10 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from _dists import (  # registered_fixture: the fixture `registered`
     registered_fixture,  # noqa: F401
     write_installed,
 )
-from helpers import QUIET, run_cli, run_python
+from helpers import QUIET, Fresh, Started, run_cli, start_python
 from lightning_presets import Preset, PresetConfigError
 from lightning_presets.core.namespaces import namespace_for_target
 from lightning_presets.guards.strategy import HEADS
@@ -55,6 +55,25 @@ def load() -> _catalog.Catalog[Preset]:
         return _catalog.load(Preset)
 
 
+# --- fresh interpreters: what is on PYTHONPATH, or put on sys.meta_path, before Lightning is first imported is each
+# claim, so each needs one of its own; they do not depend on each other, so the module starts those its selected tests
+# need side by side (``fresh``) and each test reads its own.
+
+
+@pytest.fixture(scope="module")
+def fresh(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fresh]:
+    runs = Fresh(request, {
+        "race": (lambda: start_race(tmp_path_factory.mktemp("race")),
+                 ("test_builtins_are_registered_when_import_lightning_returns_while_another_thread_loads",)),
+        **{case: ((lambda case=case: start_finder(*FINDER_CASES[case])), (f"{FINDER_TEST}[{case}]",))
+           for case in FINDER_CASES},
+        "stdin": (lambda: start_stdin(tmp_path_factory.mktemp("stdin")),
+                  ("test_import_lightning_leaves_piped_stdin_to_the_program",)),
+    })  # fmt: skip
+    yield runs
+    runs.close()
+
+
 # --- item 4: registration never loses a race ---------------------------------------------------------------------
 
 # Its import blocks (a few seconds in the issue) until the threads that import Lightning and build a Trainer are done.
@@ -75,15 +94,7 @@ SLOW_PLUGIN = Dist(
 )
 
 
-def test_builtins_are_registered_when_import_lightning_returns_while_another_thread_loads(tmp_path: Path) -> None:
-    """One thread loads the catalog (its plugin is slow); three others import Lightning and build
-    ``Trainer(strategy="fsdp2")`` meanwhile. Before: "invalid strategy name: 'fsdp2'" in every one of them."""
-    write_installed(SLOW_PLUGIN, tmp_path)
-    (tmp_path / "_lp_race.py").write_text(
-        "import threading\n\nloading = threading.Event()\nrelease = threading.Event()\n"
-    )
-    result = run_python(
-        """
+RACE = """
         import json, threading
         import torch  # before the threads: what is measured is registration, not torch's import time
         import _lp_race
@@ -117,10 +128,19 @@ def test_builtins_are_registered_when_import_lightning_returns_while_another_thr
         loader.join(120)
         print(json.dumps({"trainers": [outcomes.get(index) for index in range(3)], "still_loading": still_loading,
                           "presets": outcomes.get("presets", [])}))
-        """,
-        env={"PYTHONPATH": on_path(tmp_path), "LIGHTNING_PRESETS_AUTOLOAD": "1"},
-        timeout=480,
-    )
+        """
+
+
+def start_race(site: Path) -> Started:
+    write_installed(SLOW_PLUGIN, site)
+    (site / "_lp_race.py").write_text("import threading\n\nloading = threading.Event()\nrelease = threading.Event()\n")
+    return start_python(RACE, env={"PYTHONPATH": on_path(site), "LIGHTNING_PRESETS_AUTOLOAD": "1"}, timeout=480)
+
+
+def test_builtins_are_registered_when_import_lightning_returns_while_another_thread_loads(fresh: Fresh) -> None:
+    """One thread loads the catalog (its plugin is slow); three others import Lightning and build
+    ``Trainer(strategy="fsdp2")`` meanwhile. Before: "invalid strategy name: 'fsdp2'" in every one of them."""
+    result = fresh["race"].result()
     assert result.returncode == 0, result.stderr[-3000:]
     data = last_json(result.stdout)
     assert data["still_loading"] is True  # the Trainers were built while the slow plugin was still being imported
@@ -148,19 +168,18 @@ class Claiming:
 """
 
 
-@pytest.mark.parametrize(
-    ("setup", "then"),
-    [
-        # typeguard's hook, instrumenting Lightning: our finder moves back to the front and wraps its loader
-        ("sys.meta_path.insert(0, Claiming('lightning_fabric'))", ""),
-        # a hook that bypasses ours altogether: `import lightning_presets` catches up
-        ("sys.meta_path[:] = [Claiming('lightning_fabric')] + [f for f in sys.meta_path "
-         "if not getattr(f, 'lightning_presets_finder', False)]", "import lightning_presets"),
-    ],
-    ids=["finder-ahead", "hook-bypassed"],
-)  # fmt: skip
-def test_a_finder_put_ahead_of_ours_does_not_skip_registration(setup: str, then: str) -> None:
-    result = run_python(
+FINDER_CASES = {
+    # typeguard's hook, instrumenting Lightning: our finder moves back to the front and wraps its loader
+    "finder-ahead": ("sys.meta_path.insert(0, Claiming('lightning_fabric'))", ""),
+    # a hook that bypasses ours altogether: `import lightning_presets` catches up
+    "hook-bypassed": ("sys.meta_path[:] = [Claiming('lightning_fabric')] + [f for f in sys.meta_path "
+                      "if not getattr(f, 'lightning_presets_finder', False)]", "import lightning_presets"),
+}  # fmt: skip
+FINDER_TEST = "test_a_finder_put_ahead_of_ours_does_not_skip_registration"
+
+
+def start_finder(setup: str, then: str) -> Started:
+    code = (
         CLAIMING_FINDER
         + f"""
 import json
@@ -170,10 +189,15 @@ before = "ddp_static_graph" in STRATEGY_REGISTRY
 {then}
 print(json.dumps({{"claimed": "lightning_fabric.strategies" in Claiming.claimed, "before": before,
                   "registered": "ddp_static_graph" in STRATEGY_REGISTRY}}))
-""",
-        env={"LIGHTNING_PRESETS_AUTOLOAD": "1"},
-        timeout=300,
+"""
     )
+    return start_python(code, env={"LIGHTNING_PRESETS_AUTOLOAD": "1"}, timeout=300)
+
+
+@pytest.mark.parametrize(("setup", "then"), list(FINDER_CASES.values()), ids=list(FINDER_CASES))
+def test_a_finder_put_ahead_of_ours_does_not_skip_registration(fresh: Fresh, setup: str, then: str) -> None:
+    (case,) = [case for case, value in FINDER_CASES.items() if value == (setup, then)]
+    result = fresh[case].result()
     assert result.returncode == 0, result.stderr[-3000:]
     data = last_json(result.stdout)
     assert (data["claimed"], data["registered"]) == (True, True)
@@ -204,23 +228,26 @@ def test_entry_points_neither_read_stdin_nor_call_what_is_not_a_factory(
     assert "fsdp2" in catalog.presets
 
 
-def test_import_lightning_leaves_piped_stdin_to_the_program(tmp_path: Path) -> None:
-    """Before: ``builtins:input`` was called during ``import lightning`` and consumed the program's first line."""
-    write_installed(NOT_FACTORIES, tmp_path)
-    code = """
+STDIN = """
         import sys
         from lightning_fabric.strategies import STRATEGY_REGISTRY
         print(repr(sys.stdin.read()), "ddp_static_graph" in STRATEGY_REGISTRY)
         """
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+
+
+def start_stdin(site: Path) -> Started:
+    write_installed(NOT_FACTORIES, site)
+    return Started(
+        [sys.executable, "-c", textwrap.dedent(STDIN)],
         input="line one\nline two\n",
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": on_path(tmp_path), "LIGHTNING_PRESETS_AUTOLOAD": "1"},
+        env={**os.environ, "PYTHONPATH": on_path(site), "LIGHTNING_PRESETS_AUTOLOAD": "1"},
         timeout=300,
-        check=False,
     )
+
+
+def test_import_lightning_leaves_piped_stdin_to_the_program(fresh: Fresh) -> None:
+    """Before: ``builtins:input`` was called during ``import lightning`` and consumed the program's first line."""
+    result = fresh["stdin"].result()
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "'line one\\nline two\\n' True"
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import torch
 from errors_doc import builtin_presets
 
 from _dists import build_wheel
-from helpers import QUIET, run_python
+from helpers import QUIET, Fresh, Started, run_python
 from lightning_presets.core.hardware import SimulatedGPU
 from lightning_presets.testing import check_examples
 from lightning_presets.tools.examples import rules_of
@@ -184,9 +185,9 @@ def _pytest_plugin(entry: Path) -> bool:
     return entry.suffix == ".dist-info" and entry_points.is_file() and "[pytest11]" in entry_points.read_text()
 
 
-def session(wheel: dict[str, str], project: Path, *args: str, before: str = "", autoload: str = "0") -> str:
-    """Run ``pytest.main`` over ``project`` in a fresh ``python -S`` that sees only the installed wheel and this
-    environment's other packages (the wheel's ``.pth`` start-up hook included); returns its output."""
+def start_session(wheel: dict[str, str], project: Path, *args: str, before: str = "", autoload: str = "0") -> Started:
+    """Start ``pytest.main`` over ``project`` in a fresh ``python -S`` that sees only the installed wheel and this
+    environment's other packages (the wheel's ``.pth`` start-up hook included)."""
     runner = f"""
 import site, sys
 sys.path.insert(0, {wheel["environment"]!r})
@@ -197,10 +198,12 @@ sys.exit(pytest.main(["-p", "no:cacheprovider", "-q", *{list(args)!r}, {str(proj
 """
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env["LIGHTNING_PRESETS_AUTOLOAD"] = autoload
-    result = subprocess.run(
-        [sys.executable, "-S", "-c", runner], cwd=project, env=env, capture_output=True, text=True, timeout=480,
-        check=False,
-    )  # fmt: skip
+    return Started([sys.executable, "-S", "-c", runner], cwd=project, env=env, timeout=480)
+
+
+def session(started: Started) -> str:
+    """The output of a session started by ``start_session``, which must have passed."""
+    result = started.result()
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     return output
@@ -215,13 +218,7 @@ def project_with(root: Path, tests: str, ini: str = "", conftest: str = "") -> P
     return root
 
 
-@pytest.mark.install
-def test_an_unrelated_session_imports_nothing_of_ours_with_autoload_off(
-    installed_wheel: dict[str, str], tmp_path: Path
-) -> None:
-    project = project_with(
-        tmp_path / "other",
-        f"""
+UNRELATED = f"""
         import sys
 
 
@@ -229,20 +226,8 @@ def test_an_unrelated_session_imports_nothing_of_ours_with_autoload_off(
             assert request.config.pluginmanager.has_plugin({PLUGIN!r})
             heavy = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "lightning_presets")
             assert [name for name in heavy if name in sys.modules] == []
-        """,
-    )
-    assert "1 passed" in session(installed_wheel, project, autoload="0")
-
-
-@pytest.mark.install
-def test_a_session_after_import_lightning_with_warnings_as_errors_runs_and_the_fixtures_work(
-    installed_wheel: dict[str, str], tmp_path: Path
-) -> None:
-    """Before: ``PytestAssertRewriteWarning: Module already imported so cannot be rewritten; lightning_presets``
-    aborted the session (pytest marks the top-level packages of every distribution with a pytest plugin)."""
-    project = project_with(
-        tmp_path / "warned",
         """
+WARNED = """
         from lightning.pytorch import Trainer
 
 
@@ -251,34 +236,63 @@ def test_a_session_after_import_lightning_with_warnings_as_errors_runs_and_the_f
             trainer = Trainer(strategy="fsdp2", accelerator="cuda", devices=4, logger=False, enable_checkpointing=False,
                               enable_progress_bar=False, enable_model_summary=False)
             assert trainer.strategy._lp_context.world_size == 4
-        """,
-        ini="filterwarnings =\n    error\n    default::DeprecationWarning\n",
-    )
-    output = session(installed_wheel, project, before="import lightning.pytorch", autoload="1")
+        """
+NAMED = """
+        def test_the_fixtures_are_there(simulated_gpus, simulated_cluster):
+            assert callable(simulated_gpus) and callable(simulated_cluster)
+        """
+NAMINGS = {
+    "-p": (("-p", PLUGIN), ""),
+    "pytest_plugins": ((), f"pytest_plugins = [{PLUGIN!r}]\n"),
+    "-p package path": (("-p", "lightning_presets.testing.plugin"), ""),
+}
+NAMING_TEST = "test_naming_the_plugin_explicitly_does_not_register_it_twice"
+
+
+@pytest.fixture(scope="module")
+def sessions(
+    request: pytest.FixtureRequest, installed_wheel: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fresh]:
+    """The sessions of the selected tests below, started side by side: each is a fresh interpreter of its own (what
+    is imported before pytest starts, the plugin's registration and the start-up hook are the claims), in a project
+    of its own; none depends on another."""
+    root = tmp_path_factory.mktemp("sessions")
+
+    def named(id_: str) -> Started:
+        args, conftest = NAMINGS[id_]
+        project = project_with(root / f"named{list(NAMINGS).index(id_)}", NAMED, conftest=conftest)
+        return start_session(installed_wheel, project, *args)
+
+    runs = Fresh(request, {
+        "unrelated": (lambda: start_session(installed_wheel, project_with(root / "other", UNRELATED), autoload="0"),
+                      ("test_an_unrelated_session_imports_nothing_of_ours_with_autoload_off",)),
+        "warned": (lambda: start_session(
+            installed_wheel,
+            project_with(root / "warned", WARNED, ini="filterwarnings =\n    error\n    default::DeprecationWarning\n"),
+            before="import lightning.pytorch", autoload="1",
+        ), ("test_a_session_after_import_lightning_with_warnings_as_errors_runs_and_the_fixtures_work",)),
+        **{id_: ((lambda id_=id_: named(id_)), (f"{NAMING_TEST}[{id_}]",)) for id_ in NAMINGS},
+    })  # fmt: skip
+    yield runs
+    runs.close()
+
+
+@pytest.mark.install
+def test_an_unrelated_session_imports_nothing_of_ours_with_autoload_off(sessions: Fresh) -> None:
+    assert "1 passed" in session(sessions["unrelated"])
+
+
+@pytest.mark.install
+def test_a_session_after_import_lightning_with_warnings_as_errors_runs_and_the_fixtures_work(sessions: Fresh) -> None:
+    """Before: ``PytestAssertRewriteWarning: Module already imported so cannot be rewritten; lightning_presets``
+    aborted the session (pytest marks the top-level packages of every distribution with a pytest plugin)."""
+    output = session(sessions["warned"])
     assert "1 passed" in output
     assert "PytestAssertRewriteWarning" not in output
 
 
 @pytest.mark.install
-@pytest.mark.parametrize(
-    ("args", "conftest"),
-    [
-        (("-p", PLUGIN), ""),
-        ((), f"pytest_plugins = [{PLUGIN!r}]\n"),
-        (("-p", "lightning_presets.testing.plugin"), ""),
-    ],
-    ids=["-p", "pytest_plugins", "-p package path"],
-)
-def test_naming_the_plugin_explicitly_does_not_register_it_twice(
-    installed_wheel: dict[str, str], tmp_path: Path, args: tuple[str, ...], conftest: str
-) -> None:
+@pytest.mark.parametrize("naming", list(NAMINGS))
+def test_naming_the_plugin_explicitly_does_not_register_it_twice(sessions: Fresh, naming: str) -> None:
     """Before: "Plugin already registered under a different name" aborted the session."""
-    project = project_with(
-        tmp_path / "named",
-        """
-        def test_the_fixtures_are_there(simulated_gpus, simulated_cluster):
-            assert callable(simulated_gpus) and callable(simulated_cluster)
-        """,
-        conftest=conftest,
-    )
-    assert "1 passed" in session(installed_wheel, project, *args)
+    assert "1 passed" in session(sessions[naming])

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from _dists import (
     pip_install,
     write_project,
 )
+from helpers import Fresh, Started
 
 pytestmark = pytest.mark.install
 
@@ -98,25 +99,46 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
-def probe(python: Path, **env: str) -> dict[str, Any]:
+def start_probe(python: Path, **env: str) -> Started:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_PRESETS_")}
-    result = subprocess.run(
-        [str(python), "-c", PROBE],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=300,
-        check=False,
-    )
+    return Started([str(python), "-c", PROBE], env={**clean, **env}, timeout=300)
+
+
+def probe(python: Path | Started, **env: str) -> dict[str, Any]:
+    """What a fresh interpreter of the environment saw (``python``), or what the one started (``Started``) saw."""
+    started = python if isinstance(python, Started) else start_probe(python, **env)
+    result = started.result()
     assert result.returncode == 0, result.stderr
     line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT"))
     data: dict[str, Any] = json.loads(line.removeprefix("RESULT"))
     return data
 
 
+DENY = {"LIGHTNING_PRESETS_DENY": f"{ACME.name},{RAISING.name}"}
+ALLOW = {"LIGHTNING_PRESETS_ALLOW": "Acme_Presets"}  # normalized like distribution names
+DENY_OURS = {"LIGHTNING_PRESETS_DENY": "lightning-presets", "LIGHTNING_PRESETS_ALLOW": "acme-presets"}
+
+
 @pytest.fixture(scope="module")
-def default(venv: Path) -> dict[str, Any]:
-    return probe(venv)
+def probes(request: pytest.FixtureRequest, venv: Path) -> Iterator[Fresh]:
+    """The probes of the selected tests, started side by side: each needs a fresh interpreter of its own (the trust
+    variables are read when the catalog is first built, during ``import lightning``), none depends on another."""
+    default_tests = tuple(
+        item.name for item in request.session.items if item.path == request.path and "default" in item.fixturenames
+    )
+    runs = Fresh(request, {
+        "default": (lambda: start_probe(venv), default_tests),
+        "deny": (lambda: start_probe(venv, **DENY), ("test_deny_skips_a_distribution",)),
+        "allow": (lambda: start_probe(venv, **ALLOW), ("test_allow_keeps_only_listed_distributions_and_ours",)),
+        "deny_ours": (lambda: start_probe(venv, **DENY_OURS), ("test_deny_applies_to_our_own_distribution",)),
+    })  # fmt: skip
+    yield runs
+    runs.close()
+
+
+@pytest.fixture(scope="module")
+def default(probes: Fresh) -> dict[str, Any]:
+    return probe(probes["default"])
 
 
 def entries_of(data: dict[str, Any], distribution: str) -> list[dict[str, Any]]:
@@ -225,8 +247,8 @@ def test_duplicate_of_a_builtin_leaves_ours_in_place(default: dict[str, Any]) ->
     assert "LIGHTNING_PRESETS_DENY=lightning-presets" not in warning  # never advise denying the built-ins
 
 
-def test_deny_skips_a_distribution(venv: Path) -> None:
-    data = probe(venv, LIGHTNING_PRESETS_DENY=f"{ACME.name},{RAISING.name}")
+def test_deny_skips_a_distribution(probes: Fresh) -> None:
+    data = probe(probes["deny"])
     assert not data["trainer"]["acme_ddp"]["ok"]
     assert {e["status"] for e in entries_of(data, ACME.name)} == {"denied"}
     assert {e["status"] for e in entries_of(data, RAISING.name)} == {"denied"}
@@ -235,8 +257,8 @@ def test_deny_skips_a_distribution(venv: Path) -> None:
     assert data["trainer"]["tp2d_hybrid"]["ok"]
 
 
-def test_allow_keeps_only_listed_distributions_and_ours(venv: Path) -> None:
-    data = probe(venv, LIGHTNING_PRESETS_ALLOW="Acme_Presets")  # normalized like distribution names
+def test_allow_keeps_only_listed_distributions_and_ours(probes: Fresh) -> None:
+    data = probe(probes["allow"])
     assert data["trainer"]["acme_ddp"]["ok"], data["trainer"]["acme_ddp"]
     assert data["trainer"]["tp2d_hybrid"]["ok"]  # our own distribution is always allowed
     for dist in (BROKEN_IMPORT, RAISING, WRONG_TYPE, UPPER_CASE, BUILTIN_NAME, DUP_ONE, DUP_TWO, SHADOW):
@@ -246,8 +268,8 @@ def test_allow_keeps_only_listed_distributions_and_ours(venv: Path) -> None:
     assert ours["codes"] == []  # the shadowing dist is not loaded, so no conflict either
 
 
-def test_deny_applies_to_our_own_distribution(venv: Path) -> None:
-    data = probe(venv, LIGHTNING_PRESETS_DENY="lightning-presets", LIGHTNING_PRESETS_ALLOW="acme-presets")
+def test_deny_applies_to_our_own_distribution(probes: Fresh) -> None:
+    data = probe(probes["deny_ours"])
     assert {e["status"] for e in entries_of(data, "lightning-presets")} == {"denied"}
     assert not data["trainer"]["tp2d_hybrid"]["ok"]
     assert data["trainer"]["acme_ddp"]["ok"]

@@ -733,10 +733,21 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _start(check: Check, cpu: bool, timeout_s: float) -> Running:
     command = [sys.executable, str(SCRIPT), "--run", check.name, *(["--cpu"] if cpu else [])]
+    env = _child_env()
+    if cpu:  # the CPU smoke's checks run side by side (run_harness): each rendezvous gets a port of its own
+        env["MASTER_PORT"] = str(_free_port())
     process = subprocess.Popen(
-        command, cwd=ROOT, env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # its own process group: a timeout kills every rank it launched
     )  # fmt: skip
     shown = " ".join(["python", str(SCRIPT.relative_to(ROOT)), *command[2:]])
@@ -903,13 +914,18 @@ def run_harness(args: argparse.Namespace) -> int:
             records[check.name] = Record(name=check.name, status="skipped", reason=reason, duration_s=0.0)
             continue
         running = _start(check, cpu, min(check.timeout_s * (3 if cpu else 1), left))
-        if check.name == "cli_check" and not cpu:
-            background.append(running)  # CPU-only: runs beside the GPU checks
+        if cpu or check.name == "cli_check":
+            # cli_check is CPU-only: it runs beside the GPU checks. The CPU smoke's checks all run side by side:
+            # each is its own process group with its own timeout, and most of their time is interpreter start-up
+            # (rank 0's, then rank 1's), which one at a time leaves a core idle.
+            background.append(running)
             continue
         records[check.name], outputs[check.name] = _finish(running)
         say(next(_log_lines(records[check.name])))
     for running in background:
         records[running.check.name], outputs[running.check.name] = _finish(running)
+        if cpu:
+            say(next(_log_lines(records[running.check.name])))
     _memory_ratio(records)
     ordered = [records[check.name] for check in checks]
     summary = {status: sum(1 for r in ordered if r.status == status) for status in ("passed", "failed", "skipped")}
