@@ -1,8 +1,6 @@
 """``python -m lightning_presets``: the ``lightning-presets`` command."""
 
-import sys
-
-from lightning_presets.cli import main
+from lightning_presets.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
