@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from importlib import metadata
@@ -17,6 +18,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import lightning_presets  # noqa: F401  (registers explicitly when autoload is off)
 from lightning_presets.registry import catalog as _catalog
 from lightning_presets.tools.simulation import SimulatedGPU, simulated_cuda
+
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24 of their own; the CLI's plain output (and the golden
+# files) follow COLUMNS, so each worker gets the terminal size variables the controlling process had.
+_SIZES = ("COLUMNS", "LINES")
+if "PYTEST_XDIST_WORKER" in os.environ:
+    for _name in _SIZES:
+        _value = os.environ.get(f"_LIGHTNING_PRESETS_TEST_{_name}")
+        if _value is None:
+            os.environ.pop(_name, None)
+        else:
+            os.environ[_name] = _value
+else:
+    for _name in _SIZES:
+        if _name in os.environ:
+            os.environ[f"_LIGHTNING_PRESETS_TEST_{_name}"] = os.environ[_name]
 
 
 @pytest.fixture
@@ -147,9 +163,10 @@ BUDGET_VARIABLE = "LIGHTNING_PRESETS_SUITE_BUDGET"
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    import os
     import time
 
+    if hasattr(session.config, "workerinput"):  # a pytest-xdist worker: the controlling process judges the session
+        return
     started = session.stash.get(_STARTED, None)
     forced = os.environ.get(BUDGET_VARIABLE)
     whole = _whole_suite(session.config) and session.testscollected >= MIN_TESTS

@@ -32,7 +32,7 @@ def test_the_readme_commands_are_what_ci_runs_verbatim() -> None:
     assert quickstart in legs["0. the README's quick-start command, verbatim, in a fresh .venv"].splitlines()
     main_leg = next(body for name, body in legs.items() if name.startswith("1. main"))
     assert tests in main_leg.splitlines()
-    assert tests.endswith("&& python -m pytest -q")
+    assert tests.endswith("&& python -m pytest -q -n 2 --dist loadfile")
     assert quickstart.endswith("&& python examples/quickstart.py")
     # each starts from nothing: the virtual environment is removed before the command makes it again
     for command, leg in (
