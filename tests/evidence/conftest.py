@@ -67,13 +67,17 @@ def two_ranks() -> dict[str, Any]:
 
     from harness import free_port, run_job
 
+    SCENARIOS = ("lp116_hybrid_one_device_shards", "lp117_two_dimensional_mesh", "lp709_elastic")
+
     script = Path(__file__).resolve().parent / "scripts" / "two_ranks.py"
     job = run_job(script, env={"ELASTIC_PORT": str(free_port())}, unset=("LIGHTNING_PRESETS_SKIP",), timeout=240)
     output = job.stdout
     assert job.returncode == 0, job.describe()
     states: dict[tuple[str, int], dict[str, Any]] = {}
-    for line in output.splitlines():
-        if line.startswith("STATE "):
-            state = json.loads(line[len("STATE ") :])
+    for line in output.splitlines():  # anywhere in a line: a C++ message without its newline can stand before it
+        if "STATE {" in line:
+            state = json.loads(line[line.index("STATE {") + len("STATE ") :])
             states[(state["scenario"], state["rank"])] = state
+    missing = [(scenario, rank) for scenario in SCENARIOS for rank in (0, 1) if (scenario, rank) not in states]
+    assert not missing, f"no STATE line for {missing}:\n{job.describe()}"
     return {"states": states, "reports": reports(output), "output": output}

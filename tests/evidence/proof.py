@@ -191,5 +191,6 @@ def report(scenario: str, error: BaseException) -> None:
 
 
 def reports(output: str) -> list[dict[str, Any]]:
-    """The ``PROOF`` lines of a child's output."""
-    return [json.loads(line[len(PREFIX) :]) for line in output.splitlines() if line.startswith(PREFIX)]
+    """The ``PROOF`` lines of a child's output (found anywhere in a line: a message another library wrote to the
+    same stream without its newline can stand before one)."""
+    return [json.loads(line[line.index(PREFIX) + len(PREFIX) :]) for line in output.splitlines() if PREFIX in line]
