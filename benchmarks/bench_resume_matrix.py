@@ -63,16 +63,22 @@ def _environment() -> dict[str, Any]:
     }
 
 
-def _child_environment(guards: bool) -> dict[str, str]:
+def _resume_rules_off() -> str:
+    """``LIGHTNING_PRESETS_SKIP``'s value that switches every resume rule off (what happens is then Lightning's)."""
     from lightning_presets.guards.resume import RESUME_RULES
 
+    return ",".join(each.code for each in RESUME_RULES)
+
+
+def _child_environment(guards: bool) -> dict[str, str]:
+    """A fresh interpreter's environment (the GPU check's commands): this checkout's package first."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH", "")]))
     env.setdefault("OMP_NUM_THREADS", "1")
     for name in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     if not guards:
-        env["LIGHTNING_PRESETS_SKIP"] = ",".join(each.code for each in RESUME_RULES)
+        env["LIGHTNING_PRESETS_SKIP"] = _resume_rules_off()
     return env
 
 
@@ -94,7 +100,7 @@ def run_ranks(
     from harness import run_job
 
     devices = int(arguments[arguments.index("--devices") + 1])
-    env = {} if guards else {"LIGHTNING_PRESETS_SKIP": _child_environment(False)["LIGHTNING_PRESETS_SKIP"]}
+    env = {} if guards else {"LIGHTNING_PRESETS_SKIP": _resume_rules_off()}
     job = run_job(SCRIPT, *arguments, world_size=devices, env=env, cwd=ROOT, timeout=timeout_s)
     if job.outcome == "hung":
         report = {"error": {"type": "Timeout", "message": f"no result within {timeout_s} s", "codes": []}}

@@ -106,6 +106,14 @@ def broken_entry(monkeypatch: pytest.MonkeyPatch, fresh_catalog: None) -> None:
 
 
 @pytest.fixture
+def quick_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The matrix command without its two thousand checks (for tests of where and how it writes)."""
+    from lightning_presets.cli import _matrix as matrix_cli
+
+    monkeypatch.setattr(matrix_cli, "compute", lambda modes, progress=None: ([], 0.0))
+
+
+@pytest.fixture
 def recording_fsdp() -> Iterator[list[dict[str, Any]]]:
     """torch's ``FullyShardedDataParallel`` replaced by ``helpers.RecordingFSDP``; yields the recorded wrap calls."""
     from helpers import RecordingFSDP  # here, not at the top: conftest stays free of torch

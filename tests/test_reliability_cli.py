@@ -25,7 +25,6 @@ import pytest
 from _dists import Dist
 from helpers import Fresh, Started, run_cli, run_forked
 from lightning_presets.cli import _check as check_cli
-from lightning_presets.cli import _matrix as matrix_cli
 from lightning_presets.tools import simulation as _simulation
 
 
@@ -328,12 +327,6 @@ def test_huge_memory_flags_are_usage_errors(capsys: pytest.CaptureFixture[str], 
     assert "at most 1 EiB" in err
     if flag == "--gpu-memory":
         assert run_cli(capsys, "check", flag, huge)[0] == 2
-
-
-@pytest.fixture
-def quick_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The matrix command without its two thousand checks (what is tested here is where it writes)."""
-    monkeypatch.setattr(matrix_cli, "compute", lambda modes, progress=None: ([], 0.0))
 
 
 @pytest.mark.usefixtures("quick_matrix")

@@ -10,13 +10,6 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli
-from lightning_presets.cli import _matrix as matrix_cli
-
-
-@pytest.fixture
-def quick_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The matrix command without its two thousand checks (what is tested here is where it writes)."""
-    monkeypatch.setattr(matrix_cli, "compute", lambda modes, progress=None: ([], 0.0))
 
 
 @pytest.mark.usefixtures("quick_matrix")

@@ -13,7 +13,6 @@ import importlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -60,12 +59,6 @@ def _harness() -> Any:
     if tests not in sys.path:
         sys.path.insert(0, tests)
     return importlib.import_module("harness")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _read(folder: Path, role: str) -> dict[str, Any] | None:
@@ -135,7 +128,7 @@ def _wait(handles: dict[str, Any], folder: Path, timeout: float, poll: Any, kill
 def run_script(config: dict[str, Any], world_size: int, folder: Path, timeout: float) -> Processes:
     """``python sweep_worker.py``: rank 0 is a fresh interpreter, and Lightning's launcher starts the other ranks."""
     env = {key: value for key, value in os.environ.items() if key not in ("LOCAL_RANK", "RANK", "WORLD_SIZE")}
-    env["MASTER_PORT"] = str(free_port())
+    env["MASTER_PORT"] = str(_harness().free_port())
     process = subprocess.Popen(
         [sys.executable, str(WORKER), "--config", json.dumps(config), "--out", str(folder)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
