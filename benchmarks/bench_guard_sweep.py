@@ -6,8 +6,10 @@ Each sampled configuration (a preset that trains on CPU × Trainer arguments × 
 ``lightning-presets check``), then run for real with every guard off (``LIGHTNING_PRESETS_SKIP=all``): a 2-process
 gloo ``Trainer.fit`` of 3 steps with a timeout, classified against a single-process plain-Lightning reference as
 ``trains``, ``crashes``, ``hangs`` or ``trains_wrong`` (``sweep/classify.py``). Writes
-``benchmarks/results/guard_sweep.json``: ``runs``, ``false_rejections`` (a guard error, the run trains) and
-``missed_failures`` (no guard error, the run crashes, hangs or trains wrong).
+``benchmarks/results/guard_sweep.json``: ``runs``, ``false_rejections`` (a guard error, the run trains),
+``missed_failures`` (no guard error, the run crashes, hangs or trains wrong) and ``missed_warnings`` (the run trains
+what the reference trains but silently without a setting it asked for, such as offload or a DDP flag, and no guard
+warned: legal, so the severity policy owes a warning, not an error).
 
     python benchmarks/bench_guard_sweep.py --sample 300 --seed 0
     python benchmarks/bench_guard_sweep.py --preset ddp_static_graph --sample 10 --out /tmp/sweep.json
@@ -120,6 +122,7 @@ def report(records: list[dict[str, Any]], configs: list[dict[str, Any]], command
             "guard_errors": sum(bool(r["verdict"]["errors"]) for r in records),
             "false_rejections": len(judged.get("false_rejection", [])),
             "missed_failures": len(judged.get("missed_failure", [])),
+            "missed_warnings": len(judged.get("missed_warning", [])),
             "plain_lightning_failures": len(judged.get("plain_lightning_failure", [])),
             "check_disagreements": len(disagreements),
             "harness_errors": [r["id"] for r in records if r["outcome"] == runner.HARNESS_ERROR],
@@ -130,6 +133,7 @@ def report(records: list[dict[str, Any]], configs: list[dict[str, Any]], command
         "groups": {kind: groups(entries) for kind, entries in sorted(judged.items())},
         "false_rejections": judged.get("false_rejection", []),
         "missed_failures": judged.get("missed_failure", []),
+        "missed_warnings": judged.get("missed_warning", []),
         "plain_lightning_failures": judged.get("plain_lightning_failure", []),
         "check_disagreements": disagreements,
         "coverage": space.coverage(configs),

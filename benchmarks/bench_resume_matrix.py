@@ -8,8 +8,9 @@ processes) ``tests/scripts/resume_run.py save`` trains 5 steps uninterrupted and
 (``LIGHTNING_PRESETS_SKIP``), so the outcome is Lightning's own: ``resumes`` (it loads, starts at step 3 and steps 4
 and 5 have the losses of the uninterrupted run within ``TOLERANCE``), ``diverges`` (it loads but the losses differ)
 or ``fails`` (an exception). Beside each outcome it records what the resume guards say for that checkpoint and job
-(read here from the real files), and for a refused cell it runs the conversion the refusal names, verbatim, and
-resumes from its result. A control resumes one checkpoint without its optimizer state: the losses must then differ.
+(read here from the real files), and for a refused cell it runs the conversion the refusal names (the
+``Conversion`` its hint renders, step by step: no text is parsed back) and resumes from its result. A control
+resumes one checkpoint without its optimizer state: the losses must then differ.
 
 Writes ``benchmarks/results/resume_matrix.json`` (every cell, the checkpoints' facts, the losses, the errors) and
 ``benchmarks/results/resume_matrix.md`` (the table for the README). ``tests/test_resume_matrix.py`` checks that the
@@ -25,16 +26,17 @@ import json
 import logging
 import os
 import platform
-import re
 import shlex
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_presets.guards.resume import Conversion
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "resume_run.py"
@@ -117,9 +119,10 @@ def _name(strategy: str, devices: int) -> str:
     return f"{strategy}-{devices}"
 
 
-def _guard(path: str, strategy: str, devices: int) -> list[dict[str, str]] | None:
-    """The resume guards' findings for loading ``path`` into ``Trainer(strategy=strategy, devices=devices)``; ``None``
-    for a strategy that is no preset (Lightning's own ``ddp``: nothing guards it)."""
+def _guard(path: str, strategy: str, devices: int) -> tuple[list[dict[str, str]], Conversion | None] | None:
+    """The resume guards' findings for loading ``path`` into ``Trainer(strategy=strategy, devices=devices)`` and the
+    conversion the first refusal names; ``None`` for a strategy that is no preset (Lightning's own ``ddp``: nothing
+    guards it)."""
     from lightning.pytorch import Trainer
 
     import lightning_presets
@@ -129,21 +132,25 @@ def _guard(path: str, strategy: str, devices: int) -> list[dict[str, str]] | Non
         return None
     trainer = Trainer(strategy=strategy, accelerator="cpu", devices=devices, logger=False)
     findings = resume_findings(path, trainer.strategy._lp_context, strategy=trainer.strategy)
-    return [finding.as_dict() for finding in findings]
+    refusal = next((finding for finding in findings if finding.severity == "error"), None)
+    conversion = conversion_of(refusal.code, path, trainer.strategy) if refusal is not None else None
+    return [finding.as_dict() for finding in findings], conversion
 
 
-def _commands(hint: str) -> Iterator[list[str]]:
-    """The conversion steps a hint names, verbatim: shell commands and Python lines in backquotes."""
-    for segment in re.findall(r"`([^`]+)`", hint):
-        if segment.startswith("python -m "):
-            yield [sys.executable, *shlex.split(segment)[1:]]
-        elif segment.startswith(("import ", "from ")):
-            yield [sys.executable, "-c", segment]
+def conversion_of(code: str, path: str, strategy: Any) -> Conversion | None:
+    """The conversion the refusal ``code`` names for loading ``path`` with ``strategy`` (a preset's Lightning
+    strategy): the object its hint renders."""
+    from lightning_presets.guards.resume import conversion_for, resume_facts
+
+    state = resume_facts(path, strategy=strategy)
+    return conversion_for(code, strategy._lp_context, state) if state is not None else None
 
 
-def _converted(hint: str) -> str | None:
-    found = re.search(r"ckpt_path=(['\"])(.+?)\1", hint)
-    return found.group(2) if found else None
+def command_lines(conversion: Conversion) -> list[list[str]]:
+    """The conversion's steps as argument vectors for this interpreter, in order."""
+    from lightning_presets.guards.resume import command_line
+
+    return [command_line(step, sys.executable) for step in conversion.steps]
 
 
 def _compare(reference: dict[str, float], losses: dict[str, float]) -> float | None:
@@ -204,22 +211,27 @@ def resume_cell(writer: dict[str, Any], strategy: str, devices: int, work: Path)
         "error": report.get("error"),
         "seconds": round(seconds, 1),
     }
-    findings = _guard(path, strategy, devices)
+    guarded = _guard(path, strategy, devices)
+    findings, conversion = guarded if guarded is not None else (None, None)
     cell["guard"] = None if findings is None else [f["code"] for f in findings if f["severity"] == "error"]
     refusal = next((f for f in findings or () if f["severity"] == "error"), None)
     if refusal is not None:
         cell["hint"] = refusal["hint"]
-        cell["conversion"] = convert(refusal["hint"], writer, strategy, devices, work)
+        cell["conversion"] = convert(conversion, writer, strategy, devices, work)
     return cell
 
 
-def convert(hint: str, writer: dict[str, Any], strategy: str, devices: int, work: Path) -> dict[str, Any]:
-    """Run the conversion a refusal names, verbatim, on a copy of the checkpoint; resume from what it writes."""
-    target = _converted(hint)
-    commands = list(_commands(hint))
-    if target is None or not commands:
+def convert(
+    conversion: Conversion | None, writer: dict[str, Any], strategy: str, devices: int, work: Path
+) -> dict[str, Any]:
+    """Run the steps of the conversion a refusal names (the object its hint renders) on the checkpoint; resume from
+    what they write."""
+    if conversion is None or not conversion.resumes or not conversion.steps:
         return {"ran": False, "why": "the hint names no conversion to a checkpoint path"}
     from harness import run_command
+
+    target = conversion.result
+    commands = command_lines(conversion)
 
     results = []
     for command in commands:

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import lightning_presets
 from lightning_presets.core.codes import Code
 from lightning_presets.core.environment import normalize_distribution
 from lightning_presets.registry import catalog
 from lightning_presets.registry.catalog import OWN_DISTRIBUTION
+from lightning_presets.tools import codes
 from lightning_presets.tools.examples import PRELUDE, rules_of
 
 POLICY = """\
@@ -41,21 +39,9 @@ codes) on the hardware it names in its comment, simulated. The examples assume:
 
 
 def declared() -> dict[str, Code]:
-    """Every code the package declares (a :class:`Code` or a rule, at the top level of any of its modules), by code.
-
-    Two different declarations of one code are an error: a code is declared once and emitted by reference.
-    """
-    found: dict[str, Code] = {}
-    for info in pkgutil.walk_packages(lightning_presets.__path__, "lightning_presets."):
-        if info.name.endswith("__main__"):
-            continue
-        for value in vars(importlib.import_module(info.name)).values():
-            if not isinstance(value, Code):
-                continue
-            known = found.setdefault(value.code, value)
-            if known is not value:
-                raise ValueError(f"{value.code} is declared twice: {known.title!r} and {value.title!r} ({info.name})")
-    return dict(sorted(found.items()))
+    """Every code the package declares, by code (``lightning_presets.tools.codes``: two declarations of one code are an
+    error)."""
+    return {code: value for code, (value, _) in codes.declared().items()}
 
 
 @dataclass(frozen=True, slots=True)

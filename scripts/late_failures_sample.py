@@ -722,7 +722,7 @@ def _construct(case: Case, ns: Namespace) -> str:
 
 
 SCRATCH_CALLERS = {
-    (os.path.join("lightning_presets", "strategies", "deepspeed_config.py"), "lightning_config"),
+    (os.path.join("lightning_presets", "strategies", "deepspeed", "parser.py"), "formatted_by_lightning"),
     (os.path.join("lightning_presets", "guards", "strategy.py"), "environment_refusal"),
 }
 """Where the guards run Lightning's own checks early, on a copy or ahead of time (the DeepSpeed config Lightning will

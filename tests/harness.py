@@ -279,12 +279,14 @@ def run_job(
     launcher: str = "fork",
     kind: str | None = None,
     launch_env: bool = True,
+    ranks: tuple[int, ...] | None = None,
 ) -> Job:
     """Run ``target`` (a script path, run as ``__main__`` with ``args``; or ``"module:function"``, called with
     ``args``) on ``world_size`` ranks; see the module's docstring.
 
     ``env`` is added to the test's environment and ``unset`` removed from it; ``rank_env`` adds variables to one
-    rank only; ``path`` puts folders first on ``sys.path`` for a ``module:function`` target.
+    rank only; ``path`` puts folders first on ``sys.path`` for a ``module:function`` target; ``ranks`` starts only
+    those ranks of the ``world_size`` (a rank that never starts; the result lists the started ones).
     """
     folder = Path(tempfile.mkdtemp(prefix="job-"))
     working = Path(cwd) if cwd is not None else folder
@@ -304,6 +306,7 @@ def run_job(
         "world_size": world_size, "env": environment, "cwd": str(working), "folder": str(folder),
         "port": free_port(), "timeout": timeout, "grace": grace, "path": list(path),
         "rank_env": {str(rank): values for rank, values in (rank_env or {}).items()},
+        "ranks": list(range(world_size) if ranks is None else ranks),
     }  # fmt: skip
     reply = current.submit(job)
     notes: list[str] = []
@@ -314,7 +317,7 @@ def run_job(
             with contextlib.suppress(ValueError, OSError):
                 os.killpg(int(pid_file.read_text()), signal.SIGKILL)
         ranks = []
-        for rank in range(world_size):
+        for rank in job["ranks"]:
             output, error = _read_rank(folder, rank)
             ranks.append(Rank(rank, "raised" if error else "hung", None, None, output, error))
         return Job(_outcome(ranks), ranks, folder, timeout, "fork", notes)

@@ -162,11 +162,12 @@ def _kill(pid: int) -> None:
 
 
 def run_job(job: dict[str, Any], reply_fd: int) -> dict[str, Any]:
-    world = int(job["world_size"])
+    started = [int(rank) for rank in job.get("ranks", range(int(job["world_size"])))]
+    world = len(started)  # the ranks this server waits for (a job may leave some of its world unstarted)
     sys.stdout.flush()
     sys.stderr.flush()
     pids: dict[int, int] = {}
-    for rank in range(world):
+    for rank in started:
         pid = os.fork()
         if pid == 0:
             _child(job, rank, reply_fd)
@@ -190,7 +191,7 @@ def run_job(job: dict[str, Any], reply_fd: int) -> dict[str, Any]:
         now = time.monotonic()
         if raised_at is None and any(
             os.path.exists(os.path.join(job["folder"], f"rank{rank}.error.json")) or _failed(statuses.get(rank))
-            for rank in range(world)
+            for rank in started
         ):
             raised_at = now
             deadline = min(deadline, now + float(job["grace"]))
@@ -209,7 +210,7 @@ def run_job(job: dict[str, Any], reply_fd: int) -> dict[str, Any]:
         "seconds": time.monotonic() - start,
         "ranks": [
             {"rank": rank, "status": statuses[rank], "killed": rank in killed, "ended_after": ended[rank]}
-            for rank in range(world)
+            for rank in started
         ],
     }  # fmt: skip
 

@@ -166,7 +166,7 @@ def test_lp001_suggests_the_lower_case_name(install: Any) -> None:
 
 
 def test_every_lightning_builtin_name_is_refused_and_a_prefixed_one_accepted(install: Any) -> None:
-    names = [*sorted(_catalog.LIGHTNING_BUILTIN_NAMES), "acme_ddp2"]
+    names = [*sorted(_catalog.lightning_builtin_names(read_missing=True)), "acme_ddp2"]
     install(
         Dist(
             name="squatter-presets",
@@ -180,17 +180,33 @@ def test_every_lightning_builtin_name_is_refused_and_a_prefixed_one_accepted(ins
     )
     catalog = load()
     statuses = {entry.name: (entry.status, [f.code for f in entry.findings]) for entry in catalog.entries}
-    for name in _catalog.LIGHTNING_BUILTIN_NAMES:
+    for name in _catalog.lightning_builtin_names():
         assert statuses[name] == ("refused", ["LP002"]), name
     assert statuses["acme_ddp2"] == ("ok", [])
 
 
-def test_builtin_names_cover_both_lightning_registries() -> None:
+def test_lightnings_names_are_read_from_both_registries_without_ours() -> None:
     from lightning.fabric.strategies import STRATEGY_REGISTRY
     from lightning.pytorch.strategies import StrategyRegistry
 
+    names = _catalog.lightning_builtin_names(read_missing=True)
     theirs = {name for name in (*StrategyRegistry, *STRATEGY_REGISTRY) if not _is_ours(name)}
-    assert theirs <= _catalog.LIGHTNING_BUILTIN_NAMES
+    assert names == theirs | {"auto"}
+    assert {"dp", "xla_fsdp", "single_device", "xla_debug"} <= names  # Fabric's alone, the Trainer's alone
+    assert not names & set(_catalog.strategy_catalog().presets)
+
+
+def test_a_name_someone_else_registers_is_not_lightnings() -> None:
+    """Lightning's names are the entries whose strategy Lightning defines: a user's registration (or ours) is not."""
+    from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
+
+    from lightning_presets.core.namespaces import namespace_for_target
+    from lightning_presets.registry.names import lightnings_own
+
+    registry = type(StrategyRegistry)()
+    registry.register("ddp", DDPStrategy)
+    registry.register("users_ddp", lambda **kwargs: DDPStrategy(**kwargs), description="a user's own")
+    assert lightnings_own(namespace_for_target("trainer"), registry) == {"ddp"}
 
 
 def _is_ours(name: str) -> bool:

@@ -238,7 +238,9 @@ def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["schema"] == "lightning-presets/plan"
     assert data["evidence"].startswith("none")
     assert data["recommended"] == "fsdp_grad_op"
-    assert "first preset that fits" in data["rule"]
+    assert "the fastest preset that fits" in data["rule"]
+    assert "preference order" in data["rule"]
+    assert all(each["throughput"] is None for each in data["presets"])  # --params: no step to time
     ddp = next(each for each in data["presets"] if each["preset"] == "ddp_static_graph")
     assert ddp["per_gpu_bytes"] == {"parameters": 28 * 10**9, "gradients": 28 * 10**9, "optimizer": 56 * 10**9,
                                     "activations": None, "total_peak": 112 * 10**9}  # fmt: skip
@@ -303,9 +305,9 @@ def test_install_note_agrees_with_doctor(monkeypatch: pytest.MonkeyPatch) -> Non
     installed = doctor.dependencies_section()[0]["deepspeed"]["status"] == "found"
     estimates = by_name(plan(PlanRequest(params=10**9, gpus_per_node=8)))
     assert (estimates["deepspeed_zero2_offload"].install is None) is installed
-    from lightning_presets.tools.plan import estimates as _estimates
+    from lightning_presets.tools.plan import presets as _presets
 
-    monkeypatch.setattr(_estimates, "is_importable", lambda module: module != "deepspeed")
+    monkeypatch.setattr(_presets, "is_importable", lambda module: module != "deepspeed")
     missing = by_name(plan(PlanRequest(params=10**9, gpus_per_node=8)))["deepspeed_zero2_offload"]
     assert missing.install == "pip install --no-build-isolation 'deepspeed>=0.16'"
     assert missing.fits  # the plan is for the target machine: a missing package here is a note, not a misfit

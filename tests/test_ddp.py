@@ -86,16 +86,30 @@ def test_lp302_accepts_the_presets_flags() -> None:
 
 
 @pytest.mark.parametrize("accelerator", ["cpu", "mps"])
-def test_lp303_rejects_compression_off_cuda(accelerator: str) -> None:
-    finding = ddp.bf16_compress_supported(ctx(accelerator=accelerator, devices_per_node=2))
+def test_lp311_warns_that_the_trainer_leaves_compression_out_off_cuda(accelerator: str) -> None:
+    """Off CUDA the Trainer trains plain DDP (test_fails_ddp shows it): legal, so a warning, and not LP303."""
+    assert ddp.bf16_compress_supported(ctx(accelerator=accelerator, devices_per_node=2)) is None
+    finding = ddp.bf16_compress_applied(ctx(accelerator=accelerator, devices_per_node=2))
     assert finding is not None
-    assert (finding.code, finding.severity) == ("LP303", "error")
+    assert (finding.code, finding.severity) == ("LP311", "warning")
     assert f"accelerator={accelerator!r}" in finding.message
     assert "ddp_static_graph" in finding.hint
 
 
+def test_lp303_rejects_compression_on_a_cpu_only_torch_with_fabric() -> None:
+    cpu_only = ctx(accelerator="cpu", devices_per_node=2, caller="Fabric", torch_build={"cuda": None, "nccl": None})
+    finding = ddp.bf16_compress_supported(cpu_only)
+    assert finding is not None
+    assert (finding.code, finding.severity) == ("LP303", "error")
+    assert "CPU-only" in finding.message
+    cuda_build = dataclasses.replace(cpu_only, torch_build={"cuda": "12.8", "nccl": (2, 27, 3)})
+    assert ddp.bf16_compress_supported(cuda_build) is None  # Fabric registers it on a CUDA build, any backend
+    assert ddp.bf16_compress_applied(cpu_only) is None
+
+
 def test_lp303_accepts_cuda() -> None:
     assert ddp.bf16_compress_supported(ctx(accelerator="cuda")) is None
+    assert ddp.bf16_compress_applied(ctx(accelerator="cuda")) is None
 
 
 def test_lp303_is_quiet_on_cpu_once_the_hook_is_removed() -> None:
@@ -198,7 +212,11 @@ def test_bf16_compress_constructs_on_simulated_cuda(cuda8: SimulatedGPU, namespa
 def test_lp303_at_construction_in_every_namespace(namespace: tuple[str, str, str]) -> None:
     import torch
 
-    if namespace[2] == "Fabric" and torch.version.cuda is not None:  # the rule's accepted case: see below
+    if namespace[2] == "Trainer":  # trains plain DDP: LP311's warning
+        with pytest.warns(PresetWarning, match=r"LP311.*Trainer\(strategy='ddp_bf16_compress', accelerator='cpu'\)"):
+            build(namespace, BF16, accelerator="cpu", devices=2)
+        return
+    if torch.version.cuda is not None:  # the rule's accepted case: see below
         build(namespace, BF16, accelerator="cpu", devices=2)  # Fabric registers the hook on a CUDA build of torch
         return
     with pytest.raises(PresetConfigError) as error:

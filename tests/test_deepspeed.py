@@ -22,7 +22,8 @@ import lightning_presets
 from helpers import QUIET, codes, run_forked
 from lightning_presets import PresetConfigError, PresetWarning
 from lightning_presets.registry import requirements
-from lightning_presets.strategies import deepspeed as ds
+from lightning_presets.strategies.deepspeed import config as ds_config
+from lightning_presets.strategies.deepspeed import config_rules, hooks, parser
 from lightning_presets.tools.simulation import SimulatedGPU
 
 needs_deepspeed = pytest.mark.skipif(
@@ -63,19 +64,19 @@ class NoBlocks(LightningModule):
 
 
 def test_batch_arithmetic_uses_the_real_world_size() -> None:
-    assert ds.batch_arithmetic(64, 4, 2, 8) is None
-    message = ds.batch_arithmetic(64, 4, 1, 8)
+    assert config_rules.batch_arithmetic(64, 4, 2, 8) is None
+    message = config_rules.batch_arithmetic(64, 4, 1, 8)
     assert message == (
         "train_batch_size=64, but train_micro_batch_size_per_gpu=4 × gradient_accumulation_steps=1 × world size 8 = 32"
     )
-    assert ds.batch_arithmetic(64, 4, None, 8) is None  # DeepSpeed derives accumulation = 2
-    assert "4 × world size 8 = 32" in (ds.batch_arithmetic(48, 4, None, 8) or "")
+    assert config_rules.batch_arithmetic(64, 4, None, 8) is None  # DeepSpeed derives accumulation = 2
+    assert "4 × world size 8 = 32" in (config_rules.batch_arithmetic(48, 4, None, 8) or "")
 
 
 def test_auto_keys_are_listed_with_their_path() -> None:
     config = {"train_batch_size": "auto", "zero_optimization": {"stage": 2, "reduce_bucket_size": "AUTO"}, "x": 1}
-    assert list(ds.auto_keys(config)) == ["train_batch_size", "zero_optimization.reduce_bucket_size"]
-    assert list(ds.auto_keys({"bf16": {"enabled": True}})) == []
+    assert list(ds_config.auto_keys(config)) == ["train_batch_size", "zero_optimization.reduce_bucket_size"]
+    assert list(ds_config.auto_keys({"bf16": {"enabled": True}})) == []
 
 
 @pytest.mark.parametrize(
@@ -91,7 +92,7 @@ def test_auto_keys_are_listed_with_their_path() -> None:
 def test_half_precision_sections_follow_lightnings_merge(
     config: dict[str, Any], precision: str, expected: tuple[bool, bool, str | None]
 ) -> None:
-    assert ds.half_precision_sections(config, precision) == expected
+    assert ds_config.half_precision_sections(config, precision) == expected
 
 
 # --- dependency paths ---------------------------------------------------------------------------------
@@ -348,7 +349,7 @@ def test_checkpoint_blocks_wraps_each_block_and_keeps_gradients() -> None:
 
     model, reference = Blocks(), Blocks()
     reference.load_state_dict(model.state_dict())
-    assert ds.checkpoint_blocks(model, {nn.Sequential}) == 3
+    assert hooks.checkpoint_blocks(model, {nn.Sequential}) == 3
     assert sum(isinstance(module, CheckpointWrapper) for module in model.modules()) == 3
     assert set(model.state_dict()) == set(reference.state_dict())
     x = torch.randn(4, 8)
@@ -373,3 +374,78 @@ def test_checkpoint_blocks_override_is_used_and_not_passed_to_deepspeed(cuda8: S
     model = NoBlocks()
     trainer(strategy).strategy._lp_prepare_model(model)
     assert strategy.lp_blocks == {nn.Linear}
+
+
+# --- DeepSpeed's own parser, for the job's world size (sequence parallelism divides it) ------------------------------
+
+
+@needs_deepspeed
+def test_the_parser_is_deepspeeds_constructor_for_the_jobs_world_size() -> None:
+    """DeepSpeedConfig reads the world size from deepspeed.comm; the parse answers it for the job (not 1), and
+    DeepSpeed itself divides it by sequence_parallel_size. Fails, naming it, if DeepSpeed stops asking `dist`."""
+    config = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}
+    eight = parser.parse(config, 8)
+    assert (eight.refusal, eight.world_size) == (None, 8), "DeepSpeedConfig.__init__ no longer reads `dist`?"
+    refused = parser.parse(config, 4).refusal or ""
+    assert "64 != 4 * 2 * 4" in refused
+    halved = parser.parse({**config, "sequence_parallel_size": 2}, 8)
+    assert halved.world_size == 4
+    assert "64 != 4 * 2 * 4" in (halved.refusal or "")
+    mesh = parser.parse({**config, "train_batch_size": 32, "data_parallel_size": 4, "sequence_parallel_size": 2}, 8)
+    assert (mesh.refusal, mesh.world_size) == (None, 4)
+
+
+SP = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "sequence_parallel_size": 2}
+
+
+@needs_deepspeed
+def test_lp406_divides_the_world_by_sequence_parallel_size(cuda8: SimulatedGPU) -> None:
+    """Issue 23: DeepSpeed's batch arithmetic spans the data-parallel ranks, world size / sequence_parallel_size."""
+    with pytest.raises(PresetConfigError) as excinfo:
+        fabric({**SP, "train_batch_size": 64})  # 4 × 2 × (8 / 2) = 32
+    assert codes(excinfo) == ("LP406",)
+    finding = excinfo.value.findings[0]
+    assert "gradient_accumulation_steps=2 × world size 4 = 32" in finding.message
+    assert "devices=8 × num_nodes=1 = 8, of which DeepSpeed's data parallelism spans 4 (sequence_parallel_size=2)" in (
+        finding.message
+    )
+    assert "set it to 4 × 2 × 4 = 32" in finding.hint
+    fabric({**SP, "train_batch_size": 32})  # formerly refused against the whole world (4 × 2 × 8 = 64)
+    fabric({**SP, "train_batch_size": 32, "data_parallel_size": 4})  # the mesh deepspeed.initialize builds
+    fabric({**SP, "train_batch_size": 64, "sequence_parallel_size": 1})
+    fabric({**SP, "train_batch_size": 64, "gradient_accumulation_steps": 4})
+
+
+@needs_deepspeed
+def test_lp418_and_lp407_parse_with_sequence_parallel_size(cuda8: SimulatedGPU) -> None:
+    refused = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "sequence_parallel_size": 3}
+    with pytest.raises(PresetConfigError) as excinfo:  # 8 / 3 data-parallel ranks: DeepSpeed's own assertion
+        trainer(lightning_presets.strategy("deepspeed_zero2_offload", config=refused))
+    assert codes(excinfo) == ("LP418",)
+    assert "32 != 4 * 1 * 2.66" in excinfo.value.findings[0].message
+    for accepted in (
+        {**refused, "sequence_parallel_size": 2, "train_batch_size": 16},  # 4 × 1 × (8 / 2)
+        {**refused, "sequence_parallel_size": 1},  # 4 × 1 × 8
+        {key: value for key, value in refused.items() if key != "train_batch_size"},  # derived by DeepSpeed
+    ):
+        built = trainer(lightning_presets.strategy("deepspeed_zero2_offload", config=accepted))
+        model = Blocks()
+        model.trainer = built
+        built.strategy.connect(model)  # LP407 (the Trainer's accumulation) divides by it too
+
+
+@needs_deepspeed
+def test_lp420_reads_the_device_indices_lightning_resolved(cuda8: SimulatedGPU) -> None:
+    for devices in ([1, 3], "1,3"):
+        with pytest.raises(PresetConfigError) as excinfo:
+            trainer(devices=devices)
+        assert codes(excinfo) == ("LP420",)
+        assert "Lightning refuses [1, 3]" in excinfo.value.findings[0].message
+        assert "CUDA_VISIBLE_DEVICES=1,3 and pass devices=2" in excinfo.value.findings[0].hint
+    for devices in ([0, 1], "0,1", 2, -1):
+        trainer(devices=devices)
+
+
+def test_the_hooks_docstring_is_the_class_docstring() -> None:
+    assert hooks._DeepSpeedHooks.__doc__ is not None
+    assert "repeated blocks" in hooks._DeepSpeedHooks.__doc__

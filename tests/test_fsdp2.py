@@ -20,6 +20,7 @@ from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, SCRIPTS
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.core.versions import recorded
 from lightning_presets.strategies import fsdp2
+from lightning_presets.strategies import model_parallel as mp
 from lightning_presets.tools.simulation import SimulatedGPU
 from models import FlatMLP, TinyTransformer
 
@@ -176,19 +177,22 @@ def test_a_tensor_parallel_split_is_built() -> None:
 
 
 @pytest.mark.parametrize("caller", ["Trainer", "Fabric"])
-def test_lp205_precision_at_construction(caller: str) -> None:
-    """The Trainer takes the string; Fabric checks strings itself, so a plugin instance goes through."""
+def test_lp205_precision_at_construction(cuda8: SimulatedGPU, caller: str) -> None:
+    """The Trainer takes the string; Fabric checks strings itself, so a plugin instance goes through. 64-true, which
+    Lightning's list for the strategy object leaves out, trains (tests/evidence), so it is accepted."""
     namespace = NAMESPACES[0] if caller == "Trainer" else NAMESPACES[1]
     if caller == "Trainer":
-        double: dict[str, Any] = {"precision": "64-true"}
+        half: dict[str, Any] = {"precision": "16-mixed"}
     else:
-        from lightning.fabric.plugins.precision import DoublePrecision
+        from lightning.fabric.plugins.precision import MixedPrecision
 
-        double = {"plugins": [DoublePrecision()]}
+        half = {"plugins": [MixedPrecision("16-mixed", "cuda")]}
     with pytest.raises(PresetConfigError) as error:
-        build(namespace, accelerator="cpu", devices=2, **double)
+        build(namespace, accelerator="cuda", devices=2, **half)
     assert error.value.codes == ("LP205",)
     build(namespace, accelerator="cpu", devices=2, precision="bf16-mixed")
+    if caller == "Trainer":  # (Fabric's own connector refuses the string 64-true for ModelParallelStrategy)
+        build(namespace, accelerator="cpu", devices=2, precision="64-true")
 
 
 def test_lp212_and_lp214_at_construction() -> None:
@@ -352,3 +356,22 @@ def test_fabric_with_the_presets_parallelize_fn(tmp_path: Path, preset: str) -> 
         assert report["fsdp_modules"][0] == "FSDPTinyTransformer"
         assert report["root_offload_policy"] == ("CPUOffloadPolicy" if offload else "OffloadPolicy")
         assert report["block_forwards"] == 2 * 4 * (2 if offload else 1)  # 2 blocks, 4 steps, recomputed
+
+
+def test_lp216_guards_fsdp2_with_a_tensor_dimension() -> None:
+    """fsdp2 takes tensor_parallel_size too: anomaly mode fails on its DTensors as it does on tp2d_hybrid's."""
+    from lightning_presets.strategies.fsdp2 import FSDP2 as PRESET
+
+    assert "LP216" in {each.code for each in PRESET.rules}
+    anomaly = {"detect_anomaly": True}
+    refused = ctx(data_parallel_size=1, tensor_parallel_size=2, devices_per_node=2, arguments=anomaly)
+    finding = mp.anomaly_detection_without_tensor_parallel(refused)
+    assert finding is not None
+    assert finding.code == "LP216"
+    for accepted in (
+        ctx(data_parallel_size=2, tensor_parallel_size=1, devices_per_node=2, arguments=anomaly),  # no tensor dim
+        ctx(devices_per_node=2, arguments=anomaly),  # the preset's own: the data-parallel world only
+        ctx(data_parallel_size=1, tensor_parallel_size=2, devices_per_node=2),  # no anomaly mode
+        dataclasses.replace(refused, caller="Fabric"),  # Fabric has no detect_anomaly
+    ):
+        assert mp.anomaly_detection_without_tensor_parallel(accepted) is None

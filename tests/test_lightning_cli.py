@@ -81,9 +81,10 @@ def test_lightning_cli_fit_with_a_preset_from_yaml(tmp_path: Path, capsys: pytes
         ({"strategy": "fsdp2", "accelerator": "cpu", "devices": 2}, []),
         ({"strategy": "fsdp2", "accelerator": "cpu", "devices": 1}, []),  # LP212 is a warning: still valid
         ({"strategy": "fsdp_offload_ckpt", "accelerator": "cpu", "devices": 2}, ["LP101"]),
-        ({"strategy": "tp2d_hybrid", "accelerator": "cpu", "devices": 2, "precision": "64-true"}, ["LP205"]),
+        ({"strategy": "tp2d_hybrid", "accelerator": "cpu", "devices": 2, "detect_anomaly": True}, ["LP216"]),
+        ({"strategy": "tp2d_hybrid", "accelerator": "cpu", "devices": 2, "precision": "64-true"}, []),  # it trains
     ],
-    ids=["fsdp2", "fsdp2-one-device", "fsdp-on-cpu", "tp2d-64-true"],
+    ids=["fsdp2", "fsdp2-one-device", "fsdp-on-cpu", "tp2d-anomaly", "tp2d-64-true"],
 )
 def test_check_config_gives_lightning_clis_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch, trainer: dict[str, Any],

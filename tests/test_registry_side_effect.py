@@ -8,7 +8,7 @@ import json
 
 from helpers import Started, start_python
 from lightning_presets.core.namespaces import NAMESPACES
-from lightning_presets.registry.catalog import LIGHTNING_BUILTIN_NAMES, strategy_catalog
+from lightning_presets.registry.catalog import lightning_builtin_names, strategy_catalog
 
 # No import of lightning_presets here: with autoload off, importing it registers explicitly.
 NAMES = """
@@ -40,5 +40,5 @@ def test_installed_package_adds_exactly_its_names_and_autoload_off_restores_ligh
         assert ours, namespace.target
         assert on[namespace.target] - off[namespace.target] == ours
         assert off[namespace.target] == on[namespace.target] - ours
-        assert off[namespace.target] <= LIGHTNING_BUILTIN_NAMES  # Lightning's own set, nothing of ours
+        assert off[namespace.target] <= lightning_builtin_names(read_missing=True)  # Lightning's own, none of ours
         assert not off[namespace.target] & set(presets)

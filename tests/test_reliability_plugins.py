@@ -357,7 +357,7 @@ def test_a_suggested_name_is_itself_valid(name: str, suggested: str) -> None:
     found = _catalog.suggested_name(name, "Acme.Presets")
     assert found == suggested
     assert _catalog.is_valid_name(found)
-    assert found not in _catalog.LIGHTNING_BUILTIN_NAMES
+    assert found not in _catalog.lightning_builtin_names(read_missing=True)
 
 
 def test_lp001_suggests_a_valid_name_for_an_entry_point(install: Any) -> None:

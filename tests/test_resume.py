@@ -181,6 +181,62 @@ def test_lp809_warns_when_the_checkpoint_cannot_be_read() -> None:
     assert codes(ctx(), resume(TRAINER_FILE)) == []
 
 
+# --------------------------------------------------------------------------- the conversions, as values
+
+REFUSALS = [  # (code, job, checkpoint): one refusal of each code that names a conversion
+    ("LP801", ctx("ddp_static_graph"), resume(SHARDED)),
+    ("LP801", ctx("fsdp2"), resume(DEEPSPEED)),
+    ("LP802", ctx("deepspeed_zero2_offload", devices=4), resume(DEEPSPEED, zero_stage=2)),
+    ("LP803", ctx("deepspeed_zero3_offload_ckpt", devices=8), resume(DEEPSPEED, zero_stage=3)),
+    ("LP804", ctx("fsdp2"), resume(dataclasses.replace(SHARDED, optimizers=0))),
+    ("LP805", ctx("fsdp2"), resume(dataclasses.replace(SHARDED, model_key="model", path="my run's.ckpt"))),
+    ("LP806", ctx("fsdp2"), resume(dataclasses.replace(SHARDED, optimizer_keys="ids"))),
+    ("LP808", ctx("fsdp2"), resume(dataclasses.replace(SHARDED, writer="fabric", model_key="model"))),
+]
+
+
+@pytest.mark.parametrize(("code", "job", "state"), REFUSALS, ids=[each[0] for each in REFUSALS])
+def test_each_refusal_renders_the_conversion_it_names(code: str, job: Context, state: Resume) -> None:
+    from lightning_presets.guards.resume import conversion_for, render
+
+    assert code in codes(job, state)
+    conversion = conversion_for(code, job, state)
+    assert conversion is not None
+    assert conversion.steps
+    assert f": {render(conversion)}; then " in hint(code, job, state)  # all of its steps, nothing else
+    if conversion.resumes:  # the job resumes from what the steps write, by its path
+        assert f"ckpt_path={conversion.result!r}" in hint(code, job, state)
+
+
+def test_a_conversion_runs_as_its_steps_say() -> None:
+    from lightning_presets.guards.resume import Command, Python, command_line, conversion_for, render
+
+    fsdp_layout = resume(dataclasses.replace(SHARDED, model_key="model", path="my run's.ckpt"))
+    conversion = conversion_for("LP805", ctx("fsdp2"), fsdp_layout)
+    assert conversion is not None
+    assert conversion.resumes
+    assert conversion.result == "my run's.ckpt.consolidated"
+    (step,) = conversion.steps
+    assert isinstance(step, Command)
+    assert command_line(step, "/bin/py") == [
+        "/bin/py", "-m", "lightning.pytorch.utilities.consolidate_checkpoint", "my run's.ckpt", "--output_file",
+        "my run's.ckpt.consolidated",
+    ]  # fmt: skip
+    assert render(conversion) == (  # quoted for a shell, as the hint shows it
+        "`python -m lightning.pytorch.utilities.consolidate_checkpoint 'my run'\"'\"'s.ckpt' --output_file "
+        "'my run'\"'\"'s.ckpt.consolidated'`"
+    )
+    keyed = conversion_for("LP806", ctx("fsdp2"), resume(dataclasses.replace(SHARDED, optimizer_keys="ids")))
+    assert keyed is not None
+    assert [type(each) for each in keyed.steps] == [Command, Python, Python]  # consolidate, list, re-key
+    assert command_line(keyed.steps[-1], "py")[:2] == ["py", "-c"]
+    assert conversion_for("LP807", ctx("deepspeed_zero2_offload"), resume(DEEPSPEED)) is None  # a path, no steps
+    weights = conversion_for("LP804", ctx("ddp_static_graph"), resume(TRAINER_FILE))
+    assert weights is not None
+    assert not weights.resumes  # the weights alone: nothing to resume from
+    assert weights.steps == ()
+
+
 @pytest.mark.parametrize("each", RESUME_RULES, ids=lambda each: each.code)
 def test_documented_examples_behave(each: Rule) -> None:
     if "deepspeed_" in each.fails and importlib.util.find_spec("deepspeed") is None:

@@ -12,8 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_presets.guards import checkpoints
-from lightning_presets.guards.checkpoints import CheckpointReadError, read_checkpoint
+from lightning_presets.guards.checkpoints import CheckpointReadError, limits, read_checkpoint, torch_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "scripts"))
 
@@ -109,13 +108,13 @@ def test_deepspeed_stage_from_a_shard_tag_folder_model_parallel_and_universal(tm
 def test_only_the_pickle_is_opened_never_a_tensor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     torch.save(trainer_checkpoint(), tmp_path / "last.ckpt")
     opened: list[str] = []
-    original = checkpoints._member_bytes
+    original = torch_file.member_bytes
 
     def recording(handle: Any, member: Any, where: str) -> bytes:
         opened.append(member.name)
         return original(handle, member, where)
 
-    monkeypatch.setattr(checkpoints, "_member_bytes", recording)
+    monkeypatch.setattr(torch_file, "member_bytes", recording)
     read_checkpoint(tmp_path / "last.ckpt")
     assert [name.rpartition("/")[2] for name in opened] == ["data.pkl"]
 
@@ -161,7 +160,7 @@ def test_huge_headers_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str, value: int, message: str
 ) -> None:
     torch.save(trainer_checkpoint(), tmp_path / "last.ckpt")
-    monkeypatch.setattr(checkpoints, limit, value)
+    monkeypatch.setattr(limits, limit, value)
     with pytest.raises(CheckpointReadError, match=message):
         read_checkpoint(tmp_path / "last.ckpt")
 
@@ -170,10 +169,10 @@ def test_huge_metadata_and_folders_are_refused(tmp_path: Path, monkeypatch: pyte
     import torch.distributed.checkpoint as dcp
 
     dcp.save({"w": torch.zeros(2)}, checkpoint_id=str(tmp_path / "a"))
-    monkeypatch.setattr(checkpoints, "MAX_PICKLE_BYTES", 10)
+    monkeypatch.setattr(limits, "MAX_PICKLE_BYTES", 10)
     with pytest.raises(CheckpointReadError, match="larger than 10 bytes"):
         read_checkpoint(tmp_path / "a")
-    monkeypatch.setattr(checkpoints, "MAX_FOLDER_ENTRIES", 1)
+    monkeypatch.setattr(limits, "MAX_FOLDER_ENTRIES", 1)
     with pytest.raises(CheckpointReadError, match="more than 1 entries"):
         read_checkpoint(tmp_path / "a")
 

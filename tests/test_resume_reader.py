@@ -26,7 +26,7 @@ from lightning_presets import PresetConfigError
 from lightning_presets.core.context import Context
 from lightning_presets.core.findings import Finding, PresetWarning
 from lightning_presets.guards import checkpoints, resume
-from lightning_presets.guards.checkpoints import CheckpointReadError, read_checkpoint
+from lightning_presets.guards.checkpoints import CheckpointReadError, formats, limits, read_checkpoint
 from lightning_presets.guards.resume import resume_findings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ def test_any_failure_inside_the_reader_is_lp809_and_the_load_proceeds(
         raise error
 
     path = trainer_file(tmp_path / "run.ckpt", [{}])
-    monkeypatch.setattr(checkpoints, "_file_facts", failing)
+    monkeypatch.setattr(formats, "file_facts", failing)
     with pytest.raises(CheckpointReadError) as raised:
         read_checkpoint(path)
     assert raised.value.internal
@@ -194,7 +194,7 @@ def test_check_resume_from_reports_lp809_never_an_internal_error(
     def failing(*args: Any) -> Any:
         raise KeyError("state")
 
-    monkeypatch.setattr(checkpoints, "_file_facts", failing)
+    monkeypatch.setattr(formats, "file_facts", failing)
     code, out, err = run_cli(capsys, *job, "--resume-from", str(path))
     assert code == 0, err
     assert "internal error" not in err
@@ -455,7 +455,7 @@ def test_each_budget_is_lp809(
             pkl = archive.read(next(name for name in archive.namelist() if name.endswith("data.pkl")))
         raw_zip(path, pkl, zipfile.ZIP_DEFLATED)
     assert read_checkpoint(path).writer == "trainer"  # within the real budgets
-    monkeypatch.setattr(checkpoints, limit, value)
+    monkeypatch.setattr(limits, limit, value)
     with pytest.raises(CheckpointReadError, match=message):
         read_checkpoint(path)
     [finding] = resume_findings(path, ctx())

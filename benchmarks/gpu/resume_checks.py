@@ -12,9 +12,9 @@ this script writes real ones and checks each claim the resume rules make about t
 - ``deepspeed_stage`` (LP803), ``deepspeed_into_fsdp2`` (LP801): with the resume guards off Lightning fails; with them
   on the refusal comes before anything loads;
 - ``deepspeed_world`` (LP802, needs 2 GPUs): resumed on 1 GPU Lightning fails with DeepSpeed's "DP world size"
-  error; the refusal's ``ds_to_universal`` command, run verbatim, and ``load_universal`` resume it;
+  error; the refusal's ``ds_to_universal`` step, run as its conversion holds it, and ``load_universal`` resume it;
 - ``fsdp1_into_fsdp2`` and ``fsdp2_into_fsdp1`` (LP805): the Trainer's sharded layouts of the two FSDP strategies
-  do not load into each other; the conversion the refusal names, run verbatim, resumes each.
+  do not load into each other; the conversion the refusal names, its steps run, resumes each.
 
 Every run is ``tests/scripts/resume_run.py --accelerator cuda`` (bf16-mixed) in its own process group with a timeout.
 Writes ``resume_checks.json`` under ``$OUT`` when set, else under ``benchmarks/results/gpu/``. Exit code: 0 when every
@@ -86,7 +86,8 @@ class Checks:
         return {"lightning_error": unguarded["error"], "refusal": codes}
 
     def converted(self, code: str, saved: dict[str, Any], strategy: str, devices: int, *extra: str) -> dict[str, Any]:
-        """Run the conversion the refusal names, verbatim, then resume from its result with the guards on."""
+        """Run the steps of the conversion the refusal names (the object its hint renders), then resume from its
+        result with the guards on (from the checkpoint itself when the job resumes it with a setting changed)."""
         from lightning.pytorch import Trainer
 
         from lightning_presets.guards.resume import resume_findings
@@ -96,13 +97,16 @@ class Checks:
         refusal = next((f for f in findings if f.code == code), None)
         if refusal is None:
             raise Failed(f"no {code} for it here: {[f.code for f in findings]}")
-        for command in bench._commands(refusal.hint):
+        conversion = bench.conversion_of(code, str(saved["path"]), trainer.strategy)
+        if conversion is None:
+            raise Failed(f"{code} names no conversion: {refusal.hint}")
+        for command in bench.command_lines(conversion):
             done = subprocess.run(
                 command, cwd=self.work, env=bench._child_environment(True), text=True, capture_output=True
             )
             if done.returncode:
                 raise Failed(f"the conversion {command[1:]} failed: {done.stderr.strip()[-500:]}")
-        target = bench._converted(refusal.hint) or str(saved["path"])
+        target = conversion.result if conversion.resumes else str(saved["path"])
         report = self._run("resume", strategy, devices, Path(target), *extra, guards=True)
         outcome, difference = bench._outcome(report, saved["losses"])
         if outcome != "resumes":

@@ -13,6 +13,7 @@ is checked on the wrapped model the run really trained.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,9 @@ class Outcome:
     """For a crash: ``construction`` (Lightning refused it in ``Trainer(...)``, before any process) or ``fit``."""
     reasons: list[str] = field(default_factory=list)
     measures: dict[str, Any] = field(default_factory=dict)
+    left_out: list[str] = field(default_factory=list)
+    """Settings the job asked for that the run silently did without, though it trained what the reference trained
+    (offload, activation checkpointing, DDP's flags and communication hook): a warning's business, not an error's."""
 
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"outcome": self.outcome, "detail": self.detail}
@@ -91,6 +95,8 @@ class Outcome:
             data["reasons"] = self.reasons
         if self.measures:
             data["measures"] = self.measures
+        if self.left_out:
+            data["left_out"] = self.left_out
         return data
 
 
@@ -153,11 +159,18 @@ def _union_by_position(ranks: list[list[list[int]]]) -> list[list[int]]:
 
 
 def compare(
-    config: dict[str, Any], ranks: list[dict[str, Any]], reference: dict[str, Any], folder: Path, expected: list[str]
+    config: dict[str, Any],
+    ranks: list[dict[str, Any]],
+    reference: dict[str, Any],
+    folder: Path,
+    expected: list[str],
+    left_out: Sequence[str] = (),
 ) -> Outcome:
     """``trains`` or ``trains_wrong`` for a run whose ranks all finished, against a reference that finished.
 
-    ``expected``: what :func:`requested` found missing from the run. The tensors are read from ``folder``.
+    ``expected``: what :func:`requested` found missing from the run that changes what trains; ``left_out``: what
+    :func:`left_out` found missing that does not (recorded on the outcome, never ``trains_wrong`` by itself). The
+    tensors are read from ``folder``.
     """
     tol = tolerance(config)
     measures: dict[str, Any] = {"tolerance": tol.name}
@@ -172,8 +185,8 @@ def compare(
         *expected,
     ]
     if reasons:
-        return Outcome("trains_wrong", reasons[0], reasons=reasons, measures=measures)
-    return Outcome("trains", "matches the single-process reference", measures=measures)
+        return Outcome("trains_wrong", reasons[0], reasons=reasons, measures=measures, left_out=list(left_out))
+    return Outcome("trains", "matches the single-process reference", measures=measures, left_out=list(left_out))
 
 
 def _finite(ranks: list[dict[str, Any]], reference: dict[str, Any]) -> list[str]:
@@ -307,7 +320,24 @@ def _parameters(folder: Path, world_size: int, tol: Tolerance, measures: dict[st
 
 
 def requested(config: dict[str, Any], ranks: list[dict[str, Any]]) -> list[str]:
-    """Settings the job asked the strategy for, checked on what the ranks really trained."""
+    """Settings the job asked for that change what trains (synchronised batch norm, the mesh), checked on what the
+    ranks really trained: one missing is ``trains_wrong``."""
+    wrapping = ranks[0].get("wrapping", {})
+    reasons = []
+    synced = wrapping.get("sync_batchnorm_layers")
+    if config["trainer"].get("sync_batchnorm") and config["architecture"] == "batchnorm" and not synced:
+        reasons.append("sync_batchnorm=True was asked for, the model trained without a SyncBatchNorm layer")
+    mesh = wrapping.get("mesh", {})
+    for key, dim in (("data_parallel_size", "data_parallel"), ("tensor_parallel_size", "tensor_parallel")):
+        if isinstance(config["overrides"].get(key), int) and mesh and mesh.get(dim) != config["overrides"][key]:
+            reasons.append(f"{key}={config['overrides'][key]} was asked for, the device mesh has {dim}={mesh.get(dim)}")
+    return reasons
+
+
+def left_out(config: dict[str, Any], ranks: list[dict[str, Any]]) -> list[str]:
+    """Settings the job asked for that change how it trains but not what (DDP's flags and communication hook, CPU
+    offload, activation checkpointing), checked on what the ranks really trained. One missing from a run that
+    matches its reference is legal and silent: the guards owe a warning (the severity policy), not an error."""
     from lightning_presets import get_preset
 
     preset = get_preset(config["preset"])
@@ -323,16 +353,9 @@ def requested(config: dict[str, Any], ranks: list[dict[str, Any]]) -> list[str]:
         if hook is not None and getattr(hook, "__qualname__", None) not in ddp["comm_hooks"]:
             reasons.append(f"ddp_comm_hook={getattr(hook, '__qualname__', hook)} was asked for, DistributedDataParallel"
                            f" has {ddp['comm_hooks'] or 'no communication hook'}")  # fmt: skip
-    synced = wrapping.get("sync_batchnorm_layers")
-    if config["trainer"].get("sync_batchnorm") and config["architecture"] == "batchnorm" and not synced:
-        reasons.append("sync_batchnorm=True was asked for, the model trained without a SyncBatchNorm layer")
     if preset.cpu_offload and "CPUOffloadPolicy" not in wrapping.get("offload_policies", []):
         reasons.append(f"{config['preset']!r} promises CPU offload, the model trained with "
                        f"{wrapping.get('offload_policies') or 'no FSDP2 unit'}")  # fmt: skip
     if preset.activation_checkpointing and not wrapping.get("checkpointed"):
         reasons.append(f"{config['preset']!r} promises activation checkpointing, no module was checkpointed")
-    mesh = wrapping.get("mesh", {})
-    for key, dim in (("data_parallel_size", "data_parallel"), ("tensor_parallel_size", "tensor_parallel")):
-        if isinstance(config["overrides"].get(key), int) and mesh and mesh.get(dim) != config["overrides"][key]:
-            reasons.append(f"{key}={config['overrides'][key]} was asked for, the device mesh has {dim}={mesh.get(dim)}")
     return reasons

@@ -133,7 +133,8 @@ def _outcome(
         return classify.Outcome(
             "trains_wrong", f"plain Lightning refuses this job ({ref.get('last_line')}), the preset run trained"
         )
-    return classify.compare(config, ranks, ref, folder, classify.requested(config, ranks))
+    expected, left_out = classify.requested(config, ranks), classify.left_out(config, ranks)
+    return classify.compare(config, ranks, ref, folder, expected, left_out)
 
 
 def _expected_replicas(config: dict[str, Any], world_size: int) -> int:
@@ -155,7 +156,7 @@ def _summary(result: dict[str, Any], replicas: int) -> dict[str, Any]:
 
 
 def judge(record: dict[str, Any]) -> str | None:
-    """``false_rejection``, ``missed_failure``, ``plain_lightning_failure`` or ``None``.
+    """``false_rejection``, ``missed_failure``, ``missed_warning``, ``plain_lightning_failure`` or ``None``.
 
     A false rejection: a guard error for a job that trains. A missed failure: no guard error and no construction
     error from Lightning, while the run crashes, hangs or trains wrong. Listed apart as a plain-Lightning failure: the
@@ -168,6 +169,8 @@ def judge(record: dict[str, Any]) -> str | None:
         return None
     if rejected and outcome == "trains":
         return "false_rejection"
+    if outcome == "trains" and record.get("left_out") and not record["verdict"].get("warnings"):
+        return "missed_warning"  # legal, and a setting silently left out: a warning was owed
     if rejected or outcome == "trains" or record.get("stage") == "construction":
         return None
     reference = record.get("reference", {}).get("status", "ok")

@@ -267,12 +267,14 @@ def _no_leftover_world() -> Any:
 
 @pytest.mark.proves("LP217")
 def test_lp217_model_parallel_ignores_sync_batchnorm(proof: Proof) -> None:
-    """fsdp2 with sync_batchnorm=True: after Lightning's setup the batch norm is still plain BatchNorm1d."""
+    """fsdp2 with sync_batchnorm=True: after Lightning's setup the batch norm is still plain BatchNorm1d (shown on one
+    process: ModelParallelStrategy's setup converts nothing whatever the world size; on two, each rank would then
+    normalise over its own half of the batch)."""
     from torch.utils.data import DataLoader, TensorDataset
 
     def build() -> Trainer:
-        trainer = Trainer(strategy="fsdp2", accelerator="cpu", devices=1, sync_batchnorm=True, max_steps=1, **QUIET)
-        trainer.strategy._lp_check_model(_Normed())
+        trainer = Trainer(strategy="fsdp2", accelerator="cpu", devices=2, sync_batchnorm=True, max_steps=1, **QUIET)
+        trainer.strategy._lp_check_setup(_Normed())
         return trainer
 
     proof.refused("LP217", build)

@@ -37,11 +37,23 @@ def test_lp202_a_zero_size_fails_when_the_mesh_is_built(proof: Proof) -> None:
 
 @pytest.mark.proves("LP205")
 def test_lp205_lightning_refuses_the_precision(proof: Proof) -> None:
-    """Lightning's connector refuses 64-true for a ModelParallelStrategy object (the preset's own class); for a strategy
-    *name* the Trainer skips that check, and test_lp205_by_name_64_true_trains_on_cpu shows what then happens."""
-    proof.refused("LP205", lambda: trainer("tp2d_hybrid", precision="64-true"))
-    with proof.raises(ValueError, r"ModelParallelStrategy` does not support .*precision='64-true'", code="LP205"):
-        trainer(lightning_presets.strategy("tp2d_hybrid"), precision="64-true")
+    """Lightning's connector refuses 16-mixed on CUDA for a ModelParallelStrategy object (the preset's own class); for
+    a strategy *name* the Trainer skips that check. (On CPU Lightning turns 16-mixed into bf16-mixed, which is fine.)"""
+    from lightning_presets.tools.simulation import simulated_cuda
+
+    with simulated_cuda(8):
+        proof.refused("LP205", lambda: trainer("tp2d_hybrid", accelerator="cuda", devices=8, precision="16-mixed"))
+        with proof.raises(ValueError, r"ModelParallelStrategy` does not support .*precision='16-mixed'", code="LP205"):
+            trainer(lightning_presets.strategy("tp2d_hybrid"), accelerator="cuda", devices=8, precision="16-mixed")
+
+
+@pytest.mark.parametrize("precision", ["64-true", "32-true", "bf16-mixed", "16-mixed"])
+def test_lp205_accepts_what_trains_on_cpu(precision: str) -> None:
+    """LP205's accepted neighbours, trained: 64-true (which Lightning's list for the object leaves out), and 16-mixed,
+    which Lightning turns into bf16-mixed on CPU."""
+    module = fit("fsdp2", precision=precision)
+    assert len(module.losses) == 2
+    assert all(loss == loss for loss in module.losses)
 
 
 @pytest.mark.proves("LP206")
@@ -92,12 +104,3 @@ def test_lp211_fsdp2_data_parallel_size_fails_in_the_mesh(proof: Proof) -> None:
     proof.refused("LP211", lambda: trainer(strategy()))
     with proof.guard_off("LP211"), proof.raises(RuntimeError, r"data_parallel_size=2`.* multiplied should equal"):
         fit(strategy())
-
-
-def test_lp205_by_name_64_true_trains_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Not a proof: what LP205's 64-true case does when the Trainer gets a name (it skips Lightning's check). It
-    trains, in float64, on one CPU process; the refusal of 64-true rests on Lightning's declared support (above)."""
-    monkeypatch.setenv("LIGHTNING_PRESETS_SKIP", "LP205")
-    module = fit("fsdp2", precision="64-true")
-    assert len(module.losses) == 2
-    assert all(loss == loss for loss in module.losses)

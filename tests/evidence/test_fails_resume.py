@@ -62,19 +62,26 @@ def fails_unguarded(proof: Proof, code: str, strategy: str, path: Path, kind: st
 
 
 def resumes_converted(code: str, path: Path, strategy: str, losses: dict[str, float]) -> str:
-    """Run the conversion the refusal ``code`` names, verbatim, and resume from its result with the guards on: the
-    outcome against ``losses``, the uninterrupted run's."""
+    """Run the steps of the conversion the refusal ``code`` names (the object its hint renders) and resume from its
+    result with the guards on: the outcome against ``losses``, the uninterrupted run's."""
     from lightning.pytorch import Trainer
+
+    from lightning_presets.guards.resume import render
 
     job = Trainer(strategy=strategy, accelerator="cpu", devices=1, logger=False).strategy
     (finding,) = resume_findings(path, job._lp_context, strategy=job)
     assert finding.code == code
-    for command in bench._commands(finding.hint):
-        done = run_command(command, cwd=path.parent)  # the hint's command, in a process forked by the harness
+    conversion = bench.conversion_of(code, str(path), job)
+    assert conversion is not None
+    assert conversion.resumes, conversion
+    assert render(conversion) in finding.hint
+    assert repr(conversion.result) in finding.hint
+    for command in bench.command_lines(conversion):
+        done = run_command(command, cwd=path.parent)  # the hint's step, in a process forked by the harness
         assert done.returncode == 0, done.describe()
-    converted = bench._converted(finding.hint)
-    assert converted is not None, finding.hint
-    report, _ = bench.run(["resume", "--strategy", strategy, "--devices", "1", "--ckpt", converted], guards=True)
+    report, _ = bench.run(
+        ["resume", "--strategy", strategy, "--devices", "1", "--ckpt", conversion.result], guards=True
+    )
     return bench._outcome(report, losses)[0]
 
 

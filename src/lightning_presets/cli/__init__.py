@@ -25,7 +25,7 @@ _REQUIRED = {
 
 def _parser() -> argparse.ArgumentParser:
     from lightning_presets._version import __version__
-    from lightning_presets.cli import _check, _doctor, _list, _matrix, _plan, _show
+    from lightning_presets.cli import _check, _doctor, _explain, _list, _matrix, _plan, _show
 
     parser = argparse.ArgumentParser(
         prog="lightning-presets",
@@ -41,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         ("matrix", _matrix, "check every strategy × accelerator × devices × precision; write the matrix"),
         ("doctor", _doctor, "explain this environment: versions, autoload, registries, trust, extras, cluster"),
         ("plan", _plan, "per-GPU memory of a model under every preset (traced with --model) and which fits"),
+        ("explain", _explain, "explain a failed run's logs: one cause and one fix per failure, the first one first"),
     ):
         sub = commands.add_parser(name, help=text, description=text)
         module.add_arguments(sub)

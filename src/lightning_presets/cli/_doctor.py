@@ -103,6 +103,9 @@ def render(report: _doctor.Report, strict: bool) -> Group:
         "",
         findings(report.findings),
         "",
+        "a run that failed anyway: `lightning-presets explain PATH` (its SLURM output, torchrun's --log-dir or a "
+        "pasted traceback with `-`) names the first failure's cause and fix",
+        "",
         verdict(summary, ok=not rejected),
     )
 

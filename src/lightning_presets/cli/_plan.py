@@ -1,4 +1,4 @@
-"""``lightning-presets plan``: per-GPU memory of a model under every preset, traced or by arithmetic."""
+"""``lightning-presets plan``: per-GPU memory and step time of a model under every preset, traced or by arithmetic."""
 
 from __future__ import annotations
 
@@ -24,7 +24,42 @@ _EVIDENCE_MODEL = (
     "broke, nothing is judged. {headroom:.0%} of each GPU is kept for the CUDA context, NCCL buffers and "
     "fragmentation, which no trace sees."
 )
+_SPEED = (
+    "step time: an ESTIMATE from the traced step's FLOPs and bytes per operator (roofline) on {cluster}, plus "
+    "the communication compute cannot hide and offload traffic; calibrated on one published run (torchtitan, "
+    "Llama 3.1 8B, 8 × H100); range = how far to trust it"
+)
 _GIB = _plan.GIB
+
+
+def _cluster_text(r: _plan.PlanRequest) -> str:
+    c = r.cluster
+    return (
+        f"{c.gpu.name} ({c.gpu.peak_flops['bf16'] / 1e12:g} TFLOP/s bf16 dense, "
+        f"{c.gpu.memory_bandwidth / 1e12:g} TB/s; in-node {c.gpu.in_node_bandwidth / 1e9:g} GB/s, between nodes "
+        f"{c.inter_node_bandwidth / 1e9:g} GB/s per GPU)" + (" under torch.compile" if r.compile else "")
+    )
+
+
+def _tokens(result: _plan.Plan) -> bool:
+    return any(each.throughput is not None and each.throughput.tokens_per_s_per_gpu is not None
+               for each in result.estimates)  # fmt: skip
+
+
+def _speed_cells(each: _plan.Estimate) -> list[str | Text]:
+    speed = each.throughput
+    if speed is None or each.evidence == "failed":
+        return ["-", "-"]
+    return [f"{speed.rate:,.0f}", f"{speed.step_time_s:.3g}"]
+
+
+def _speed_details(each: _plan.Estimate) -> list[str]:
+    speed = each.throughput
+    if speed is None or each.evidence == "failed":
+        return []
+    return [f"step {speed.step_time_s:.3g} s = compute {speed.compute_s:.3g} + exposed communication "
+            f"{speed.exposed_comm_s:.3g} ({speed.comm_source}) + offload {speed.offload_s:.3g}; MFU {speed.mfu:.0%}; "
+            f"range {speed.low:,.0f}-{speed.high:,.0f}", *speed.notes]  # fmt: skip
 
 
 def _count(text: str) -> int:
@@ -44,6 +79,16 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _bandwidth(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a bandwidth in GB/s such as 50 or 450") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of GB/s")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_mutually_exclusive_group(required=True)
     model.add_argument("--model", metavar="MODULE:FACTORY",
@@ -53,8 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="a bare parameter count (7B, 350M, 7000000000): model states by arithmetic")  # fmt: skip
     parser.add_argument("--gpus", type=positive, required=True, help="GPUs per node")
     parser.add_argument("--num-nodes", dest="num_nodes", type=positive, default=1, help="nodes (default 1)")
-    parser.add_argument("--gpu-memory", dest="gpu_memory", type=memory, default=80 * _GIB, metavar="SIZE",
-                        help="memory per GPU, e.g. 80GiB (default 80GiB)")  # fmt: skip
+    parser.add_argument("--gpu-memory", dest="gpu_memory", type=memory, metavar="SIZE",
+                        help="memory per GPU, e.g. 80GiB (default: the --gpu-type's, 80GiB for H100-SXM)")  # fmt: skip
     parser.add_argument("--precision", choices=_plan.PRECISIONS, default="bf16-mixed",
                         help="Trainer precision (default bf16-mixed)")  # fmt: skip
     parser.add_argument("--optimizer", choices=_plan.OPTIMIZERS, default="adamw",
@@ -100,6 +145,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-memory", dest="cpu_memory", type=memory, metavar="SIZE",
                         help="CPU memory per node, for the offload presets (default: assumed 2 × the node's GPU "
                         "memory)")  # fmt: skip
+    parser.add_argument("--gpu-type", dest="gpu_type", choices=tuple(_plan.GPUS), default=_plan.DEFAULT_GPU,
+                        metavar="GPU", help="the GPU that times the step: its peak FLOP/s, memory bandwidth and "
+                        f"in-node link ({', '.join(_plan.GPUS)}; default {_plan.DEFAULT_GPU}); --gpu-memory "
+                        "defaults to its memory")  # fmt: skip
+    parser.add_argument("--inter-node-bandwidth", dest="inter_node_bandwidth", type=_bandwidth, metavar="GB/S",
+                        help="network bandwidth per GPU between nodes, GB/s (default 50: a 400 Gb/s port)")  # fmt: skip
+    parser.add_argument(
+        "--nvlink-bandwidth",
+        dest="nvlink_bandwidth",
+        type=_bandwidth,
+        metavar="GB/S",
+        help="in-node link bandwidth per GPU per direction, GB/s (default: the GPU type's)",
+    )
+    parser.add_argument("--activation-checkpointing", dest="activation_checkpointing",
+                        choices=_plan.ACTIVATION_CHECKPOINTING, default="none",
+                        help="--model: full plans the presets that do not checkpoint activations as if they "
+                        "checkpointed every block (memory and recomputation); default none (as declared)")  # fmt: skip
+    parser.add_argument("--compile", action="store_true",
+                        help="--model: time the step as torch.compile runs it (fused pointwise operators, fewer "
+                        "launches; FLOPs and communication unchanged)")  # fmt: skip
     parser.add_argument("--timeout", type=positive, default=900, metavar="SECONDS",
                         help="stop tracing after this long (default 900)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -107,12 +172,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def request_from(args: argparse.Namespace) -> _plan.PlanRequest:
     try:
+        gpu_memory = args.gpu_memory if args.gpu_memory is not None else _plan.GPUS[args.gpu_type].memory_bytes
         return _plan.PlanRequest(params=args.params, model=args.model, gpus_per_node=args.gpus,
-                                 num_nodes=args.num_nodes, gpu_memory=args.gpu_memory, precision=args.precision,
+                                 num_nodes=args.num_nodes, gpu_memory=gpu_memory, precision=args.precision,
                                  optimizer=args.optimizer, headroom=args.headroom, cpu_memory=args.cpu_memory,
                                  batch_size=args.batch_size, batch=args.batch, kernels=args.kernels,
                                  max_batch=args.max_batch, presets=tuple(args.presets),
-                                 timeout_s=args.timeout)  # fmt: skip
+                                 timeout_s=args.timeout, gpu_type=args.gpu_type,
+                                 inter_node_bandwidth=args.inter_node_bandwidth,
+                                 nvlink_bandwidth=args.nvlink_bandwidth,
+                                 activation_checkpointing=args.activation_checkpointing,
+                                 compile=args.compile)  # fmt: skip
     except ValueError as error:
         raise UsageError(str(error)) from None
 
@@ -160,9 +230,13 @@ def render(result: _plan.Plan) -> Group:
         indented(evidence),
         *[indented(line) for line in result.step],
         indented(f"usable per GPU: {r.usable_gpu_bytes / _GIB:.1f} GiB; CPU: {r.cpu_memory_text()}"),
+        *([indented(_SPEED.format(cluster=_cluster_text(r)))] if r.traced else []),
         "",
     ]
     headers = ["preset", "fits", "evidence", "params", "grads", "optim", "activ", "peak", "CPU/node"]
+    timed = any(each.throughput is not None for each in result.estimates)
+    if timed:
+        headers += ["tokens/s/GPU" if _tokens(result) else "samples/s", "step s"]
     if r.max_batch:
         headers.append("max batch")
     unit_name, unit = _unit(result.estimates)
@@ -177,6 +251,8 @@ def render(result: _plan.Plan) -> Group:
                _in(each.parameters, unit), _in(each.gradients, unit), _in(each.optimizer, unit),
                _in(each.activations, unit), _in(each.total_peak, unit),
                _in(each.cpu_bytes_per_node, unit) if each.cpu_bytes_per_node else "-"]  # fmt: skip
+        if timed:
+            row += _speed_cells(each)
         if r.max_batch:
             row.append(str(each.max_batch) if each.max_batch else "-")
         rows.append(row)
@@ -184,7 +260,7 @@ def render(result: _plan.Plan) -> Group:
     parts += [table(headers, rows, wrap=(2,)), "", heading("how and why")]
     reasons = []
     for each in result.estimates:
-        details = [each.formula, *each.why[1:]]
+        details = [each.formula, *each.why[1:], *_speed_details(each)]
         if each.max_batch_note:
             details.append(f"max batch: {each.max_batch_note}")
         reasons.append((each.preset, "; ".join(part for part in details if part)))

@@ -1,4 +1,5 @@
-"""``lightning-presets show NAME``: what a preset is, its arguments, guards and the plain-Lightning equivalent."""
+"""``lightning-presets show NAME``: what a preset is, its arguments, guards and the plain-Lightning equivalent; ``show
+LPxxx``: what a code means, the function and file that check it, and the presets that run it."""
 
 from __future__ import annotations
 
@@ -12,15 +13,17 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from lightning_presets.cli._output import emit, emit_json, fields, findings, heading, indented, severity, table
+from lightning_presets.core.findings import UsageError
 from lightning_presets.registry.codes import UNKNOWN_PRESET
 from lightning_presets.tools.catalog import all_entries, describe
+from lightning_presets.tools.codes import CODE_FORM, describe_code
 
 SHOW_SCHEMA = "lightning-presets/show"
 SHOW_SCHEMA_VERSION = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", help="a preset name (see `lightning-presets list`)")
+    parser.add_argument("name", help="a preset name (see `lightning-presets list`), or a code such as LP201")
     parser.add_argument("--json", action="store_true", help="print the description as JSON")
 
 
@@ -93,7 +96,37 @@ def _render(data: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
+def _render_code(data: dict[str, Any]) -> Group:
+    about: list[tuple[str, str | Text]] = [
+        ("severity", severity(data["severity"])), ("stage", data["stage"]), ("declared in", data["declared_in"]),
+        ("file", data["file"] or "-"),
+    ]  # fmt: skip
+    if "function" in data:
+        about += [("checked by", data["function"]), ("used by", ", ".join(data["used_by"]) or "(no built-in preset)")]
+    if "condition" in data:
+        about.append(("before the model", f"{data['condition']['consequence']}, unless {data['condition']['unless']}"))
+    parts: list[RenderableType] = [Text.assemble((data["code"], "bold"), f" {data['title']}"), "", fields(about)]
+    if data["evidence"]:
+        parts += ["", heading("how we know"), indented(data["evidence"])]
+    parts += ["", heading("fails"), _code(data["fails"]), "", heading("fixed"), _code(data["fixed"])]
+    return Group(*parts)
+
+
+def _show_code(args: argparse.Namespace) -> int:
+    data = describe_code(args.name)
+    if data is None:
+        raise UsageError(f"show {args.name}: this package declares no code {args.name.upper()} (docs/errors.md lists "
+                         "every code)")  # fmt: skip
+    if args.json:
+        emit_json({"schema": SHOW_SCHEMA, "schema_version": SHOW_SCHEMA_VERSION, "code": data, "findings": []})
+    else:
+        emit(_render_code(data))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if CODE_FORM.fullmatch(args.name):
+        return _show_code(args)
     entries = all_entries()
     listed = next((each for each in entries if each.entry.name == args.name), None)
     if listed is None:

@@ -12,10 +12,14 @@ from dataclasses import dataclass
 
 from lightning_presets.core.findings import Finding, Severity
 
-STAGES = ("catalog", "options", "construction", "trainer", "model", "setup", "optimizers", "resume", "check", "doctor")
+STAGES = (
+    "catalog", "options", "construction", "trainer", "model", "setup", "optimizers", "resume", "check", "doctor",
+    "explain",
+)  # fmt: skip
 """When a finding can be reported. The preset stages (``options`` to ``resume``) are those of rules
-(:data:`lightning_presets.core.rules.Stage`); ``catalog`` is the loading of entry points, ``check`` and ``doctor``
-the commands of that name."""
+(:data:`lightning_presets.core.rules.Stage`); ``catalog`` is the loading of entry points, ``check``, ``doctor`` and
+``explain`` the commands of that name (``explain``'s failure signatures are also matched on an exception raised inside
+a preset's run)."""
 
 
 EVIDENCE_KINDS = ("runtime", "gpu")

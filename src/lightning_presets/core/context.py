@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from lightning_presets.core.preset import PrecisionPreset
 
@@ -35,6 +35,20 @@ class Options:
         if self.target != "trainer":
             parts.append(f"target={self.target!r}")
         return f"`lightning_presets.strategy({', '.join(parts)})`"
+
+
+class Clipping(NamedTuple):
+    """The Trainer's gradient clipping: ``gradient_clip_val`` and the algorithm Lightning applies it with."""
+
+    value: float
+    algorithm: Literal["norm", "value"]
+    """``norm`` (Lightning's default when ``gradient_clip_algorithm`` is ``None``) or ``value``."""
+
+
+def _clip_algorithm(algorithm: Any) -> Literal["norm", "value"] | None:
+    """``norm``/``value`` for ``gradient_clip_algorithm`` (a string or Lightning's enum); ``None`` for anything else."""
+    name = str(getattr(algorithm, "value", algorithm)).lower() if algorithm is not None else "norm"
+    return "norm" if name == "norm" else "value" if name == "value" else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +99,47 @@ class Context:
     """Every argument of the ``Trainer(...)``/``Fabric(...)`` call, defaults included, named as the installed
     Lightning's signature names them (``gradient_clip_val``, ``sync_batchnorm``, ``devices``, ...); empty when the
     strategy is not being built by one."""
+    device_indices: tuple[int, ...] | None = None
+    """The device index of each process of a node as Lightning resolved them (``strategy.parallel_devices``: ``(1, 3)``
+    for ``devices=[1, 3]`` on CUDA); ``None`` where the devices have no index (CPU) or nothing was resolved."""
+
+    # --- the vocabulary rules read: the Trainer's settings, parsed once -------------------------------------------
+
+    @property
+    def clipping(self) -> Clipping | None:
+        """The Trainer's gradient clipping, or ``None`` when it clips nothing (no or a zero ``gradient_clip_val``, an
+        unknown algorithm, or Fabric, which has no such argument: ``fabric.clip_gradients`` is called explicitly)."""
+        value = self.arguments.get("gradient_clip_val")
+        if self.caller != "Trainer" or isinstance(value, bool) or not isinstance(value, (int, float)) or not value:
+            return None
+        algorithm = _clip_algorithm(self.arguments.get("gradient_clip_algorithm"))
+        return Clipping(float(value), algorithm) if algorithm is not None else None
+
+    @property
+    def clips_by_norm(self) -> bool:
+        """Whether the Trainer clips gradients by their norm (``gradient_clip_val`` set, algorithm ``norm``)."""
+        return self.clipping is not None and self.clipping.algorithm == "norm"
+
+    @property
+    def clips_by_value(self) -> bool:
+        """Whether the Trainer clips gradients by value (``gradient_clip_algorithm='value'`` with a value)."""
+        return self.clipping is not None and self.clipping.algorithm == "value"
+
+    @property
+    def clip_algorithm_requested(self) -> Literal["norm", "value"] | None:
+        """The algorithm ``gradient_clip_algorithm`` names, even without a ``gradient_clip_val`` (``None``: not set)."""
+        algorithm = self.arguments.get("gradient_clip_algorithm") if self.caller == "Trainer" else None
+        return _clip_algorithm(algorithm) if algorithm is not None else None
+
+    @property
+    def sync_batchnorm(self) -> bool:
+        """Whether the Trainer was asked to convert batch norm layers to ``SyncBatchNorm`` (``sync_batchnorm=True``)."""
+        return self.caller == "Trainer" and self.arguments.get("sync_batchnorm") is True
+
+    @property
+    def detect_anomaly(self) -> bool:
+        """Whether the Trainer runs the steps under ``torch.autograd.set_detect_anomaly`` (``detect_anomaly=True``)."""
+        return self.caller == "Trainer" and self.arguments.get("detect_anomaly") is True
 
     def precision_is(self, class_name: str) -> bool:
         """Whether the precision plugin is an instance of a class called ``class_name`` (in any namespace)."""

@@ -25,6 +25,9 @@ class Finding:
     """What is wrong, with the user's real values."""
     hint: str
     """The fix."""
+    conditional: bool = False
+    """A model-stage rule's warning before the model exists: it names what the model must do, and the rule decides
+    later (:func:`lightning_presets.core.rules.conditional_findings`)."""
 
     def __post_init__(self) -> None:
         if not _CODE.fullmatch(self.code):
@@ -33,7 +36,7 @@ class Finding:
             raise ValueError(f"finding severity {self.severity!r} must be 'error' or 'warning'")
 
     def __str__(self) -> str:
-        label = "" if self.severity == "error" else " (warning)"
+        label = "" if self.severity == "error" else " (conditional warning)" if self.conditional else " (warning)"
         return f"[{self.code}]{label} {self.message}\n  hint: {self.hint}"
 
     def as_dict(self) -> dict[str, str]:

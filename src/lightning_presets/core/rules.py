@@ -29,6 +29,8 @@ before any of its bytes are loaded.
 """
 PRESET_STAGES: tuple[Stage, ...] = ("options", "construction", "trainer", "model", "setup", "optimizers", "resume")
 """The stages a preset's rules may declare."""
+MODEL_STAGES: tuple[Stage, ...] = ("model", "setup", "optimizers")
+"""The stages whose rules need the model (or its optimizers): before it exists they can only report their condition."""
 
 
 class Problem(NamedTuple):
@@ -44,6 +46,19 @@ class Rule(Code):
 
     check: Callable[..., Problem | None]
     """Returns a :class:`Problem` when the rule fires, ``None`` when it does not."""
+    unless: str = ""
+    """For a rule of a model stage: what the model must do for the job to be right, said before the model exists
+    (``"your LightningModule overrides configure_gradient_clipping"``); empty: the rule says nothing before."""
+    when: Callable[[Any], bool] | None = None
+    """For a rule with :attr:`unless`: whether the rest of the job (the :class:`~lightning_presets.Context`) makes the
+    model matter at all (``lambda ctx: ctx.clips_by_norm``); ``None``: always. A condition every job of the preset
+    meets (a tp2d_hybrid Trainer needs configure_model) belongs in the preset's description, not in a warning each
+    construction repeats."""
+    consequence: str = ""
+    """What happens when the model does not meet :attr:`unless` (``"the first optimizer step raises on every
+    rank"``)."""
+    shows: tuple[str, ...] = ()
+    """The user's arguments the conditional warning repeats (``("gradient_clip_val",)``)."""
 
     def __call__(self, *args: Any) -> Finding | None:
         problem = self.check(*args)
@@ -71,13 +86,26 @@ def rule(
     evidence: str = "",
     setting: Setting = DEFAULT_SETTING,
     fixed_setting: Setting | None = None,
+    unless: str = "",
+    when: Callable[[Any], bool] | None = None,
+    consequence: str = "",
+    shows: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., Problem | None]], Rule]:
-    """Turn a function returning :class:`Problem` or ``None`` into a :class:`Rule`."""
+    """Turn a function returning :class:`Problem` or ``None`` into a :class:`Rule`; a rule of a model stage that
+    declares ``unless`` (and ``consequence``, and ``when`` to say when it matters) reports a conditional warning until
+    the model is known (:func:`conditional_findings`)."""
+    if unless and (stage not in MODEL_STAGES or not consequence):
+        raise ValueError(f"rule {code}: `unless` needs a model stage ({', '.join(MODEL_STAGES)}) and a `consequence`")
 
     def wrap(check: Callable[..., Problem | None]) -> Rule:
+        qualname = getattr(check, "__qualname__", "")
+        if "<locals>" in qualname:  # made by a rule factory: named after the factory and the code, for LP012 and `show`
+            with contextlib.suppress(AttributeError, TypeError):
+                check.__qualname__ = f"{qualname.split('.<locals>')[0]}[{code}]"
         return Rule(
             code=code, severity=severity, stage=stage, title=title, check=check, fails=fails, fixed=fixed,
-            evidence=evidence, setting=setting, fixed_setting=fixed_setting,
+            evidence=evidence, setting=setting, fixed_setting=fixed_setting, unless=unless, when=when,
+            consequence=consequence, shows=shows,
         )  # fmt: skip
 
     return wrap
@@ -103,6 +131,46 @@ def run_rules(rules: Iterable[Rule], stage: Stage, *args: Any) -> list[Finding]:
                 finding = crashed(each, args[0] if args else None, error)
             if finding is not None:
                 findings.append(finding)
+    return findings
+
+
+_DECIDED_AT = {
+    "model": "when fit (Fabric: setup) gets the model",
+    "setup": "when configure_model has run, before the strategy wraps the model",
+    "optimizers": "when configure_optimizers has returned (Fabric: when setup gets the optimizers)",
+}
+
+
+def conditional_findings(rules: Iterable[Rule], context: Any) -> list[Finding]:
+    """What the model-stage rules with a condition (:attr:`Rule.unless`) can say before the model exists: one warning
+    per rule whose :attr:`Rule.when` holds for ``context``, with the rule's own code, naming what the model must do.
+    The rule itself decides when its stage comes (and ``lightning-presets check --model`` decides it before launch).
+    Skipped rules say nothing; a ``when`` that raises is that rule's LP012."""
+    skipped = skipped_rules()
+    findings = []
+    for each in rules:
+        if not each.unless or each.stage not in MODEL_STAGES or "ALL" in skipped or each.code.upper() in skipped:
+            continue
+        try:
+            relevant = each.when is None or bool(each.when(context))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # a bug in the condition: the preset's fault, never the user's
+            findings.append(crashed(each, context, error))
+            continue
+        if not relevant:
+            continue
+        preset = getattr(context, "preset", "?")
+        call = context.call(*each.shows) if hasattr(context, "call") else f"strategy={preset!r}"
+        findings.append(
+            Finding(
+                code=each.code,
+                severity="warning",
+                conditional=True,
+                message=f"{call}: {each.consequence}, unless {each.unless}; decided {_DECIDED_AT[each.stage]}",
+                hint=f"make sure {each.unless}, or decide it now: `lightning-presets check ... --model MODULE:FACTORY`",
+            )
+        )
     return findings
 
 

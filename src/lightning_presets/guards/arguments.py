@@ -1,8 +1,10 @@
-"""The user's accelerator, precision and devices arguments as Lightning resolves them, read through Lightning's own
-functions (its accelerator registry and auto/gpu choice, its precision conversion, each accelerator's device parser).
+"""The user's arguments as Lightning reads them: the accelerator through Lightning's own registry and auto/gpu choice,
+the precision through its conversion, and every argument of the ``Trainer(...)``/``Fabric(...)`` call being built.
 
-One reading for the guards and for ``lightning-presets check`` (its syntax-level fallback when a Trainer cannot be
-built): ``"gpu"`` and ``"tpu"`` mean what Lightning makes of them, never what a copy of its tables says.
+``lightning-presets check`` uses it before anything is built: ``"gpu"`` and ``"tpu"`` mean what Lightning makes of
+them, never what a copy of its tables says, and :func:`requested_devices` counts ``devices=`` as written, for the node
+check simulates (once a strategy exists, the guards read what Lightning resolved: ``Context.devices_per_node`` and
+``Context.device_indices``).
 """
 
 from __future__ import annotations

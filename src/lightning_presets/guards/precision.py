@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from lightning_presets.core import hardware
 from lightning_presets.core.context import PrecisionContext
 from lightning_presets.core.findings import report
-from lightning_presets.core.mixins import base
+from lightning_presets.core.mixins import Next
 from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import PrecisionPreset
 from lightning_presets.core.rules import Rule, run_rules
@@ -59,7 +59,7 @@ def hardware_context(preset: PrecisionPreset, target: str, values: Mapping[str, 
     )
 
 
-class PresetPrecision:
+class PresetPrecision(Next):
     """Remembers its preset (guards across presets read it) and checks the GPU again before converting.
 
     ``convert_module`` runs in the training process, once the device is in use, so the compute capability
@@ -118,7 +118,7 @@ class PresetPrecision:
             context = hardware_context(preset, built.target, built.values, "converting")
             hardware = run_rules(hardware_rules(preset), "options", context)
             report([*hardware, *run_rules(preset.rules, "setup", context, module)])
-        return cast("nn.Module", base(super()).convert_module(module))
+        return cast("nn.Module", super().convert_module(module))
 
 
 HEADS: Heads = MappingProxyType({"trainer": PresetPrecision, "fabric": PresetPrecision})

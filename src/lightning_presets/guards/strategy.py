@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from lightning_presets.core import hardware
 from lightning_presets.core.context import Context, Options, accelerator_name
 from lightning_presets.core.findings import report
-from lightning_presets.core.mixins import base
+from lightning_presets.core.mixins import Next
 from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import Preset
-from lightning_presets.core.rules import Rule, Stage, run_rules
+from lightning_presets.core.rules import Rule, Stage, conditional_findings, run_rules
 from lightning_presets.guards.arguments import call_arguments
+from lightning_presets.guards.failures import explained, explaining
 from lightning_presets.guards.launch_rules import LAUNCH_RULES
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 from lightning_presets.registry import compat
@@ -89,10 +90,17 @@ def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mappi
         torch_build=torch_build(),
         environment_refusal=environment_refusal(strategy, devices_per_node, num_nodes),
         arguments=MappingProxyType(arguments),
+        device_indices=device_indices(devices),
     )
 
 
-class Guarded:
+def device_indices(devices: Sequence[Any] | None) -> tuple[int, ...] | None:
+    """The index of each of Lightning's ``parallel_devices`` (``torch.device``), or ``None`` when one has none."""
+    indices = tuple(getattr(device, "index", None) for device in devices or ())
+    return indices if indices and all(type(index) is int for index in indices) else None  # type: ignore[return-value]
+
+
+class Guarded(Next):
     """Runs the preset's rules at the last step of ``Trainer``/``Fabric`` construction.
 
     Lightning's connector sets accelerator, precision, devices, number of nodes and cluster
@@ -138,8 +146,17 @@ class Guarded:
     def _configure_launcher(self) -> None:
         context = snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
         self._lp_context = context
-        report(run_rules(self._construction_rules(context), "construction", context))
-        base(super())._configure_launcher()
+        findings = run_rules(self._construction_rules(context), "construction", context)
+        report([*findings, *conditional_findings(self._lp_preset.rules, context)])
+        super()._configure_launcher()
+
+    def setup_environment(self) -> None:
+        """Lightning forms the process group here, in every family (Trainer and Fabric): the runtime guards watch the
+        ranks join, then compare their fingerprints before the model's first collective (``guards.runtime``)."""
+        from lightning_presets.guards.runtime import around_process_group
+
+        with around_process_group(self):
+            super().setup_environment()
 
     def _construction_rules(self, context: Context) -> tuple[Rule, ...]:
         """The preset's rules, the rules every strategy preset gets, and the strategy × precision-preset rules when a
@@ -225,10 +242,10 @@ class GuardedTrainerStrategy(Guarded):
     def connect(self, model: Module) -> None:
         self._lp_check_trainer(getattr(model, "_trainer", None))
         self._lp_check_model(model)
-        base(super()).connect(model)
+        super().connect(model)
 
     def setup_optimizers(self, trainer: Any) -> None:
-        base(super()).setup_optimizers(trainer)
+        super().setup_optimizers(trainer)
         self._lp_check_optimizers(getattr(self, "lightning_module", None), getattr(self, "optimizers", ()))
 
     def load_checkpoint(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -237,25 +254,31 @@ class GuardedTrainerStrategy(Guarded):
         state = getattr(getattr(trainer, "state", None), "fn", None)
         function = str(getattr(state, "value", state) or "fit")
         self._lp_check_resume(checkpoint_path, how=f"{function}(ckpt_path=...)", restores_optimizer=function == "fit")
-        return cast(Any, super()).load_checkpoint(checkpoint_path, *args, **kwargs)
+        return super().load_checkpoint(checkpoint_path, *args, **kwargs)
+
+    def on_exception(self, exception: BaseException) -> None:
+        """Lightning's interrupt handling (every exception of ``fit``/``validate``/``test``/``predict``): the cause and
+        fix of a known failure are appended to the exception as notes, its message kept (``guards.failures``)."""
+        with explained(exception):
+            super().on_exception(exception)
 
 
+@explaining("setup_environment", "setup_module_and_optimizers", "setup_module", "setup_optimizer", "backward",
+            "optimizer_step", "barrier", "broadcast", "all_reduce", "all_gather", "load_checkpoint")  # fmt: skip
 class GuardedFabricStrategy(Guarded):
     """Fabric side: the model is known in ``setup_module``, before it is wrapped or sharded."""
 
     def setup_module(self, module: Module) -> Module:
         self._lp_check_model(module)
-        return cast("Module", base(super()).setup_module(module))
+        return cast("Module", super().setup_module(module))
 
     def setup_module_and_optimizers(self, module: Module, optimizers: list[Any], scheduler: Any = None) -> Any:
         self._lp_check_optimizers(module, optimizers)
-        return compat.setup_module_and_optimizers(
-            base(super()).setup_module_and_optimizers, module, optimizers, scheduler
-        )
+        return compat.setup_module_and_optimizers(super().setup_module_and_optimizers, module, optimizers, scheduler)
 
     def setup_optimizer(self, optimizer: Any) -> Any:
         self._lp_check_optimizers(None, [optimizer])
-        return base(super()).setup_optimizer(optimizer)
+        return super().setup_optimizer(optimizer)
 
     def load_checkpoint(self, path: Any, state: Any = None, *args: Any, **kwargs: Any) -> Any:
         """``Fabric.load``/``load_raw``: the resume rules first."""
@@ -271,7 +294,7 @@ class GuardedFabricStrategy(Guarded):
             )
         else:  # load_raw: one module's or optimizer's own state dict
             self._lp_check_resume(path, how="load_raw(...)", restores_optimizer=False)
-        return cast(Any, super()).load_checkpoint(path, state, *args, **kwargs)
+        return super().load_checkpoint(path, state, *args, **kwargs)
 
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from torch import nn
 
-from lightning_presets.core.mixins import base
+from lightning_presets.core.mixins import Next
 
 FLOAT8_DIVISOR = 16
 RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
@@ -47,7 +47,7 @@ def describe_skipped(skipped: list[tuple[str, int, int]], limit: int = 8) -> str
     return ", ".join(shown)
 
 
-class TorchaoFloat8Precision:
+class TorchaoFloat8Precision(Next):
     """Converts the model's ``nn.Linear`` layers with ``torchao.float8.convert_to_float8_training``."""
 
     def __init__(self, *args: Any, recipe: str = "tensorwise", ignore_modules: Iterable[str] = (), **kwargs: Any):
@@ -65,4 +65,4 @@ class TorchaoFloat8Precision:
                 module_filter_fn=lambda _, name: name in convertible,
                 config=Float8LinearConfig.from_recipe_name(self.recipe),
             )
-        return cast(nn.Module, base(super()).convert_module(module))
+        return cast(nn.Module, super().convert_module(module))

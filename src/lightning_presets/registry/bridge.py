@@ -99,7 +99,7 @@ def register_into(
                     )
                 continue
             if preset is None:
-                if not stand_in and catalog.is_valid_name(name) and name not in catalog.LIGHTNING_BUILTIN_NAMES:
+                if not stand_in and catalog.is_valid_name(name) and name not in catalog.lightning_builtin_names():
                     registry.register(name, _stand_in(name, namespace, heads), description="not usable")
                 continue
             broken = unresolved(preset, namespace)

@@ -9,7 +9,6 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compr
 
 from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
-from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
@@ -59,25 +58,18 @@ NCCL_FOR_BF16 = (2, 10)
 
 
 @rule(
-    "LP303", "error", "construction", "bf16 gradient compression that is refused or silently left out",
-    fails='Trainer(strategy="ddp_bf16_compress", accelerator="cpu", devices=2)   # a CPU-only build of torch',
-    fixed='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2)   # a CPU-only build of torch',
+    "LP303", "error", "construction", "bf16 gradient compression that this torch build refuses",
+    fails='Fabric(strategy="ddp_bf16_compress", accelerator="cpu", devices=2)   # a CPU-only build of torch',
+    fixed='Fabric(strategy="ddp_static_graph", accelerator="cpu", devices=2)   # a CPU-only build of torch',
     setting=Setting(gpus=0, simulated=("cpu_only_torch",)),
     evidence="runtime: tests/evidence/test_fails_ddp.py::test_lp303_bf16_compression_off_cuda_is_ignored_or_refused "
-    "(the Trainer trains without the hook; with Fabric a CPU build of torch raises TypeError)",
+    "(with Fabric a CPU build of torch raises TypeError when the hook is registered)",
 )  # fmt: skip
 def bf16_compress_supported(ctx: Context) -> Problem | None:
-    """Lightning's Trainer registers a DDP comm hook only on CUDA devices (on CPU it trains plain DDP, the hook
-    silently left out); Fabric registers it anywhere, and torch takes it from a build with CUDA (or ROCm) and NCCL
-    2.10+, whatever the backend. A job on CUDA runs where such a build is installed."""
-    if ctx.accelerator == "cuda" or ctx.options.get("ddp_comm_hook") is None:  # no hook: plain DDP (LP307)
+    """Fabric registers the DDP comm hook on any device, and torch takes it from a build with CUDA (or ROCm) and NCCL
+    2.10+, whatever the backend. A job on CUDA runs where such a build is installed; the Trainer off CUDA is LP311."""
+    if ctx.accelerator == "cuda" or ctx.options.get("ddp_comm_hook") is None or ctx.caller == "Trainer":
         return None
-    if ctx.caller == "Trainer":
-        return Problem(
-            f"{ctx.call('accelerator')}: Lightning's Trainer registers DDP communication hooks on CUDA devices only, "
-            "so the bf16 compression hook is silently left out and the gradients travel uncompressed",
-            "run it with accelerator='cuda'; on CPU use strategy='ddp_static_graph' or strategy='ddp'",
-        )
     build = ctx.torch_build
     nccl = build.get("nccl")
     if (build.get("cuda") or build.get("hip")) and nccl is not None and tuple(nccl) >= NCCL_FOR_BF16:
@@ -88,6 +80,23 @@ def bf16_compress_supported(ctx: Context) -> Problem | None:
         "(it needs CUDA 11+ and NCCL 2.10+): DDP raises TypeError when it wraps the model",
         "on a CPU-only torch use strategy='ddp_static_graph' or strategy='ddp'; Fabric registers the hook with any "
         "backend on a CUDA build of torch",
+    )
+
+
+@rule(
+    "LP311", "warning", "construction", "bf16 gradient compression that the Trainer leaves out off CUDA",
+    fails='Trainer(strategy="ddp_bf16_compress", accelerator="cpu", devices=2)',
+    fixed='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2)',
+)  # fmt: skip
+def bf16_compress_applied(ctx: Context) -> Problem | None:
+    """Lightning's Trainer registers a DDP comm hook only on CUDA devices: on CPU it trains plain DDP (legal, and
+    what the user asked for is silently left out)."""
+    if ctx.caller != "Trainer" or ctx.accelerator == "cuda" or ctx.options.get("ddp_comm_hook") is None:
+        return None
+    return Problem(
+        f"{ctx.call('accelerator')}: Lightning's Trainer registers DDP communication hooks on CUDA devices only, "
+        "so the bf16 compression hook is left out and the gradients travel uncompressed (it trains as plain DDP)",
+        "run it with accelerator='cuda'; on CPU use strategy='ddp_static_graph' or strategy='ddp'",
     )
 
 
@@ -210,10 +219,13 @@ def model_averaging_has_a_period(options: Options) -> Problem | None:
     'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model)',
     evidence="runtime: tests/evidence/test_fails_job.py::test_lp310_ddp_refuses_sync_batchnorm_on_cpu "
     "(DistributedDataParallel raises ValueError 'SyncBatchNorm layers only work with GPU modules' when it wraps)",
+    unless="the model has no batch norm layers",
+    when=lambda ctx: ctx.sync_batchnorm and ctx.accelerator != "cuda", shows=("accelerator", "sync_batchnorm"),
+    consequence="DistributedDataParallel refuses the converted SyncBatchNorm layers on CPU when it wraps the model",
 )  # fmt: skip
 def sync_batchnorm_on_gpus(ctx: Context, model: nn.Module) -> Problem | None:
     layers = batch_norm_layers(model)
-    if ctx.caller != "Trainer" or ctx.arguments.get("sync_batchnorm") is not True or ctx.accelerator == "cuda":
+    if not ctx.sync_batchnorm or ctx.accelerator == "cuda":
         return None
     if not layers:
         return None
@@ -238,6 +250,7 @@ BF16_COMPRESS_RULES: tuple[Rule, ...] = (
     compression_hook_kept,
     bf16_compress_reduced_by_nccl,
     bf16_compress_supported,
+    bf16_compress_applied,
     ddp_has_peers,
     static_graph_without_accumulation,
     bf16_compress_has_fp32_grads,
@@ -249,7 +262,7 @@ class CommHookFabricHooks(PresetHooks):
     """Fabric's DDPStrategy has no ``ddp_comm_hook`` argument: register the hook once the module is wrapped."""
 
     def setup_module(self, module: Any) -> Any:
-        wrapped = base(super()).setup_module(module)
+        wrapped = super().setup_module(module)
         hook = self._lp_options.get("ddp_comm_hook")
         if hook is not None:
             wrapped.register_comm_hook(state=self._lp_options.get("ddp_comm_state"), hook=hook)
@@ -260,7 +273,7 @@ class StaticGraphTrainerHooks(PresetHooks):
     """Manual optimization: all-reduce the static graph's first backward where Lightning does not (2.5, ``compat``)."""
 
     def post_backward(self, closure_loss: Any) -> None:
-        base(super()).post_backward(closure_loss)
+        super().post_backward(closure_loss)
         compat.flush_static_graph_first_backward(self)
 
 

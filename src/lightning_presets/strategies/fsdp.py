@@ -8,7 +8,6 @@ from torch import nn
 
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import AUTO, mesh_shape
-from lightning_presets.core.mixins import base
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
@@ -133,12 +132,13 @@ repeated_block_found = repeated_block(
     'gradient_clip_algorithm="value").fit(nn.Linear(64, 64))',
     evidence="runtime: tests/evidence/test_fails_job.py::test_lp118_fsdp_precision_refuses_clipping_by_norm "
     "(FSDPPrecision.clip_grad_by_norm raises MisconfigurationException at the first optimizer step)",
+    unless="your LightningModule overrides configure_gradient_clipping",
+    when=lambda ctx: ctx.clips_by_norm, shows=("gradient_clip_val",),
+    consequence="the first optimizer step raises on every rank (FSDP's precision plugin refuses to clip by norm; clip "
+    "through the FSDP root)",
 )  # fmt: skip
 def clipping_by_norm_goes_through_the_module(ctx: Context, model: nn.Module) -> Problem | None:
-    algorithm = ctx.arguments.get("gradient_clip_algorithm")
-    by_norm = algorithm is None or str(getattr(algorithm, "value", algorithm)).lower() == "norm"
-    clipping = ctx.arguments.get("gradient_clip_val")
-    if ctx.caller != "Trainer" or not clipping or not by_norm or overrides(model, "configure_gradient_clipping"):
+    if not ctx.clips_by_norm or overrides(model, "configure_gradient_clipping"):
         return None
     return Problem(
         f"{ctx.call('gradient_clip_val')}: Lightning's FSDP precision plugin refuses to clip gradients by norm "
@@ -220,7 +220,7 @@ class FSDPTrainerHooks(FSDPHooks):
 
     def _setup_model(self, model: nn.Module) -> nn.Module:
         self._lp_apply_blocks(model)
-        return cast(nn.Module, base(super())._setup_model(model))
+        return cast(nn.Module, super()._setup_model(model))
 
 
 class FSDPFabricHooks(FSDPHooks):
@@ -228,7 +228,7 @@ class FSDPFabricHooks(FSDPHooks):
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         self._lp_apply_blocks(module)
-        return cast(nn.Module, base(super()).setup_module(module))
+        return cast(nn.Module, super().setup_module(module))
 
 
 FSDP_OFFLOAD_CKPT = Preset(

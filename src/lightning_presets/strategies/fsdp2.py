@@ -17,7 +17,6 @@ from torch import nn
 
 from lightning_presets.core.context import Context
 from lightning_presets.core.mesh import DATA_PARALLEL_WORLD
-from lightning_presets.core.mixins import base
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
@@ -27,6 +26,7 @@ from lightning_presets.guards.hooks import overrides
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.strategies.model_parallel import (
+    anomaly_detection_without_tensor_parallel,
     batch_norm_synchronised,
     clipping_by_norm_on_one_mesh,
     fabric_parallelize_fn,
@@ -169,6 +169,7 @@ def preset_applies_its_layout(ctx: Context, model: nn.Module) -> Problem | None:
 RULES: tuple[Rule, ...] = (
     sizes_are_positive,
     tensor_dimension_used,
+    anomaly_detection_without_tensor_parallel,
     batch_norm_synchronised,
     clipping_by_norm_on_one_mesh,
     data_parallel_is_world,
@@ -257,7 +258,7 @@ class _DataParallelWorld(PresetHooks):
             self._data_parallel_size = context.world_size
         if self._tensor_parallel_size == "auto":
             self._tensor_parallel_size = 1
-        base(super())._configure_launcher()
+        super()._configure_launcher()
 
 
 class FSDP2TrainerHooks(_DataParallelWorld):
@@ -292,10 +293,10 @@ class FSDP2TrainerHooks(_DataParallelWorld):
                 checkpoint=preset.activation_checkpointing,
             )
         if not self._lp_sharded_root:
-            base(super()).setup(trainer)
+            super().setup(trainer)
             return
         with _configure_model_defined(self.lightning_module):
-            base(super()).setup(trainer)
+            super().setup(trainer)
 
     def _lp_step(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if not self._lp_sharded_root:
@@ -334,7 +335,7 @@ class FSDP2FabricHooks(_DataParallelWorld):
         function = self._parallelize_fn
         if isinstance(function, functools.partial) and function.func is parallelize and not is_parallelized(module):
             self._lp_check_setup(module)
-        return cast(nn.Module, base(super()).setup_module(module))
+        return cast(nn.Module, super().setup_module(module))
 
 
 FSDP2 = Preset(

@@ -10,7 +10,6 @@ from typing import Any, cast
 
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import AUTO, HYBRID_SHARD
-from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
@@ -245,7 +244,7 @@ class _AutoMesh(FSDPHooks):
         context = self._lp_context
         if context is not None and self._lp_fsdp_kwargs.get("device_mesh") == AUTO:
             self._lp_fsdp_kwargs["device_mesh"] = (context.num_nodes, context.devices_per_node)
-        base(super())._configure_launcher()
+        super()._configure_launcher()
 
 
 class HybridTrainerHooks(_AutoMesh, FSDPTrainerHooks):

@@ -10,7 +10,6 @@ from torch import nn
 from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import MODEL_PARALLEL, MeshSpec
-from lightning_presets.core.mixins import base
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Problem, Rule, rule
@@ -21,7 +20,9 @@ from lightning_presets.guards.models import batch_norm_layers, parameter_meshes
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
 
-MODEL_PARALLEL_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true")
+MODEL_PARALLEL_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true", "64-true")
+"""What ModelParallelStrategy trains with: Lightning's own list for the strategy object, and 64-true, which Lightning's
+list leaves out but which trains (``tests/evidence/test_fails_model_parallel.py``, two steps in float64 on CPU)."""
 MODEL_PARALLEL_ACCELERATORS = ("cpu", "cuda")
 _SIZES = ("data_parallel_size", "tensor_parallel_size")
 
@@ -151,7 +152,7 @@ def tp_stays_in_node(ctx: Context) -> Problem | None:
     fails='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, precision="16-mixed")',
     fixed='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, precision="bf16-mixed")',
     evidence="runtime: tests/evidence/test_fails_model_parallel.py::test_lp205_lightning_refuses_the_precision "
-    "(Lightning's connector raises ValueError for the strategy object; given by name, 64-true trained on CPU)",
+    "(Lightning's connector raises ValueError for the strategy object on CUDA with 16-mixed)",
 )  # fmt: skip
 def model_parallel_precision(ctx: Context) -> Problem | None:
     if ctx.precision in MODEL_PARALLEL_PRECISIONS:
@@ -199,11 +200,6 @@ def fabric_has_parallelize_fn(ctx: Context) -> Problem | None:
     )
 
 
-def _defines_configure_model(model: nn.Module) -> bool:
-    """Whether a class of the user's (not Lightning's own no-op ``ModelHooks``) defines ``configure_model``."""
-    return overrides(model, "configure_model")
-
-
 @rule(
     "LP208", "error", "model", "a LightningModule without configure_model",
     fails="from lightning.pytorch import LightningModule\n\n"
@@ -218,7 +214,7 @@ def _defines_configure_model(model: nn.Module) -> bool:
     "(fit: Lightning raises TypeError in setup)",
 )  # fmt: skip
 def model_has_configure_model(ctx: Context, model: nn.Module) -> Problem | None:
-    if ctx.caller != "Trainer" or _defines_configure_model(model):
+    if ctx.caller != "Trainer" or overrides(model, "configure_model"):
         return None
     return Problem(
         f"{ctx.call()}: {type(model).__name__} does not override configure_model(), so nothing would apply "
@@ -229,17 +225,20 @@ def model_has_configure_model(ctx: Context, model: nn.Module) -> Problem | None:
 
 
 @rule(
-    "LP217", "error", "model", "sync_batchnorm with ModelParallelStrategy, which never applies it",
+    "LP217", "error", "setup", "sync_batchnorm with ModelParallelStrategy, which never applies it",
     fails="model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n"
     'Trainer(strategy="fsdp2", accelerator="cpu", devices=2, sync_batchnorm=True).fit(model)',
     fixed="model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))\n"
     'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model)',
     evidence="runtime: tests/evidence/test_fails_job.py::test_lp217_model_parallel_ignores_sync_batchnorm "
     "(ModelParallelStrategy.setup never converts BatchNorm: after setup the layers are still BatchNorm1d)",
+    unless="the model has no batch norm layers, or configure_model converts them to SyncBatchNorm",
+    when=lambda ctx: ctx.sync_batchnorm and ctx.world_size > 1, shows=("sync_batchnorm",),
+    consequence="each rank normalises over its own batch, silently (ModelParallelStrategy never applies it)",
 )  # fmt: skip
 def batch_norm_synchronised(ctx: Context, model: nn.Module) -> Problem | None:
-    layers = batch_norm_layers(model)
-    if ctx.caller != "Trainer" or ctx.arguments.get("sync_batchnorm") is not True or not layers:
+    layers = batch_norm_layers(model, unsynchronised=True)  # after configure_model, which may have converted them
+    if not ctx.sync_batchnorm or ctx.world_size < 2 or not layers:
         return None
     return Problem(
         f"{ctx.call('sync_batchnorm')}: ModelParallelStrategy never converts batch norm to SyncBatchNorm (DDP and FSDP "
@@ -267,6 +266,12 @@ class Model(LightningModule):
 """A model whose configure_model leaves parameters on two meshes: the 2-D one (tensor parallel) and the data one."""
 
 
+def _tensor_parallel(ctx: Context) -> bool:
+    """Whether the job's tensor-parallel size is known and above 1 (parameters can live on two meshes)."""
+    _, tensor = resolved_sizes(ctx)
+    return isinstance(tensor, int) and tensor > 1
+
+
 @rule(
     "LP215", "error", "setup", "clipping by norm across parameters on different device meshes",
     fails=TWO_MESHES
@@ -276,11 +281,13 @@ class Model(LightningModule):
     evidence="runtime: tests/evidence/test_fails_job.py::test_lp215_clipping_by_norm_stacks_norms_of_two_meshes "
     "(torch.nn.utils.clip_grad_norm_ raises RuntimeError 'All operands in aten.stack.default must have the same "
     "mesh')",
+    unless="configure_model leaves every trainable parameter on one device mesh, or your LightningModule overrides "
+    "configure_gradient_clipping",
+    when=lambda ctx: ctx.clips_by_norm and _tensor_parallel(ctx), shows=("gradient_clip_val",),
+    consequence="the first optimizer step raises on every rank (clip_grad_norm_ cannot stack norms of two meshes)",
 )  # fmt: skip
 def clipping_by_norm_on_one_mesh(ctx: Context, model: nn.Module) -> Problem | None:
-    algorithm = ctx.arguments.get("gradient_clip_algorithm")
-    by_norm = algorithm is None or str(getattr(algorithm, "value", algorithm)).lower() == "norm"
-    if ctx.caller != "Trainer" or not ctx.arguments.get("gradient_clip_val") or not by_norm:
+    if not ctx.clips_by_norm:
         return None
     meshes = parameter_meshes(model)
     if len(meshes) < 2 or overrides(model, "configure_gradient_clipping"):
@@ -303,7 +310,7 @@ def clipping_by_norm_on_one_mesh(ctx: Context, model: nn.Module) -> Problem | No
 )  # fmt: skip
 def anomaly_detection_without_tensor_parallel(ctx: Context) -> Problem | None:
     _, tensor = resolved_sizes(ctx)
-    if ctx.arguments.get("detect_anomaly") is not True or not isinstance(tensor, int) or tensor < 2:
+    if not ctx.detect_anomaly or not isinstance(tensor, int) or tensor < 2:
         return None
     return Problem(
         f"{ctx.call('detect_anomaly')} with tensor_parallel_size={tensor}: anomaly mode checks every gradient with "
@@ -337,7 +344,7 @@ class ModelParallelTrainerHooks(PresetHooks):
     def setup(self, trainer: Any) -> None:
         if self.model is not None:
             self._lp_check_setup(self.model)
-        base(super()).setup(trainer)
+        super().setup(trainer)
 
 
 def fabric_parallelize_fn(placeholder: Callable[[nn.Module, Any], nn.Module]) -> Callable[..., dict[str, Any]]:

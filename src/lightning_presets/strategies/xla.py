@@ -13,7 +13,6 @@ from torch import nn
 
 from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Options
-from lightning_presets.core.mixins import base
 from lightning_presets.core.preset import Preset, Requirement
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
@@ -162,7 +161,7 @@ class XLAFSDPFabricHooks(PresetHooks):
             self._activation_checkpointing_policy = set(blocks)
             if self._auto_wrap_policy is None:
                 self._auto_wrap_policy = set(blocks)
-        return cast(nn.Module, base(super()).setup_module(module))
+        return cast(nn.Module, super().setup_module(module))
 
 
 XLA_FSDP_CKPT = Preset(

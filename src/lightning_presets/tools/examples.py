@@ -107,10 +107,11 @@ def run_example(source: str, setting: Setting) -> Outcome:
         try:
             exec(compile(source, "<documented example>", "exec"), _namespace())  # the rule's own example text
         except PresetConfigError as raised:
-            codes.update(raised.codes)
+            codes.update(finding.code for finding in raised.findings if not finding.conditional)
         except Exception as raised:  # the example is not what the rule says: reported as a failure
             error = f"{type(raised).__name__}: {str(raised).strip().splitlines()[0] if str(raised).strip() else ''}"
-    codes.update(w.message.finding.code for w in caught if isinstance(w.message, PresetWarning))
+    codes.update(w.message.finding.code for w in caught
+                 if isinstance(w.message, PresetWarning) and not w.message.finding.conditional)  # fmt: skip
     return Outcome(codes=frozenset(codes), error=error)
 
 

@@ -27,7 +27,6 @@ from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import run_rules
 from lightning_presets.guards import arguments
 from lightning_presets.guards.checkpoints import local_path
-from lightning_presets.guards.launch_rules import environment_takes_the_job
 from lightning_presets.registry import catalog
 from lightning_presets.registry.overrides import accepted
 from lightning_presets.registry.variables import variable_findings
@@ -433,6 +432,25 @@ def _resume_findings(request: CheckRequest, outcome: _construct.Outcome) -> list
     return resume_findings(request.resume_from, context, strategy=outcome.strategy, how=how, own=preset.rules)
 
 
+def _model_findings(request: CheckRequest, outcome: _construct.Outcome, out: _Collector) -> list[str]:
+    """``--model``: the preset's model-stage rules decided on the user's model (their conditional warnings go); the
+    notes on what could not be decided here."""
+    if request.model is None or outcome.built is None or out.has_error:
+        return []
+    from lightning_presets.tools.check.model_stages import model_stage_findings  # imports torch's fake tensors
+    from lightning_presets.tools.plan.user_model import ModelError
+
+    try:
+        decided = model_stage_findings(outcome.strategy, request.model)
+    except ModelError as error:
+        text = str(error) if str(error).startswith("--model") else f"--model {request.model}: {error}"
+        raise UsageError(text) from None
+    for code in decided.decided:
+        out.drop(code)  # the conditional warning the construction gave: decided now
+    out.add(decided.findings, "guard", "construction")
+    return decided.notes
+
+
 def check_job(request: CheckRequest) -> CheckReport:
     """Validate ``request``: names, construction, cluster (``--model``'s memory plan is added by
     :func:`lightning_presets.tools.check.run_check`). Never raises for a bad configuration, only
@@ -468,6 +486,9 @@ def check_job(request: CheckRequest) -> CheckReport:
     out.add(outcome.findings, "guard", "construction")
     out.add(_trainer_findings(outcome), "guard", "construction")
     out.add(_resume_findings(request, outcome), "guard", "construction")
+    model_notes = _model_findings(request, outcome, out)
+    if model_notes:
+        request = dataclasses.replace(request, notes=(*request.notes, *model_notes))
     if outcome.error is not None:
         out.add([_lightning_finding(outcome.error, request)], "lightning", "construction")
     preset = _preset(effective.get("strategy"))
@@ -491,8 +512,9 @@ def check_job(request: CheckRequest) -> CheckReport:
         environment=resolved.cluster_environment if resolved else detected,
     )
     cluster = _cluster.cluster_findings(target)
-    if {finding.code for finding in cluster} & {each.code for each in _cluster.ENVIRONMENT_RULES}:
-        out.drop(environment_takes_the_job.code)
+    for superseded, rules in _cluster.SUPERSEDES.items():  # construction's launch findings, said by check's rules
+        if {finding.code for finding in cluster} & {each.code for each in rules}:
+            out.drop(superseded)
     out.add(cluster, "check", evidence)
     out.add(variable_findings(), "check", evidence)
     simulated = {

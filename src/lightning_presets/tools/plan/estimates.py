@@ -1,156 +1,26 @@
-"""The planner's data and per-preset estimates: the request, one preset's figures, and how they are made.
+"""One preset's estimate: its memory per GPU, whether it fits, how fast its step runs, and how each is known.
 
-``tools.plan`` puts them together into a plan; ``tools.plan_worker`` makes the traced ones in a child
+:func:`arithmetic_estimate` (``--params``, and presets that do not apply) and :func:`traced_estimate` (from a
+:class:`lightning_presets.tools.plan.trace.Traced`) make them; :mod:`lightning_presets.tools.plan.planner`
+puts them together into a plan, and :mod:`lightning_presets.tools.plan.worker` makes the traced ones in a child
 process. Nothing here starts a process.
 """
 
 from __future__ import annotations
 
-import math
-import re
-import sys
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lightning_presets.core.environment import DENY_VARIABLE
 from lightning_presets.core.preset import Preset
-from lightning_presets.registry import catalog
-from lightning_presets.registry.codes import MISSING_DEPENDENCY
-from lightning_presets.registry.requirements import is_importable
 from lightning_presets.tools.plan import layouts
-from lightning_presets.tools.plan.layouts import Layout, bytes_per_param
+from lightning_presets.tools.plan.layouts import Layout
+from lightning_presets.tools.plan.presets import applicability
+from lightning_presets.tools.plan.request import PlanRequest
+from lightning_presets.tools.plan.text import format_bytes
+from lightning_presets.tools.plan.throughput import Throughput
 
-PLAN_SCHEMA = "lightning-presets/plan"
-PLAN_SCHEMA_VERSION = 3
-GIB = 2**30
-HEADROOM_ARITHMETIC = 0.3
-"""``--params``: a share of each GPU for everything but model states (activations are not modelled)."""
-HEADROOM_TRACED = 0.1
-"""``--model``: a share of each GPU for the CUDA context, NCCL buffers and fragmentation (not traced)."""
-CPU_MEMORY_PER_GPU_MEMORY = 2
-"""Without ``--cpu-memory``, a node is assumed to have twice its GPUs' memory as CPU memory."""
-MAX_PARAMS = 10**18
-MAX_BATCH = 2**16
-KERNELS = ("cuda", "cpu")
-_COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
-Progress = Callable[[str, int, int], None]
-"""``progress(what, done, total)``: called while tracing (``total`` may grow as batch sizes are searched)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlanRequest:
-    """A model (a bare parameter count, or a factory to trace) and the cluster to plan it for."""
-
-    gpus_per_node: int
-    params: int | None = None
-    model: str | None = None
-    """``MODULE:FACTORY``: a function or class returning a LightningModule (or nn.Module) with an
-    ``example_input_array``; traced."""
-    num_nodes: int = 1
-    gpu_memory: int = 80 * GIB
-    precision: str = "bf16-mixed"
-    optimizer: str = "adamw"
-    """For ``--params``, and for a model without ``configure_optimizers``."""
-    headroom: float | None = None
-    """Share of each GPU not planned for; ``None``: 0.3 with ``params``, 0.1 with ``model``."""
-    cpu_memory: int | None = None
-    """CPU memory per node in bytes; ``None``: assumed (:data:`CPU_MEMORY_PER_GPU_MEMORY`)."""
-    batch_size: int | None = None
-    """Overrides the batch dimension of the batch (``example_input_array`` or ``batch``)."""
-    batch: str | None = None
-    """``MODULE:FUNCTION`` returning one batch as the dataloader yields it, for ``training_step``; without it,
-    ``example_input_array`` is the batch."""
-    kernels: str = "cuda"
-    """Whose kernels the step is planned with: ``cuda`` (the target: attention as CUDA's fused kernels keep it,
-    foreach optimizers) or ``cpu`` (as a run on CPU takes them: to compare the plan with one)."""
-    max_batch: bool = False
-    """Also search the largest micro-batch that fits, per preset (traced runs)."""
-    presets: tuple[str, ...] = ()
-    """Plan only these presets; all the planner knows when empty."""
-    timeout_s: float = 900.0
-
-    def __post_init__(self) -> None:
-        problems = []
-        if (self.params is None) == (self.model is None):
-            problems.append("give either params or model")
-        if self.params is not None and not 0 < self.params <= MAX_PARAMS:
-            problems.append(f"params={self.params} must be between 1 and {MAX_PARAMS:.0e}")
-        if self.gpus_per_node < 1:
-            problems.append(f"gpus={self.gpus_per_node} must be 1 or more")
-        if self.num_nodes < 1:
-            problems.append(f"num_nodes={self.num_nodes} must be 1 or more")
-        if self.gpu_memory <= 0:
-            problems.append(f"gpu_memory={self.gpu_memory} must be positive")
-        if self.headroom is not None and not 0 <= self.headroom < 1:
-            problems.append(f"headroom={self.headroom} must be at least 0 and below 1")
-        if self.cpu_memory is not None and self.cpu_memory <= 0:
-            problems.append(f"cpu_memory={self.cpu_memory} must be positive")
-        if self.batch_size is not None and not 0 < self.batch_size <= MAX_BATCH:
-            problems.append(f"batch_size={self.batch_size} must be between 1 and {MAX_BATCH}")
-        if self.batch_size is not None and self.model is None:
-            problems.append("batch_size needs a model (--model)")
-        if self.batch is not None and self.model is None:
-            problems.append("batch needs a model (--model)")
-        if self.kernels not in KERNELS:
-            problems.append(f"kernels={self.kernels!r} is not one of {', '.join(KERNELS)}")
-        if self.max_batch and self.model is None:
-            problems.append("the largest batch is searched on a traced model (--model)")
-        if self.model is not None:
-            problems += _spec_problems(self.model, "--model")
-        if self.batch is not None:
-            problems += _spec_problems(self.batch, "--batch")
-        if problems:
-            raise ValueError("; ".join(problems))
-        bytes_per_param(self.precision, self.optimizer)  # validates both names
-
-    @property
-    def traced(self) -> bool:
-        return self.model is not None
-
-    @property
-    def world_size(self) -> int:
-        return self.gpus_per_node * self.num_nodes
-
-    @property
-    def effective_headroom(self) -> float:
-        if self.headroom is not None:
-            return self.headroom
-        return HEADROOM_TRACED if self.traced else HEADROOM_ARITHMETIC
-
-    @property
-    def usable_gpu_bytes(self) -> float:
-        return self.gpu_memory * (1 - self.effective_headroom)
-
-    @property
-    def cpu_memory_per_node(self) -> int:
-        if self.cpu_memory is not None:
-            return self.cpu_memory
-        return CPU_MEMORY_PER_GPU_MEMORY * self.gpus_per_node * self.gpu_memory
-
-    def cpu_memory_text(self) -> str:
-        if self.cpu_memory is not None:
-            return f"{_gib(self.cpu_memory)} of CPU memory per node"
-        return (f"{_gib(self.cpu_memory_per_node)} of CPU memory per node assumed ({CPU_MEMORY_PER_GPU_MEMORY} × "
-                f"{self.gpus_per_node} × {_gib(self.gpu_memory)} of GPU memory; pass --cpu-memory)")  # fmt: skip
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"params": self.params, "model": self.model, "gpus_per_node": self.gpus_per_node,
-                "num_nodes": self.num_nodes, "gpu_memory_bytes": self.gpu_memory, "precision": self.precision,
-                "optimizer": self.optimizer, "headroom": self.effective_headroom,
-                "cpu_memory_bytes": self.cpu_memory, "cpu_memory_bytes_assumed": self.cpu_memory is None,
-                "cpu_memory_per_node_bytes": self.cpu_memory_per_node, "batch_size": self.batch_size,
-                "batch": self.batch, "kernels": self.kernels, "max_batch": self.max_batch,
-                "presets": list(self.presets)}  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PlanRequest:
-        return cls(gpus_per_node=data["gpus_per_node"], params=data["params"], model=data["model"],
-                   num_nodes=data["num_nodes"], gpu_memory=data["gpu_memory_bytes"], precision=data["precision"],
-                   optimizer=data["optimizer"], headroom=data["headroom"], cpu_memory=data["cpu_memory_bytes"],
-                   batch_size=data["batch_size"], batch=data["batch"], kernels=data["kernels"],
-                   max_batch=data["max_batch"], presets=tuple(data["presets"]))  # fmt: skip
+__all__ = ["Estimate", "PlanRequest", "arithmetic_estimate", "finish", "traced_estimate", "with_max_batch"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,6 +59,8 @@ class Estimate:
     """Parameters, gradients and optimizer state each GPU's rank keeps in CPU memory."""
     step: tuple[str, ...] = ()
     """How the traced step ran: the plan's evidence."""
+    throughput: Throughput | None = None
+    """The step time and tokens/s (traced presets; ``None`` with ``--params``: no step to time)."""
 
     @property
     def headroom_bytes(self) -> int:
@@ -223,6 +95,7 @@ class Estimate:
             "offloaded_per_gpu_bytes": dict(zip(("parameters", "gradients", "optimizer"), self.offloaded, strict=True)),
             "step": list(self.step),
             "rank": list(self.rank),
+            "throughput": None if self.throughput is None else self.throughput.as_dict(),
         }  # fmt: skip
 
     @classmethod
@@ -237,138 +110,13 @@ class Estimate:
                    formula=data["formula"], why=tuple(data["why"]), install=data["install"], batch=data["batch"],
                    max_batch=data["max_micro_batch"], max_batch_note=data["max_micro_batch_note"],
                    rank_peak=data["rank_peak_bytes"], step=tuple(data["step"]),
+                   throughput=None if data["throughput"] is None else Throughput.from_dict(data["throughput"]),
                    offloaded=tuple(data["offloaded_per_gpu_bytes"][key]
                                    for key in ("parameters", "gradients", "optimizer")))  # fmt: skip
 
 
 def _gib(value: float) -> str:
     return format_bytes(value)
-
-
-def import_path() -> list[str]:
-    """Where the planner's child imports ``--model`` from: the current directory first, as ``python -m`` and
-    ``python -c`` put it (the console script puts its own folder there instead), then this process's path."""
-    import os
-
-    here = os.getcwd()
-    return list(dict.fromkeys([here, *(entry or here for entry in sys.path)]))
-
-
-def _spec_problems(spec: str, flag: str) -> list[str]:
-    """What is wrong with ``MODULE:FUNCTION`` that can be told without importing anything."""
-    from importlib.machinery import PathFinder
-
-    module, sep, attr = spec.partition(":")
-    if not sep or not re.fullmatch(r"[A-Za-z_][\w.]*", module.strip()) or not attr.strip():
-        return [f"{flag} {spec!r} is not MODULE:FUNCTION, e.g. my_project.models:build_model"]
-    top = module.strip().split(".")[0]
-    try:
-        found = top in sys.modules or PathFinder.find_spec(top, import_path()) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        return [f"{flag} {spec}: no module named {top!r} here (run from the directory that holds it, or install it)"]
-    return []
-
-
-# --------------------------------------------------------------------------------------------- presets
-
-
-def _layouts() -> list[tuple[Preset, Layout]]:
-    """Every installed strategy preset of a family the planner knows, in preference order."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        presets = catalog.strategy_catalog().presets
-    found = [(preset, layout) for preset in presets.values() if (layout := layouts.layout_of(preset)) is not None]
-    return sorted(found, key=lambda pair: (pair[1].rank, pair[0].name))
-
-
-def planned_presets() -> list[str]:
-    """The names of the presets the planner can plan, in preference order."""
-    return [preset.name for preset, _ in _layouts()]
-
-
-def nothing_to_plan() -> str:
-    """Why there is no preset to plan: the catalog has none with a GPU memory layout (denied, or not installed)."""
-    import os
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        loaded = sorted(catalog.strategy_catalog().presets)
-    deny = os.environ.get(DENY_VARIABLE, "").strip()
-    why = f"{DENY_VARIABLE}={deny} is set" if deny else "none is installed"
-    return (f"nothing to plan: no strategy preset with a GPU memory layout is loaded ({why}; loaded: "
-            f"{', '.join(loaded) or 'none'}); remove lightning-presets from {DENY_VARIABLE} to plan its "
-            "presets")  # fmt: skip
-
-
-def plannable(request: PlanRequest) -> list[tuple[Preset, Layout]]:
-    """The presets to plan for ``request`` (``request.presets``, or all), in preference order."""
-    found = _layouts()
-    if not found:
-        return []
-    unknown = sorted(set(request.presets) - {preset.name for preset, _ in found})
-    if unknown:
-        raise ValueError(f"cannot plan {', '.join(unknown)}: the presets with a GPU memory layout are "
-                         f"{', '.join(preset.name for preset, _ in found)}")  # fmt: skip
-    return [(preset, layout) for preset, layout in found if not request.presets or preset.name in request.presets]
-
-
-def unplanned(request: PlanRequest) -> tuple[str, ...]:
-    """A note naming the installed strategy presets the planner has no layout for (TPU, unknown families)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        presets = catalog.strategy_catalog().presets
-    names = sorted(
-        name for name, preset in presets.items()
-        if layouts.layout_of(preset) is None and (not request.presets or name in request.presets)
-    )  # fmt: skip
-    return (f"not planned (no GPU memory layout): {', '.join(names)}",) if names else ()
-
-
-def mesh_sizes(preset: Preset, layout: Layout, request: PlanRequest) -> dict[str, int] | None:
-    """The device mesh the preset builds for this cluster (ModelParallelStrategy presets), else ``None``."""
-    if layout.family != "model_parallel" or preset.mesh is None:
-        return None
-    return preset.mesh.resolve(preset.init_params, request.gpus_per_node, request.num_nodes)
-
-
-def _degenerate(preset: Preset, layout: Layout, request: PlanRequest) -> str | None:
-    """Why the preset's mesh on this cluster makes it another preset in disguise (the planner recommends that one)."""
-    sizes = preset.mesh.resolve(preset.init_params, request.gpus_per_node, request.num_nodes) if preset.mesh else None
-    if not sizes:
-        return None
-    if layout.tensor_parallel and sizes.get("tensor_parallel", 1) < 2:
-        return (f"with {request.gpus_per_node} GPU per node the tensor-parallel size would be 1: that is FSDP2 "
-                "across nodes, use strategy='fsdp2'")  # fmt: skip
-    if layout.kind == "hybrid" and sizes.get("replicate", 1) < 2:
-        return (f"with {request.num_nodes} node the mesh has a single replica: that is full sharding inside the node "
-                "with extra process groups, use strategy='fsdp2' (or plan --num-nodes 2 or more)")  # fmt: skip
-    return None
-
-
-def applicability(preset: Preset, layout: Layout, request: PlanRequest) -> tuple[list[str], str | None]:
-    """Why the preset does not apply to this job (empty when it does), and an install command if it needs one.
-
-    The job is checked as ``lightning-presets check`` checks it, on simulated GPUs: the presets' own guards.
-    A missing optional dependency is not a reason: the plan is for the target machine.
-    """
-    from lightning_presets.tools.check.engine import check_job
-    from lightning_presets.tools.check.request import CheckRequest
-
-    install = next((each.install_command for each in preset.requires if not is_importable(each.module)), None)
-    arguments = {"strategy": preset.name, "accelerator": "cuda", "devices": request.gpus_per_node,
-                 "num_nodes": request.num_nodes, "precision": request.precision}  # fmt: skip
-    report = check_job(CheckRequest(arguments=arguments, gpus=request.gpus_per_node, gpu_memory=request.gpu_memory))
-    reasons = [f"{each.code}: {each.message}" for each in report.findings
-               if each.severity == "error" and each.code != MISSING_DEPENDENCY.code]  # fmt: skip
-    degenerate = _degenerate(preset, layout, request)
-    if degenerate:
-        reasons.append(degenerate)
-    return reasons, install
-
-
-# --------------------------------------------------------------------------------------------- estimates
 
 
 def _sizes(request: PlanRequest, params: int, facts: Any = None) -> layouts.Sizes:
@@ -440,13 +188,23 @@ def arithmetic_estimate(
 
 
 def traced_estimate(
-    layout: Layout, request: PlanRequest, traced: Any, reasons: list[str], install: str | None
+    layout: Layout,
+    request: PlanRequest,
+    traced: Any,
+    reasons: list[str],
+    install: str | None,
+    mesh: Mapping[str, int] | None = None,
 ) -> Estimate:
     """An estimate from a trace (:class:`lightning_presets.tools.plan.trace.Traced`).
 
     Traced layouts take every figure from the trace; the others take the model states from their formula
     and add the trace's activations and transient peak (activations and temporaries of the unwrapped model).
+    The step time is the trace's operators and collectives, or the strategy's collectives by formula
+    (:func:`lightning_presets.tools.plan.speed.preset_throughput`); ``mesh``: the preset's device mesh.
     """
+    from lightning_presets.tools.plan.speed import preset_throughput
+
+    speed = preset_throughput(layout, request, traced, mesh)
     if layout.traceable:
         states = (traced.parameters, traced.gradients, traced.optimizer)
         host = sum(states) if traced.offloaded else 0
@@ -460,7 +218,7 @@ def traced_estimate(
                           formula=how + (" (weights, gradients and optimizer state in CPU memory)" if host else ""),
                           notes=traced.notes, batch=traced.batch)  # fmt: skip
         offloaded = states if traced.offloaded else (0, 0, 0)
-        return replace(estimate, rank_peak=traced.peak_all, offloaded=offloaded, step=traced.step)
+        return replace(estimate, rank_peak=traced.peak_all, offloaded=offloaded, step=traced.step, throughput=speed)
     states_ = layouts.model_states(layout, _sizes(request, traced.facts.numel, traced.facts))
     estimate = finish(layout, request, reasons=reasons, install=install,
                       evidence="arithmetic + traced activations", parameters=states_.parameters,
@@ -470,54 +228,8 @@ def traced_estimate(
                       cpu_per_node=states_.cpu_per_node,
                       formula=f"{states_.formula}; + traced activations and temporaries of the model unwrapped",
                       notes=traced.notes, batch=traced.batch)  # fmt: skip
-    return replace(estimate, step=traced.step)
+    return replace(estimate, step=traced.step, throughput=speed)
 
 
 def with_max_batch(estimate: Estimate, batch: int | None, note: str | None) -> Estimate:
     return replace(estimate, max_batch=batch, max_batch_note=note)
-
-
-# --------------------------------------------------------------------------------------------- text
-
-
-def parse_count(text: str) -> int:
-    """``7B``, ``1.3b``, ``350M``, ``125k``, ``7e9`` or ``7000000000`` -> a parameter count."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([a-zA-Z]?)\s*", text)
-    if not match or match.group(2).lower() not in _COUNT_SUFFIX:
-        raise ValueError(f"{text!r} is not a parameter count such as 7B, 350M or 7000000000")
-    value = float(match.group(1)) * _COUNT_SUFFIX[match.group(2).lower()]
-    if not math.isfinite(value) or value > MAX_PARAMS:
-        raise ValueError(f"{text!r} is more parameters than any model has (at most {MAX_PARAMS:.0e})")
-    if round(value) <= 0:
-        raise ValueError(f"{text!r} is not a positive parameter count")
-    return round(value)
-
-
-def format_count(count: int | None) -> str:
-    if count is None:
-        return "?"
-    for suffix, size in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
-        if count >= size:
-            return f"{count / size:.3g}{suffix}"
-    return str(count)
-
-
-def format_bytes(size: float) -> str:
-    """``26.5 GiB``, ``812.3 KiB``: one decimal in the largest unit that keeps the number at least 1."""
-    for suffix, unit in (("TiB", 2**40), ("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(size) >= unit:
-            return f"{size / unit:.1f} {suffix}"
-    return f"{size:.0f} B"
-
-
-def format_size(size: int) -> str:
-    """Bytes as the ``--gpu-memory`` flag takes them (``80GiB`` when exact)."""
-    for suffix, unit in (("TiB", 2**40), ("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
-        if size % unit == 0:
-            return f"{size // unit}{suffix}"
-    return str(size)
-
-
-def format_size_up(size: float) -> str:
-    """At least ``size`` bytes, in whole GiB as ``--cpu-memory`` takes them."""
-    return f"{math.ceil(size / GIB)}GiB"

@@ -4,12 +4,15 @@ Two ways in:
 
 * ``--model MODULE:FACTORY`` traces. For each preset, the user's model is built under fake tensors at the
   target world size, wrapped as the preset wraps it and put through one training step whose memory torch's
-  trackers attribute (``tools/trace.py``; it runs in a child process, ``tools/plan_worker.py``). Evidence
-  ``traced`` for FSDP2, tensor parallel and DDP replicas; for the presets whose strategy needs CUDA to
-  wrap (FSDP1, DeepSpeed) the model states come from a named formula and the activations from a trace of
-  the model unwrapped: evidence ``arithmetic + traced activations``.
-* ``--params COUNT`` is arithmetic over a bare parameter count: model states only (``tools/memory.py``),
-  with a share of each GPU set aside for what is not modelled (activations). Evidence ``arithmetic``.
+  trackers attribute and whose operators and collectives are counted (``tools/plan/trace.py``; it runs in a
+  child process, ``tools/plan/worker.py``). Evidence ``traced`` for FSDP2, tensor parallel and DDP replicas;
+  for the presets whose strategy needs CUDA to wrap (FSDP1, DeepSpeed) the model states come from a named
+  formula and the activations from a trace of the model unwrapped: evidence ``arithmetic + traced
+  activations``. Each preset's step time comes from the same trace (``tools/plan/speed.py``,
+  ``tools/plan/throughput.py``) on the ``--gpu-type`` (``tools/plan/hardware.py``).
+* ``--params COUNT`` is arithmetic over a bare parameter count: model states only (``tools/plan/layouts.py``),
+  with a share of each GPU set aside for what is not modelled (activations), and no step time. Evidence
+  ``arithmetic``.
 
 A preset fits when its peak per GPU is at most the usable GPU memory (the memory less ``headroom``: the CUDA
 context, NCCL buffers and allocator fragmentation, which no trace sees; and with ``--params`` the
@@ -23,26 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_presets.tools.plan.estimates import (
-    GIB,
-    MAX_BATCH,
-    PLAN_SCHEMA,
-    PLAN_SCHEMA_VERSION,
-    Estimate,
-    PlanRequest,
-    Progress,
-    arithmetic_estimate,
-    format_bytes,
-    format_count,
-    format_size,
-    format_size_up,
-    nothing_to_plan,
-    parse_count,
-    plannable,
-    planned_presets,
-    unplanned,
-)
+from lightning_presets.tools.plan.estimates import Estimate, arithmetic_estimate
 from lightning_presets.tools.plan.layouts import OPTIMIZERS, PRECISIONS, bytes_per_param
+from lightning_presets.tools.plan.presets import nothing_to_plan, plannable, planned_presets, unplanned
+from lightning_presets.tools.plan.request import MAX_BATCH, PLAN_SCHEMA, PLAN_SCHEMA_VERSION, PlanRequest, Progress
+from lightning_presets.tools.plan.text import GIB, format_bytes, format_count, format_size, format_size_up, parse_count
 
 __all__ = [
     "GIB", "MAX_BATCH", "OPTIMIZERS", "PRECISIONS", "RULE", "Estimate", "Plan", "PlanRequest", "Progress",
@@ -50,10 +38,11 @@ __all__ = [
 ]  # fmt: skip
 
 RULE = (
-    "the first preset that fits, in preference order: replicas (DDP) before sharding, then the least "
-    "communication (SHARD_GRAD_OP, hybrid, full shard, tensor parallel), CPU offload last; at the same placement "
-    "FSDP2 before FSDP1 before DeepSpeed, and no gradient hook before one. Fits: peak per GPU ≤ usable GPU "
-    "memory, and CPU offload ≤ CPU memory per node"
+    "the fastest preset that fits (estimated tokens/s per GPU, or samples/s; equal to 3 significant digits, or "
+    "without an estimate, in preference order: replicas (DDP) before sharding, then the least communication "
+    "(SHARD_GRAD_OP, hybrid, full shard, tensor parallel), CPU offload last; at the same placement FSDP2 before "
+    "FSDP1 before DeepSpeed, and no gradient hook before one). Fits: peak per GPU ≤ usable GPU memory, and CPU "
+    "offload ≤ CPU memory per node"
 )
 
 
@@ -64,7 +53,7 @@ RULE = (
 class Plan:
     request: PlanRequest
     estimates: tuple[Estimate, ...]
-    """Fitting presets by preference first, then the rest by preference."""
+    """Fitting presets fastest first, then the rest (:func:`order`)."""
     notes: tuple[str, ...] = field(default=())
     model_parameters: int | None = None
     """Parameters of the traced model (``--params`` gives its own count)."""
@@ -172,12 +161,19 @@ class Plan:
         }
 
 
+def _speed(estimate: Estimate) -> float:
+    """Minus the estimate's rate to 3 significant digits (nearly equal rates tie), 0 without one."""
+    rate = estimate.throughput.rate if estimate.throughput is not None else 0.0
+    return -float(f"{rate:.3g}") if rate > 0 else 0.0
+
+
 def order(estimates: list[Estimate] | tuple[Estimate, ...]) -> tuple[Estimate, ...]:
-    return tuple(sorted(estimates, key=lambda each: (not each.fits, each.rank, each.preset)))
+    """Fitting first, fastest first; ties (and presets without a step time) in the preference order."""
+    return tuple(sorted(estimates, key=lambda each: (not each.fits, _speed(each), each.rank, each.preset)))
 
 
 def plan(request: PlanRequest, progress: Progress | None = None, notes: tuple[str, ...] = ()) -> Plan:
-    """Plan every preset the planner knows (or ``request.presets``): fitting ones first, by preference.
+    """Plan every preset the planner knows (or ``request.presets``): fitting ones first, fastest first.
 
     With a model, the tracing runs in a child process (:func:`lightning_presets.tools.plan.worker.run`):
     a factory that aborts the interpreter cannot take the caller down. Raises ``ValueError`` for a bad

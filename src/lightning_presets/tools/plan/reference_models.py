@@ -2,6 +2,10 @@
 
     lightning-presets plan --model lightning_presets.tools.plan.reference_models:decoder_1b3 --gpus 8 --gpu-memory 80GiB
 
+``decoder_*`` are GPT-style (LayerNorm, a 4× GELU MLP); ``llama3_8b`` and ``llama3_70b`` have Llama 3.1's shapes
+(RMSNorm, rotary embeddings, grouped-query attention, a SwiGLU MLP; the sizes of Meta's ``params.json`` for those
+models, as torchtitan's ``llama3`` configurations give them), for ``plan``'s step-time estimate.
+
 Each factory returns a LightningModule with an ``example_input_array`` (a batch of token ids), AdamW in
 ``configure_optimizers``, and a ``configure_model`` that applies a tensor-parallel plan and FSDP2 when the
 strategy gives it a mesh with a tensor-parallel dimension (``tp2d_hybrid``); under ``fsdp2`` the preset
@@ -99,10 +103,14 @@ class DecoderModule(LightningModule):  # type: ignore[misc]  # Lightning is not 
         if isinstance(self.model, FSDPModule):  # configure_model runs again for validate/test
             return
         for layer in self.model.layers:
-            parallelize_module(layer, mesh["tensor_parallel"], tensor_parallel_plan())
+            parallelize_module(layer, mesh["tensor_parallel"], self.block_plan())
         for layer in self.model.layers:
             fully_shard(layer, mesh=mesh["data_parallel"])
         fully_shard(self.model, mesh=mesh["data_parallel"])
+
+    def block_plan(self) -> dict[str, Any]:
+        """The tensor-parallel plan of one block."""
+        return tensor_parallel_plan()
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         logits = self(batch[:, :-1])
@@ -120,3 +128,120 @@ def decoder_1b3() -> DecoderModule:
 def decoder_tiny() -> DecoderModule:
     """29k parameters, for tests and examples: 2 layers of width 32, vocabulary 64, 4 sequences of 16 tokens."""
     return DecoderModule(vocab=64, dim=32, heads=4, layers=2, sequence=16, batch=4)
+
+
+# --------------------------------------------------------------------------------------------- Llama-shaped
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of ``x`` (batch, heads, length, head_dim), the halves rotated as in Llama's reference:
+    computed in fp32 and returned in ``x``'s dtype, as torchtitan's ``apply_rotary_emb`` does."""
+    first, second = x.float().chunk(2, dim=-1)
+    rotated = x.float() * cos + torch.cat((-second, first), dim=-1) * sin
+    return rotated.to(x.dtype)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, dim: int, heads: int, kv_heads: int) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.wq = nn.Linear(dim, heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(heads * self.head_dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = x.shape
+        q = self.wq(x).view(batch, length, -1, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(batch, length, -1, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(batch, length, -1, self.head_dim).transpose(1, 2)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        repeat = q.shape[1] // k.shape[1]  # grouped-query heads repeated, as torchtitan's repeat_kv does
+        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        projected: torch.Tensor = self.wo(out.transpose(1, 2).reshape(batch, length, -1))
+        return projected
+
+
+class LlamaBlock(nn.Module):
+    """RMSNorm, attention, RMSNorm, SwiGLU MLP (``w2(silu(w1 x) * w3 x)``)."""
+
+    def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int) -> None:
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(dim, eps=1e-5)
+        self.attention = LlamaAttention(dim, heads, kv_heads)
+        self.ffn_norm = nn.RMSNorm(dim, eps=1e-5)
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), cos, sin)
+        h = self.ffn_norm(x)
+        mlp: torch.Tensor = self.w2(F.silu(self.w1(h)) * self.w3(h))
+        return x + mlp
+
+
+class Llama(nn.Module):
+    def __init__(self, *, vocab: int, dim: int, heads: int, kv_heads: int, hidden: int, layers: int,
+                 theta: float = 500_000.0) -> None:  # fmt: skip
+        super().__init__()
+        self.head_dim, self.theta = dim // heads, theta
+        self.tok_embeddings = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList(LlamaBlock(dim, heads, kv_heads, hidden) for _ in range(layers))
+        self.norm = nn.RMSNorm(dim, eps=1e-5)
+        self.output = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        length = tokens.shape[1]
+        inverse = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim))
+        angles = torch.outer(torch.arange(length, dtype=torch.float32), inverse)
+        angles = torch.cat((angles, angles), dim=-1)
+        cos, sin = angles.cos(), angles.sin()
+        x = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        logits: torch.Tensor = self.output(self.norm(x))
+        return logits
+
+
+def llama_tensor_parallel_plan() -> dict[str, Any]:
+    """One :class:`LlamaBlock`: the q, k, v projections, ``w1`` and ``w3`` by columns, ``wo`` and ``w2`` by rows."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    columns, rows = ColwiseParallel(), RowwiseParallel()
+    return {"attention.wq": columns, "attention.wk": columns, "attention.wv": columns, "attention.wo": rows,
+            "w1": columns, "w3": columns, "w2": rows}  # fmt: skip
+
+
+class LlamaModule(DecoderModule):
+    """A Llama-shaped language model; ``example_input_array`` is ``batch`` rows of ``sequence + 1`` token ids (the
+    step predicts the last ``sequence`` from the first)."""
+
+    def __init__(self, *, vocab: int, dim: int, heads: int, kv_heads: int, hidden: int, layers: int, sequence: int,
+                 batch: int) -> None:  # fmt: skip
+        LightningModule.__init__(self)
+        decoder = Llama(vocab=vocab, dim=dim, heads=heads, kv_heads=kv_heads, hidden=hidden, layers=layers)
+        self.model = decoder  # type: ignore[assignment]  # DecoderModule's step and optimizer, another decoder
+        self.example_input_array = torch.zeros(batch, sequence + 1, dtype=torch.long)
+
+    def block_plan(self) -> dict[str, Any]:
+        return llama_tensor_parallel_plan()
+
+
+def llama3_8b() -> LlamaModule:
+    """Llama 3.1 8B's shapes (8.03B parameters): 32 layers of width 4096, 32 heads (8 key-value), MLP 14,336,
+    vocabulary 128,256; batch 2 of 8,192 tokens (torchtitan's benchmark of it)."""
+    return LlamaModule(vocab=128_256, dim=4096, heads=32, kv_heads=8, hidden=14_336, layers=32, sequence=8192, batch=2)
+
+
+def llama3_70b() -> LlamaModule:
+    """Llama 3.1 70B's shapes (70.6B parameters): 80 layers of width 8192, 64 heads (8 key-value), MLP 28,672,
+    vocabulary 128,256; batch 1 of 8,192 tokens."""
+    return LlamaModule(vocab=128_256, dim=8192, heads=64, kv_heads=8, hidden=28_672, layers=80, sequence=8192, batch=1)
+
+
+def llama_tiny() -> LlamaModule:
+    """A Llama of 2 layers of width 128 (16 heads, 8 key-value), MLP 320, vocabulary 256, 2 rows of 32 tokens: tests
+    (tensor parallel up to 8)."""
+    return LlamaModule(vocab=256, dim=128, heads=16, kv_heads=8, hidden=320, layers=2, sequence=32, batch=2)

@@ -14,6 +14,8 @@ by a step on zero gradients, whose gradients stay alive as a real step's do; the
 measured as Lightning runs it (``step``): ``training_step`` under the precision plugin's forward context,
 ``zero_grad``, backward, the optimizer step. Planned for CUDA, ``F.scaled_dot_product_attention`` keeps
 what CUDA's fused kernels keep (``attention``); torch.compile'd modules run eagerly (an "eager estimate").
+The same step's operators and collectives are counted (:class:`lightning_presets.tools.plan.counting.OpCounter`)
+for the step-time estimate. The trackers and the saved-tensor count are in ``tracking``.
 """
 
 from __future__ import annotations
@@ -29,20 +31,15 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from lightning_presets.guards.blocks import find_repeated_blocks
+from lightning_presets.guards.hooks import overrides
 from lightning_presets.strategies import fsdp2
-from lightning_presets.strategies.model_parallel import _defines_configure_model as defines_configure_model
-from lightning_presets.tools.plan import step, user_model
+from lightning_presets.tools.plan import step, tracking, user_model
 from lightning_presets.tools.plan.attention import CudaAttention
+from lightning_presets.tools.plan.counting import OpCounter
+from lightning_presets.tools.plan.counts import StepCounts
 from lightning_presets.tools.plan.layouts import Layout
 from lightning_presets.tools.plan.untraceable import answering_scalars, untraceable_reason
 from lightning_presets.tools.simulation.tracing import as_on_a_real_run, attention_replaced
-
-PARAMETERS = ("Sharded Param", "Unsharded Param", "Buffer", "Parameter")
-GRADIENTS = ("Sharded Grad", "Unsharded Grad", "Gradient")
-OPTIMIZER = ("OptState", "Optstate")
-STATES = PARAMETERS + GRADIENTS + OPTIMIZER
-HOST_RESIDENT = ("Sharded Param", "Sharded Grad", "OptState")
-"""What FSDP2's CPU offload policy keeps in CPU memory: the shards, their gradients and the optimizer state."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +75,8 @@ class Traced:
     offloaded: bool
     batch: int | None
     facts: ModelFacts
+    counts: StepCounts = field(default_factory=StepCounts)
+    """What the step computed and moved (FLOPs, bytes per operator, collectives): the step-time estimate's input."""
     notes: tuple[str, ...] = field(default=())
     """About this preset's wrapping, for the reader."""
     step: tuple[str, ...] = field(default=())
@@ -92,7 +91,7 @@ class Traced:
             "facts": {"numel": self.facts.numel, "largest_layer": self.facts.largest_layer,
                       "block_params": self.facts.block_params, "root_params": self.facts.root_params,
                       "blocks": list(self.facts.blocks)},
-            "notes": list(self.notes), "step": list(self.step),
+            "notes": list(self.notes), "step": list(self.step), "counts": self.counts.as_dict(),
         }  # fmt: skip
 
     @classmethod
@@ -105,7 +104,7 @@ class Traced:
             facts=ModelFacts(numel=facts["numel"], largest_layer=facts["largest_layer"],
                              block_params=facts["block_params"], root_params=facts["root_params"],
                              blocks=tuple(facts["blocks"])),
-            notes=tuple(data["notes"]), step=tuple(data["step"]),
+            notes=tuple(data["notes"]), step=tuple(data["step"]), counts=StepCounts.from_dict(data["counts"]),
         )  # fmt: skip
 
 
@@ -135,6 +134,12 @@ def fake_world(world_size: int) -> Iterator[None]:
         dist.destroy_process_group()
 
 
+def _world() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
 def device_mesh(sizes: Mapping[str, int]) -> Any:
     """A CPU ``DeviceMesh`` over the fake world with these named dimensions (created outside fake mode)."""
     from torch.distributed.device_mesh import DeviceMesh
@@ -144,114 +149,6 @@ def device_mesh(sizes: Mapping[str, int]) -> Any:
     for size in shape:
         world *= size
     return DeviceMesh("cpu", torch.arange(world).view(shape), mesh_dim_names=tuple(sizes))
-
-
-# --------------------------------------------------------------------------------------------- measuring
-
-
-def storages(tensor: torch.Tensor) -> list[Any]:
-    from torch.distributed._tools.common_utils import get_untyped_storages
-
-    return list(get_untyped_storages(tensor))
-
-
-def _is_parameter(tensor: torch.Tensor) -> bool:
-    return isinstance(tensor, nn.Parameter) or isinstance(getattr(tensor, "_base", None), nn.Parameter)
-
-
-class SavedBytes:
-    """Bytes of the distinct storages saved for backward while it is active, parameters (and their views)
-    excluded: the activation memory held from the end of the forward pass until backward frees it."""
-
-    def __init__(self) -> None:
-        self.bytes = 0
-        self._held: dict[int, Any] = {}
-
-    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        if not _is_parameter(tensor):
-            for storage in storages(tensor):
-                if id(storage) not in self._held:
-                    self._held[id(storage)] = storage
-                    self.bytes += storage.nbytes()
-        return tensor
-
-    @contextlib.contextmanager
-    def counting(self) -> Iterator[SavedBytes]:
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack):
-            yield self
-        self._held.clear()  # the ids were held only to keep them unique while counting
-
-
-def _unpack(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor
-
-
-def _category_sum(snapshot: Mapping[Any, Mapping[Any, int]], names: tuple[str, ...]) -> int:
-    return sum(
-        amount for device in snapshot.values() for key, amount in device.items()
-        if str(getattr(key, "value", key)) in names
-    )  # fmt: skip
-
-
-def _total(snapshot: Mapping[Any, Mapping[Any, int]]) -> int:
-    return sum(device.get("Total", 0) for device in snapshot.values())
-
-
-class _Peaks:
-    """Mixed into torch's trackers in place of their per-module peak bookkeeping (a deep copy of the snapshot per
-    new peak per active module, most of a trace's time): the peaks of the device share, of everything, and of
-    the transient memory, over the whole step."""
-
-    _curr_mem_snap: dict[Any, dict[Any, int]]
-    lp_host: tuple[str, ...] = ()
-    lp_peak = lp_peak_all = lp_transient = 0
-
-    def _update_peak_stats(self, peak_state: Any) -> None:
-        snapshot = self._curr_mem_snap
-        total = _total(snapshot)
-        if total <= min(self.lp_peak, self.lp_peak_all, self.lp_transient):
-            return  # each peak is at most the total: none can grow
-        self.lp_peak_all = max(self.lp_peak_all, total)
-        self.lp_peak = max(self.lp_peak, total - _category_sum(snapshot, self.lp_host))
-        self.lp_transient = max(self.lp_transient, total - _category_sum(snapshot, STATES))
-
-
-class _NestedCalls:
-    """Mixed into ``FSDPMemTracker``: a module entered again in the same forward (a ``training_step`` that calls
-    ``self(...)`` while the preset routes the step through the root's ``__call__``, as Lightning's forward
-    redirection does) runs FSDP's own hook without the tracker's per-module statistics, which refuse a second
-    entry; its memory is still counted where it is allocated."""
-
-    memory_tracking: dict[Any, Any]
-    _mod_tracker: Any
-
-    def _fsdp_state_pre_forward(self, fsdp_mod: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-        tracked = super()._fsdp_state_pre_forward(fsdp_mod, original)  # type: ignore[misc]
-
-        def pre_forward(*args: Any, **kwargs: Any) -> Any:
-            if fsdp_mod in self.memory_tracking and not self._mod_tracker.is_bw:
-                return original(*args, **kwargs)
-            return tracked(*args, **kwargs)
-
-        return pre_forward
-
-
-def _tracker(model: nn.Module, optimizers: list[torch.optim.Optimizer], offloaded: bool) -> Any:
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed._tools.mem_tracker import MemTracker
-    from torch.distributed.fsdp import FSDPModule
-
-    outermost = next((module for module in model.modules() if isinstance(module, FSDPModule)), None)
-    tracker: Any
-    if outermost is not None:
-        tracker = type("FSDPPeaks", (_Peaks, _NestedCalls, FSDPMemTracker), {})(
-            outermost, optimizers[0] if optimizers else None
-        )
-    else:
-        tracker = type("Peaks", (_Peaks, MemTracker), {})()
-        tracker.track_external(model, *optimizers)
-    tracker.lp_host = HOST_RESIDENT if offloaded else ()
-    return tracker
 
 
 # --------------------------------------------------------------------------------------------- the step
@@ -291,7 +188,7 @@ def configure(model: nn.Module, spec: str, mesh: Any) -> None:
     """``configure_model()`` as the strategy calls it (with ``mesh`` as the module's ``device_mesh``)."""
     if mesh is not None:
         object.__setattr__(model, "_device_mesh", mesh)  # what ModelParallelStrategy gives a LightningModule
-    if defines_configure_model(model):
+    if overrides(model, "configure_model"):
         with answering_scalars(), user_model.contained(f"{spec}: configure_model()"):
             cast(Any, model).configure_model()
 
@@ -312,7 +209,7 @@ def _wrap(model: nn.Module, layout: Layout, mesh: Any, spec: str) -> tuple[list[
     """Apply the preset's wrapping in place, as its strategy does: notes for the reader, and whether the preset
     sharded the root itself (its steps then go through the root's ``__call__``)."""
     notes = []
-    defines = defines_configure_model(model)
+    defines = overrides(model, "configure_model")
     if layout.tensor_parallel and not defines:
         raise NotApplicable(f"LP208: {type(model).__name__} does not override configure_model(), so nothing would "
                             f"apply tensor parallelism under {layout.preset}")  # fmt: skip
@@ -364,13 +261,15 @@ def trace(
     batch: str | None = None,
     kernels: str = "cuda",
     optimize: bool = True,
+    gpus_per_node: int | None = None,
 ) -> Traced:
     """Build the model under fake tensors, wrap it as ``layout`` says, measure one training step.
 
     ``batch``: ``MODULE:FUNCTION`` returning one batch (else ``example_input_array``). ``kernels``: ``cuda``
     plans attention and the optimizer's default implementation as on a CUDA GPU, ``cpu`` as on the CPU.
     ``optimize=False`` leaves the optimizer out (forward and backward only: for the layouts whose model
-    states come from a formula, only the activations and temporaries are used).
+    states come from a formula, only the activations and temporaries are used). ``gpus_per_node``: where the node
+    boundary lies, for the collectives' counts (default: one node).
 
     Needs :func:`fake_world` around it. A :class:`user_model.ModelError` is the model's own problem (the
     same for every preset: it cannot be built, given a batch, or traced); a :class:`TraceError` is this
@@ -382,7 +281,7 @@ def trace(
     compute = layout.compute_for(precision)
     convert, _ = step.precision_dtypes(precision, compute)
     context, context_text = step.forward_context(precision, compute)
-    with as_on_a_real_run(), FakeTensorMode(allow_non_fake_inputs=True), step.eager():
+    with as_on_a_real_run(), FakeTensorMode(allow_non_fake_inputs=True) as fake, step.eager():
         model, notes = build(factory, spec, convert)
         the_batch = user_model.batch(model, spec, batch_size, batch)
         if convert is not None:  # the precision plugin's convert_input for true precisions
@@ -399,8 +298,9 @@ def trace(
         optimizers = user_model.optimizers(model, spec, optimizer) if optimize else []
         compiled = step.compiled_modules(model)
         try:
-            measured, attention = _measured_step(model, optimizers, the_batch, layout, context=context,
-                                                 through_root=through_root, spec=spec, kernels=kernels)  # fmt: skip
+            measured, counts, attention = _measured_step(model, optimizers, the_batch, layout, context=context,
+                                                 through_root=through_root, spec=spec, kernels=kernels,
+                                                 ops=OpCounter(fake, gpus_per_node or _world()))  # fmt: skip
         except (TraceError, user_model.ModelError):
             raise
         except Exception as error:
@@ -412,7 +312,7 @@ def trace(
         described.append(attention)
     if compiled:
         described.append(step.EAGER_ESTIMATE.format(count=compiled))
-    return Traced(**measured, batch=user_model.batch_of(the_batch.value), facts=facts,
+    return Traced(**measured, counts=counts, batch=user_model.batch_of(the_batch.value), facts=facts,
                   notes=(*notes, *wrap_notes), offloaded=layout.offload, step=tuple(described))  # fmt: skip
 
 
@@ -476,9 +376,11 @@ def _measured_step(
     through_root: bool,
     spec: str,
     kernels: str,
-) -> tuple[dict[str, int], str | None]:
+    ops: OpCounter,
+) -> tuple[dict[str, int], StepCounts, str | None]:
     """Create the optimizer state with one step on zero gradients (they stay alive, as a real step's do), then
-    measure one training step as Lightning runs it. Returns the figures and what attention was planned as."""
+    measure one training step as Lightning runs it. Returns the figures, what the step computed and moved
+    (:class:`OpCounter`, innermost: it sees the operators after the trackers), and what attention was planned as."""
     keep_grads = layout.kind == "replica"  # DDP's buckets hold the gradients from one step to the next
     steppers = [_Stepper(optimizer) for optimizer in optimizers]
     for stepper in steppers:
@@ -494,10 +396,10 @@ def _measured_step(
     for optimizer, stepper in zip(optimizers, steppers, strict=True):
         for group, twin in zip(optimizer.param_groups, stepper.optimizer.param_groups, strict=True):
             group["foreach"] = twin.get("foreach")  # for the plan's description: what ran
-    tracker = _tracker(model, [stepper.optimizer for stepper in steppers], layout.offload and layout.traceable)
+    tracker = tracking.tracker(model, [stepper.optimizer for stepper in steppers], layout.offload and layout.traceable)
     if hasattr(tracker, "track_inputs"):  # FSDPMemTracker labels the inputs; MemTracker counts them as they come
         tracker.track_inputs(batch.value)
-    counter = SavedBytes()
+    counter = tracking.SavedBytes()
     planned: list[CudaAttention] = []
 
     def cuda_attention(original: Callable[..., Any]) -> CudaAttention:
@@ -505,23 +407,25 @@ def _measured_step(
         return planned[-1]
 
     attention = attention_replaced(cuda_attention) if kernels == "cuda" else contextlib.nullcontext()
-    with tracker, attention:  # the whole step: checkpointed blocks run attention again in backward
+    with tracker, attention, ops:  # the whole step: checkpointed blocks run attention again in backward
         with counter.counting(), context:
             loss = step.loss(model, batch, through_root=through_root, spec=spec)
         for optimizer in optimizers:  # Lightning's zero_grad: after the step function, before backward
             optimizer.zero_grad(set_to_none=not keep_grads)
+        ops.phase = "backward"
         torch.autograd.backward(loss)
         del loss
+        ops.phase = "optimizer"
         for stepper in steppers:
             stepper.step()
         snapshot = tracker.get_tracker_snapshot()
     figures = {
-        "parameters": _category_sum(snapshot, PARAMETERS),
-        "gradients": _category_sum(snapshot, GRADIENTS),
-        "optimizer": _category_sum(snapshot, OPTIMIZER),
+        "parameters": tracking.category_sum(snapshot, tracking.PARAMETERS),
+        "gradients": tracking.category_sum(snapshot, tracking.GRADIENTS),
+        "optimizer": tracking.category_sum(snapshot, tracking.OPTIMIZER),
         "activations": counter.bytes,
         "peak": tracker.lp_peak,
         "peak_all": tracker.lp_peak_all,
         "transient_peak": tracker.lp_transient,
     }
-    return figures, planned[0].describe() if planned else None
+    return figures, ops.counts(), planned[0].describe() if planned else None

@@ -28,19 +28,9 @@ import warnings
 from collections.abc import Callable
 from typing import IO, Any
 
-from lightning_presets.tools.plan.estimates import (
-    MAX_BATCH,
-    Estimate,
-    PlanRequest,
-    Progress,
-    applicability,
-    arithmetic_estimate,
-    import_path,
-    mesh_sizes,
-    plannable,
-    traced_estimate,
-    with_max_batch,
-)
+from lightning_presets.tools.plan.estimates import Estimate, arithmetic_estimate, traced_estimate, with_max_batch
+from lightning_presets.tools.plan.presets import applicability, mesh_sizes, plannable
+from lightning_presets.tools.plan.request import MAX_BATCH, PlanRequest, Progress, import_path
 
 _MODULE = "lightning_presets.tools.plan.worker"
 STDERR_TAIL = 4096
@@ -262,7 +252,8 @@ class _Tracer:
                 self.cache[key] = trace.trace(self.factory, self.spec, layout, precision=self.request.precision,
                                               optimizer=self.request.optimizer, mesh_sizes=mesh,
                                               batch_size=batch, batch=self.request.batch,
-                                              kernels=self.request.kernels, optimize=layout.traceable)  # fmt: skip
+                                              kernels=self.request.kernels, optimize=layout.traceable,
+                                              gpus_per_node=self.request.gpus_per_node)  # fmt: skip
             except trace.TraceError as error:
                 self.cache[key] = error
             self.done += 1
@@ -282,7 +273,7 @@ class _Tracer:
             failed = arithmetic_estimate(preset, layout, self.request, self.numel(), self.facts)
             return with_why(failed, evidence="failed", fits=False, why=f"the trace failed: {traced}")
         self.traced += 1
-        return traced_estimate(layout, self.request, traced, reasons, install)
+        return traced_estimate(layout, self.request, traced, reasons, install, mesh_sizes(preset, layout, self.request))
 
     def check_something_traced(self) -> None:
         """A plan of presets none of which could be traced has no figures to judge by: it is a failure."""

@@ -105,7 +105,25 @@ def simulated_cuda(
 
 # --- simulated cluster environments (used by ``lightning-presets check``) ---------------------------
 
-CLUSTERS = ("none", "slurm", "torchelastic", "lsf")
+CLUSTERS = ("none", "slurm", "torchelastic", "lsf", "mpi", "kubeflow", "skypilot", "ray")
+"""The launchers ``check --cluster`` simulates. What Lightning selects under each (its connector tries
+TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment, in this order, else LightningEnvironment):
+
+- ``slurm`` (srun): SLURMEnvironment; ``torchelastic`` (torchrun): TorchElasticEnvironment; ``lsf`` (jsrun):
+  LSFEnvironment.
+- ``mpi`` (Open MPI's ``mpiexec``, also under PBS): MPIEnvironment only with mpi4py installed and more than one MPI
+  rank; without mpi4py, LightningEnvironment, which finds no ``LOCAL_RANK`` and launches its own processes in every
+  MPI rank.
+- ``kubeflow`` (a PyTorchJob's pod): never detected; LightningEnvironment unless the job passes
+  ``plugins=[KubeflowEnvironment()]`` (one process per pod, ``RANK`` as the node rank).
+- ``skypilot``: torchrun on every node, started with SkyPilot's node rank and first node's address:
+  TorchElasticEnvironment.
+- ``ray`` (Ray Train's TorchTrainer worker): Ray sets ``LOCAL_RANK``, ``NODE_RANK``, ``RANK``, ``WORLD_SIZE`` and
+  ``MASTER_ADDR`` itself, without torchrun: LightningEnvironment with processes started outside it, unless the job
+  passes Ray's own environment plugin.
+"""
+_MAIN_NODE = "10.0.0.1"
+"""The first node's address in a simulated job across several nodes (a single node meets on the loopback)."""
 
 
 def cluster_variables(cluster: str, devices: int, num_nodes: int, rankfile: str | None = None) -> dict[str, str]:
@@ -118,10 +136,34 @@ def cluster_variables(cluster: str, devices: int, num_nodes: int, rankfile: str 
             "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
             "SLURM_NODELIST": f"node[0-{max(num_nodes - 1, 0)}]" if num_nodes > 1 else "node0",
         }  # fmt: skip
+    main = _MAIN_NODE if num_nodes > 1 else "127.0.0.1"
+    torchrun = {
+        "TORCHELASTIC_RUN_ID": "check", "WORLD_SIZE": world, "LOCAL_WORLD_SIZE": str(devices),
+        "RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "MASTER_ADDR": main, "MASTER_PORT": "29500",
+    }  # fmt: skip
     if cluster == "torchelastic":
+        return torchrun
+    if cluster == "skypilot":  # torchrun --nnodes=$SKYPILOT_NUM_NODES --node-rank=$SKYPILOT_NODE_RANK ...
+        ips = "\n".join(f"10.0.0.{index + 1}" for index in range(num_nodes))
         return {
-            "TORCHELASTIC_RUN_ID": "check", "WORLD_SIZE": world, "LOCAL_WORLD_SIZE": str(devices),
-            "RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+            **torchrun, "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NUM_NODES": str(num_nodes), "SKYPILOT_NODE_IPS": ips,
+            "SKYPILOT_NUM_GPUS_PER_NODE": str(devices), "SKYPILOT_TASK_ID": "check",
+        }  # fmt: skip
+    if cluster == "ray":  # a Ray Train worker: Ray sets these and starts one worker per device
+        return {
+            "WORLD_SIZE": world, "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": str(devices), "NODE_RANK": "0",
+            "MASTER_ADDR": main, "MASTER_PORT": "29500",
+        }  # fmt: skip
+    if cluster == "mpi":  # mpiexec -n WORLD --npernode DEVICES (Open MPI; PMI_* as MPICH's Hydra sets them)
+        return {
+            "OMPI_COMM_WORLD_SIZE": world, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": str(devices), "OMPI_COMM_WORLD_NODE_RANK": "0", "PMI_RANK": "0",
+            "PMI_SIZE": world,
+        }  # fmt: skip
+    if cluster == "kubeflow":  # the master pod of a PyTorchJob of NUM_NODES pods, one process each
+        return {
+            "KUBERNETES_PORT": "tcp://10.96.0.1:443", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
+            "WORLD_SIZE": str(num_nodes), "RANK": "0",
         }  # fmt: skip
     if cluster == "lsf":
         return {

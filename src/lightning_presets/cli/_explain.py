@@ -1,0 +1,98 @@
+"""``lightning-presets explain``: a failed run's logs turned into one cause and one fix per failure."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from lightning_presets.cli._output import emit, emit_json, fields, heading, indented, verdict
+from lightning_presets.guards.failures import CATEGORIES
+from lightning_presets.tools import explain as _explain
+
+DESCRIPTION = (
+    "Explain a failed distributed run from what it left: a SLURM output file, torchrun's --log-dir folder (per-rank "
+    "stdout/stderr and torchelastic error files), Lightning's output or a pasted traceback (- reads standard input). "
+    "One paragraph per distinct failure: its code, the cause, the fix, the ranks and files it was seen in, and which "
+    "came first; ranks that only timed out or lost a peer after it are told apart as consequences."
+)
+EPILOG = (
+    f"Categories: {', '.join(CATEGORIES)}. "
+    "Exit codes: 0 something was explained, 1 nothing was recognised (the files read are listed), 2 usage error."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="log files, folders (read recursively) or -")
+    parser.add_argument("--json", action="store_true",
+                        help='print {"failures": [{"code", "category", "cause", "fix", "ranks", "first", '
+                        '"evidence", ...}], "read": [...]}')  # fmt: skip
+    parser.add_argument("--probe", action="store_true",
+                        help="also look at this machine where it decides a cause (/dev/shm, the interfaces "
+                        "*_SOCKET_IFNAME name, when an extension was built): only when the logs come from "
+                        "it")  # fmt: skip
+
+
+def _ranks(failure: _explain.Failure) -> str:
+    ranks = failure.ranks
+    if not ranks:
+        return "rank unknown"
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _places(failure: _explain.Failure) -> str:
+    """Where it was seen, by rank: ``rank 1: a/error.json:7, a/stderr.log:9``."""
+    by_rank: dict[int | None, list[str]] = {}
+    for event in failure.events:
+        by_rank.setdefault(event.rank, []).append(f"{event.source}:{event.line}")
+    return "\n".join(
+        f"{'rank ' + str(rank) if rank is not None else 'rank unknown'}: {', '.join(dict.fromkeys(places))}"
+        for rank, places in sorted(by_rank.items(), key=lambda item: (item[0] is None, item[0] or 0))
+    )
+
+
+def _paragraph(number: int, failure: _explain.Failure, first: _explain.Failure | None) -> RenderableType:
+    if failure.first:
+        standing = Text("first failure", style="bold red")
+    elif failure.role == "consequence" and first is not None:
+        standing = Text(f"after {first.code} on {_ranks(first)}: a consequence of it", style="yellow")
+    else:
+        standing = Text("a later failure", style="yellow")
+    title = Text.assemble((f"{number}. [{failure.code}] ", "bold"), (f"{_ranks(failure)} ", "bold"), "(",
+                          standing, f"; {failure.category})")  # fmt: skip
+    rows: list[tuple[str, str | Text]] = [("cause", failure.cause), ("fix", failure.signature.fix)]
+    if failure.probe:
+        rows.append(("this machine", failure.probe))
+    rows.append(("error", failure.events[0].text))
+    rows.append(("seen in", _places(failure)))
+    return Group(title, fields(rows, indent=3))
+
+
+def render(report: _explain.Report) -> Group:
+    files = len(report.places)
+    lines = sum(count for _, count in report.places)
+    parts: list[RenderableType] = [heading(f"lightning-presets explain: {files} file(s) read, {lines} line(s)"), ""]
+    first = report.first
+    for number, failure in enumerate(report.failures, start=1):
+        parts += [_paragraph(number, failure, first), ""]
+    if report.explained and first is not None:
+        parts.append(verdict(f"EXPLAINED: the first failure is {first.code} ({first.category}) on {_ranks(first)}; "
+                             f"{len(report.failures)} distinct failure(s); exit 0", ok=True))  # fmt: skip
+    else:
+        unknown = f" {len(report.failures)} unrecognised exception(s) (above);" if report.failures else ""
+        parts.append(verdict(f"NOTHING RECOGNISED:{unknown} no known failure in what was read; exit 1", ok=False))
+        parts.append(indented("\n".join(f"{path} ({count} lines)" for path, count in report.places) or "(nothing)"))
+    return Group(*parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = _explain.explain(args.paths, sys.stdin, probe=args.probe)
+    if args.json:
+        emit_json(report.as_dict())
+    else:
+        emit(render(report))
+    return report.exit_code

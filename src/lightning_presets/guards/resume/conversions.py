@@ -1,0 +1,151 @@
+"""Conversions as values: the steps that make a checkpoint loadable, with its real paths.
+
+A :class:`Conversion` is a tuple of steps (a :class:`Command` line or a line of :class:`Python`) and the checkpoint
+they write. The resume rules' hints show it through :func:`render`; the resume matrix benchmark
+(``benchmarks/bench_resume_matrix.py``) runs the same object's steps through :func:`command_line`, so what a hint says
+is what was run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+from dataclasses import dataclass
+
+from lightning_presets.guards.checkpoints import CheckpointFacts
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A command line, ``python -m MODULE ARGUMENT...``: ``argv[0]`` stands for the job's Python interpreter."""
+
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Python:
+    """Python statements on one line (``python -c`` runs them)."""
+
+    code: str
+
+
+Step = Command | Python
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Conversion:
+    """What makes a checkpoint loadable: the steps, in order, and the checkpoint the job loads after them."""
+
+    steps: tuple[Step, ...]
+    """Empty when there is nothing to run (the checkpoint is one file already, or converted already)."""
+    result: str
+    """The checkpoint the job loads after the steps (the original one when there is nothing to run)."""
+    key: str | None = None
+    """Where ``result`` keeps the model's weights (``None``: at its top level, or not a weights file)."""
+    resumes: bool = False
+    """The job resumes from ``result`` with nothing else changed (``fit(ckpt_path=result)``,
+    ``fabric.load(result, state)``); otherwise it loads only the weights, or needs a setting changed first."""
+
+    def resuming(self) -> Conversion:
+        """The same conversion, the job then resuming from its result."""
+        return dataclasses.replace(self, resumes=True)
+
+    def then(self, *steps: Step) -> Conversion:
+        """The same conversion with ``steps`` run after its own."""
+        return dataclasses.replace(self, steps=(*self.steps, *steps))
+
+
+def render(conversion: Conversion) -> str:
+    """The steps as a hint shows them: each command or line of Python in backquotes, joined by ``, then``."""
+    return ", then ".join(
+        f"`{shlex.join(step.argv)}`" if isinstance(step, Command) else f"in Python: `{step.code}`"
+        for step in conversion.steps
+    )
+
+
+def command_line(step: Step, python: str) -> list[str]:
+    """The argument vector that runs ``step`` with the interpreter ``python``."""
+    if isinstance(step, Command):
+        return [python, *step.argv[1:]]
+    return [python, "-c", step.code]
+
+
+def _module(module: str, *arguments: str) -> Command:
+    return Command(("python", "-m", module, *arguments))
+
+
+def consolidated_path(facts: CheckpointFacts) -> str:
+    """Where a consolidation writes the one file: beside the checkpoint, ``.consolidated`` appended."""
+    return facts.path.rstrip("/" + os.sep) + ".consolidated"
+
+
+def to_one_file(facts: CheckpointFacts) -> Conversion:
+    """The steps that turn ``facts`` into one file, with its real paths (none for a file already)."""
+    out = consolidated_path(facts)
+    if facts.format == "file":
+        return Conversion(steps=(), result=facts.path, key=facts.model_key)
+    if facts.format == "deepspeed":
+        if facts.writer == "trainer":  # Lightning's converter keeps the Trainer's state beside the weights
+            code = (
+                "from lightning.pytorch.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict; "
+                f"convert_zero_checkpoint_to_fp32_state_dict({facts.path!r}, {out!r})"
+            )
+            return Conversion(steps=(Python(code),), result=out, key="state_dict")
+        code = (
+            "import torch; from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint; "
+            f"torch.save(get_fp32_state_dict_from_zero_checkpoint({facts.path!r}), {out!r})"
+        )
+        return Conversion(steps=(Python(code),), result=out)
+    arguments = (facts.path, "--output_file", out)
+    if facts.writer == "trainer" and facts.model_key == "model":  # FSDPStrategy's layout: Lightning renames it
+        consolidate = _module("lightning.pytorch.utilities.consolidate_checkpoint", *arguments)
+        return Conversion(steps=(consolidate,), result=out, key="state_dict")
+    if facts.writer == "trainer":  # ModelParallelStrategy's layout: the optimizers still need the Trainer's list
+        pops = ", ".join(f"c.pop('optimizer_{index}')" for index in range(facts.optimizers))
+        listed = Python(
+            f"import torch; c = torch.load({out!r}, weights_only=False); c['optimizer_states'] = [{pops}]; "
+            f"torch.save(c, {out!r})"
+        )
+        consolidate = _module("lightning.fabric.utilities.consolidate_checkpoint", *arguments)
+        return Conversion(steps=(consolidate, listed), result=out, key=facts.model_key)
+    if facts.writer == "fabric":
+        consolidate = _module("lightning.fabric.utilities.consolidate_checkpoint", *arguments)
+        return Conversion(steps=(consolidate,), result=out, key=facts.model_key)
+    code = (
+        "from torch.distributed.checkpoint.format_utils import dcp_to_torch_save; "
+        f"dcp_to_torch_save({facts.path!r}, {out!r})"
+    )
+    return Conversion(steps=(Python(code),), result=out, key=facts.model_key)
+
+
+def integer_keys(facts: CheckpointFacts, path: str) -> Python:
+    """The line of Python that turns a consolidated optimizer state's text keys (``'0'``) back into parameter
+    indices."""
+    fixed = "{**o, 'state': {int(k): v for k, v in o['state'].items()}}"
+    if facts.writer == "trainer":  # consolidated into the Trainer's list
+        change = f"c['optimizer_states'] = [{fixed} for o in c['optimizer_states']]"
+    else:
+        change = f"c.update({{k: (lambda o: {fixed})(c[k]) for k in {facts.optimizer_entries!r}}})"
+    return Python(f"import torch; c = torch.load({path!r}, weights_only=False); {change}; torch.save(c, {path!r})")
+
+
+def deepspeed_root(facts: CheckpointFacts) -> tuple[str, str]:
+    """(the folder that holds DeepSpeed's ``latest`` file, the tag) of a DeepSpeed checkpoint."""
+    tag = facts.tag or os.path.basename(facts.path.rstrip("/" + os.sep))
+    root = facts.path if facts.tag else os.path.dirname(facts.path.rstrip("/" + os.sep)) or "."
+    return root, tag
+
+
+def to_universal(facts: CheckpointFacts) -> Conversion:
+    """DeepSpeed's ``ds_to_universal`` on the checkpoint's tag folder (nothing when a universal copy exists); the job
+    then loads the checkpoint's folder with ``checkpoint.load_universal`` set."""
+    root, tag = deepspeed_root(facts)
+    command = _module(
+        "deepspeed.checkpoint.ds_to_universal",
+        "--input_folder",
+        os.path.join(root, tag),
+        "--output_folder",
+        os.path.join(root, tag + "_universal"),
+    )
+    return Conversion(steps=() if facts.universal else (command,), result=root)

@@ -1,0 +1,86 @@
+"""What the guards do once the job runs: the start-up handshake of fingerprints across ranks (``handshake``), the
+join watchdog while the process group forms (``join``) and, in diagnose mode, the hang report (``hangs``).
+
+``guards.strategy.Guarded.setup_environment`` calls :func:`around_process_group` in every preset family, for the
+Trainer and Fabric. Nothing here may break a run that plain Lightning would have run: our own failures become the
+warnings LP032 and LP035, never an error blamed on the user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from lightning_presets.core.context import accelerator_name
+from lightning_presets.core.findings import report
+from lightning_presets.guards.runtime.codes import DIAGNOSE_FAILED, HANDSHAKE_FAILED
+from lightning_presets.registry import variables
+
+
+def distributed(strategy: Any) -> bool:
+    """Whether the strategy forms a process group of its own that the runtime guards can use (not XLA, not one
+    device)."""
+    try:
+        if accelerator_name(getattr(strategy, "accelerator", None)) == "xla":
+            return False
+        return int(getattr(strategy, "num_processes", 1) or 1) * int(getattr(strategy, "num_nodes", 1) or 1) > 1
+    except Exception:  # a strategy that cannot say: no runtime guard
+        return False
+
+
+def _warn_own_failure(what: str, error: BaseException, code: Any) -> None:
+    report([code.finding(
+        f"{what} failed inside lightning-presets ({type(error).__name__}: {error}); the run goes on without it",
+        "please report it with this message; the variable in this hint switches it off meanwhile: "
+        f"{variables.HANDSHAKE_VARIABLE}=0 (handshake), {variables.DIAGNOSE_VARIABLE}=0 (hang report)",
+    )])  # fmt: skip
+
+
+@contextlib.contextmanager
+def around_process_group(strategy: Any) -> Iterator[None]:
+    """Around Lightning's ``setup_environment``: the join watchdog while the process group forms; then the
+    handshake, and in diagnose mode the collective recorder, before the model's first collective."""
+    watch: Any = None
+    if distributed(strategy):
+        try:
+            from lightning_presets.guards.runtime.join import start_watchdog
+
+            watch = start_watchdog(strategy)
+        except Exception as error:
+            _warn_own_failure("the join watchdog", error, HANDSHAKE_FAILED)
+    try:
+        yield
+    finally:
+        if watch is not None:
+            watch.stop()
+    if not distributed(strategy) or not _initialized():
+        return
+    if variables.handshake_enabled():
+        from lightning_presets.guards.runtime.handshake import handshake
+
+        handshake(strategy)  # raises LP030 on a mismatch; warns LP032 on its own failure
+    if variables.diagnose_enabled():
+        _guarded("diagnose mode", DIAGNOSE_FAILED, lambda: _diagnose(strategy))
+
+
+def _initialized() -> bool:
+    dist: Any = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    except Exception:
+        return False
+
+
+def _diagnose(strategy: Any) -> None:
+    from lightning_presets.guards.runtime.hangs import install
+
+    install(strategy)
+
+
+def _guarded(what: str, code: Any, action: Callable[[], None]) -> None:
+    try:
+        action()
+    except Exception as error:
+        _warn_own_failure(what, error, code)

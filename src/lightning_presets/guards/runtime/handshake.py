@@ -1,0 +1,276 @@
+"""The start-up handshake: every rank's fingerprint of the job, gathered over a gloo side group right after the process
+group exists and compared before the model's first collective.
+
+A setting that must agree and does not is LP030 on every rank (the same verdict everywhere: every rank compares the
+same gathered fingerprints); a difference that is legal but unusual is LP031 on rank 0; the handshake's own failure
+(a peer that never came, a bug of ours) is LP032 and the run goes on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lightning_presets.core.findings import Finding, report
+from lightning_presets.guards.runtime.codes import HANDSHAKE_FAILED, RANKS_DIFFER, RANKS_DISAGREE
+from lightning_presets.guards.runtime.ranks import on_nodes
+from lightning_presets.registry import variables
+
+PROTOCOL = 1
+"""The fingerprint's layout; ranks of another layout are compared on the fields they share (their package version
+differs, which is itself LP030)."""
+TIMEOUT_SECONDS = 60.0
+"""How long a rank waits for its peers' fingerprints (they all arrive within milliseconds when every rank came)."""
+ARGUMENTS = ("accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "sync_batchnorm", "max_steps",
+             "max_epochs", "min_steps", "min_epochs", "limit_train_batches", "limit_val_batches",
+             "val_check_interval", "check_val_every_n_epoch", "num_sanity_val_steps", "use_distributed_sampler",
+             "deterministic", "inference_mode", "barebones", "reload_dataloaders_every_n_epochs")  # fmt: skip
+"""Trainer/Fabric arguments that change which collectives a rank runs, or what they sum: they must agree."""
+PACKAGES = {
+    "torch": "torch",
+    "lightning": "lightning",
+    "pytorch-lightning": "pytorch_lightning",
+    "lightning-fabric": "lightning_fabric",
+    "deepspeed": "deepspeed",
+    "lightning-presets": "lightning_presets",
+}
+"""Distribution -> module: the version of each one the job imported (its ``__version__``; DeepSpeed only in the
+DeepSpeed presets, which import it): a package the job does not use cannot make its ranks disagree, and a metadata
+scan costs milliseconds."""
+MUST_AGREE_VARIABLES = frozenset({
+    "NCCL_PROTO", "NCCL_ALGO", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_MAX_NCHANNELS",
+    "NCCL_MIN_NCHANNELS", "NCCL_NTHREADS", "NCCL_CROSS_NIC", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE",
+})  # fmt: skip
+"""NCCL variables that change the wire protocol or the channels: ranks that differ in them hang or corrupt data."""
+PER_NODE_VARIABLES = frozenset({
+    "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_TOPO_FILE",
+    "NCCL_TOPO_DUMP_FILE", "NCCL_SOCKET_FAMILY", "GLOO_SOCKET_IFNAME", "GLOO_DEVICE_TRANSPORT", "NCCL_HOSTID",
+})  # fmt: skip
+"""Variables that legitimately differ from node to node (interfaces, adapters, logging): never compared."""
+VARIABLE_PREFIXES = ("NCCL_", "GLOO_", "MASTER_")
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    rank: int
+    host: str
+    fields: Mapping[str, tuple[str, str]]
+    """Field name -> (``error`` or ``warning``: how a difference is reported, the value as text)."""
+
+
+def _digest(value: Any) -> str:
+    text = repr(sorted((str(key), repr(item)) for key, item in dict(value).items()))
+    return text if len(text) <= 120 else "sha1:" + hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def _version(module_name: str) -> str | None:
+    version = getattr(sys.modules.get(module_name), "__version__", None)
+    return None if version is None else str(version)
+
+
+_VERSIONS: dict[str, str] = {}
+
+
+def versions() -> Mapping[str, str]:
+    """The packages' versions, read once per process."""
+    if not _VERSIONS:
+        found = {name: _version(module) for name, module in PACKAGES.items()}
+        _VERSIONS.update({name: version for name, version in found.items() if version is not None})
+    return _VERSIONS
+
+
+def _gpu(strategy: Any) -> dict[str, str]:
+    """The GPU of this rank, from torch only when this process has a CUDA context already (Lightning's accelerator
+    set the device before the process group): never a context of our own."""
+    torch: Any = sys.modules.get("torch")
+    device = getattr(strategy, "root_device", None)
+    if torch is None or getattr(device, "type", None) != "cuda" or not torch.cuda.is_initialized():
+        return {}
+    properties = torch.cuda.get_device_properties(device)
+    return {
+        "GPU": str(properties.name),
+        "GPU capability": f"{properties.major}.{properties.minor}",
+        "GPU memory": f"{int(properties.total_memory) // 2**20} MiB",
+    }
+
+
+def _shm() -> str:
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return "absent"
+    return f"{stat.f_blocks * stat.f_frsize // 2**20} MiB"
+
+
+def _resumed_from() -> str | None:
+    """The ``ckpt_path`` that ``Trainer.fit``/``validate``/... is about to load (``Trainer._run``'s argument, on the
+    stack above ``setup_environment``); ``None`` when there is none (Fabric loads later, in ``load``)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_run" and "ckpt_path" in frame.f_code.co_varnames:
+            path = frame.f_locals.get("ckpt_path")
+            return None if path is None else str(path)
+        frame = frame.f_back  # type: ignore[assignment]  # typeshed: f_back is FrameType | None
+    return None
+
+
+def _checkpoint(path: str) -> tuple[str, str]:
+    """Whether this node sees the checkpoint (must agree: a rank that does not fails to load while the others wait),
+    and what it sees (should agree: another file of the same name is a node-local copy)."""
+    if "://" in path:  # a URL (s3://, gs://) names the same object for every node
+        return "remote", "remote"
+    target = Path(path)
+    if not target.exists():
+        return "absent", "absent"
+    if target.is_dir():
+        entries = sorted(target.iterdir())  # the top level only: a sharded checkpoint holds thousands of files
+        size = sum(entry.stat().st_size for entry in entries if entry.is_file())
+        return "present", f"a folder of {len(entries)} entries, {size} bytes at its top level"
+    stat = target.stat()
+    return "present", f"a file of {stat.st_size} bytes, modified at {int(stat.st_mtime)}"
+
+
+def fingerprint(strategy: Any, rank: int, environ: Mapping[str, str] | None = None) -> Fingerprint:
+    """What this rank knows of the job; see the module's docstring."""
+    import torch
+
+    env = os.environ if environ is None else environ
+    context = getattr(strategy, "_lp_context", None)
+    preset = type(strategy)._lp_preset
+    fields: dict[str, tuple[str, str]] = {}
+
+    def must(name: str, value: Any) -> None:
+        fields[name] = ("error", str(value))
+
+    def should(name: str, value: Any) -> None:
+        fields[name] = ("warning", str(value))
+
+    must("preset", preset.name)
+    options = dict(getattr(strategy, "_lp_options", {}) or {})
+    resolved = dict(getattr(context, "resolved", {}) or {})
+    must("preset arguments", _digest({**options, **{f"resolved {k}": v for k, v in resolved.items()}}))
+    must("strategy class", type(strategy).__mro__[-2].__name__ if len(type(strategy).__mro__) > 1 else "?")
+    precision = getattr(strategy, "precision_plugin", None) or getattr(strategy, "precision", None)
+    must("precision", getattr(precision, "precision", "?"))
+    must("precision plugin", type(precision).__name__)
+    must("devices per node", getattr(strategy, "num_processes", "?"))
+    must("num_nodes", getattr(strategy, "num_nodes", "?"))
+    must("accelerator", type(getattr(strategy, "accelerator", None)).__name__)
+    must("process group backend", getattr(strategy, "_process_group_backend", None))
+    arguments = dict(getattr(context, "arguments", {}) or {})
+    for name in ARGUMENTS:
+        if name in arguments:
+            must(name, repr(arguments[name]))
+    for name, version in versions().items():
+        must(name, version)
+    must("torch CUDA", torch.version.cuda)
+    build = getattr(context, "torch_build", None) or {}
+    must("torch NCCL", build.get("nccl"))
+    for name, value in _gpu(strategy).items():
+        should(name, value)
+    should("/dev/shm", _shm())
+    resumed = _resumed_from()
+    if resumed is not None:
+        present, seen = _checkpoint(resumed)
+        must("checkpoint", present)
+        should("checkpoint path", resumed)
+        should("checkpoint as seen", seen)
+    for name in sorted(env):
+        if name.startswith(VARIABLE_PREFIXES) and name not in PER_NODE_VARIABLES:
+            (must if name in MUST_AGREE_VARIABLES else should)(f"${name}", env[name])
+    return Fingerprint(rank=rank, host=socket.gethostname(), fields=fields)
+
+
+def _payload(mine: Fingerprint) -> dict[str, Any]:
+    return {"protocol": PROTOCOL, "rank": mine.rank, "host": mine.host, "fields": dict(mine.fields)}
+
+
+def compare(gathered: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    """LP030 for the fields that must agree and do not, LP031 for those that should; at most one finding of each."""
+    hosts = {int(each["rank"]): str(each["host"]) for each in gathered}
+    names = sorted({name for each in gathered for name in each["fields"]})
+    lines: dict[str, list[str]] = {"error": [], "warning": []}
+    for name in names:
+        values: dict[str, list[int]] = {}
+        severity = "warning"
+        for each in gathered:
+            entry = each["fields"].get(name)
+            value = "(not set)" if name.startswith("$") else "(not reported)"
+            if entry is not None:
+                severity = "error" if entry[0] == "error" else severity
+                value = str(entry[1])
+            values.setdefault(value, []).append(int(each["rank"]))
+        if len(values) > 1:
+            ordered = sorted(values.items(), key=lambda item: min(item[1]))
+            described = " but ".join(f"{value!r} on {on_nodes(ranks, hosts)}" for value, ranks in ordered)
+            lines[severity].append(f"{name}: {described}")
+    findings = []
+    world = len(gathered)
+    if lines["error"]:
+        findings.append(RANKS_DISAGREE.finding(
+            f"the {world} ranks of this job disagree on {len(lines['error'])} setting(s) that must agree: "
+            + "; ".join(lines["error"]),
+            "start every rank from the same script, arguments, packages and environment: a value read from the "
+            "rank's own environment (LOCAL_RANK, the host) or a node with other packages installed leads here; "
+            f"{variables.HANDSHAKE_VARIABLE}=0 switches this check off",
+        ))  # fmt: skip
+    if lines["warning"]:
+        findings.append(RANKS_DIFFER.finding(
+            f"the {world} ranks of this job differ in {len(lines['warning'])} setting(s): "
+            + "; ".join(lines["warning"]),
+            "legal, but usually a node set up differently from the others: give every node the same GPUs, /dev/shm "
+            "and variables",
+        ))  # fmt: skip
+    return findings
+
+
+def _rank(dist: Any) -> int:
+    return int(dist.get_rank())
+
+
+def gather(mine: Fingerprint) -> list[dict[str, Any]]:
+    """Every rank's fingerprint, over a new gloo group (the main group may be NCCL, which moves no Python objects
+    without a CUDA tensor), with a short timeout; the group is destroyed again."""
+    import torch.distributed as dist
+
+    group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS))
+    try:
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, _payload(mine), group=group)
+    finally:
+        dist.destroy_process_group(group)
+    return [each for each in gathered if isinstance(each, dict) and each.get("protocol") == PROTOCOL]
+
+
+def handshake(strategy: Any) -> None:
+    """Run the handshake on this rank: raises ``PresetConfigError`` (LP030) when the ranks disagree."""
+    import torch.distributed as dist
+
+    try:
+        rank = _rank(dist)
+        gathered = gather(fingerprint(strategy, rank))
+        findings = compare(gathered)
+        if len(gathered) != dist.get_world_size():
+            findings.append(HANDSHAKE_FAILED.finding(
+                f"{dist.get_world_size() - len(gathered)} rank(s) sent a fingerprint this version cannot read: they "
+                "were not compared", "install the same lightning-presets on every node",
+            ))  # fmt: skip
+    except Exception as error:  # ours, or a peer that never came: the run goes on as plain Lightning's would
+        report([HANDSHAKE_FAILED.finding(
+            f"the start-up handshake failed ({type(error).__name__}: {str(error).strip()[:300]}); the ranks were not "
+            "compared and the run goes on", f"if a rank never reached it, look at that rank's log; "
+            f"{variables.HANDSHAKE_VARIABLE}=0 switches the handshake off",
+        )])  # fmt: skip
+        return
+    errors = [finding for finding in findings if finding.severity == "error"]
+    if errors:
+        report(errors)
+    if rank == 0:
+        report(findings)

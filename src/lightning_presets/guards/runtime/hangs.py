@@ -1,0 +1,425 @@
+"""Diagnose mode (``LIGHTNING_PRESETS_DIAGNOSE=1``): a recorder of the collectives each rank enters from Python, and
+a monitor thread per rank that reports a collective which does not complete in time (LP034).
+
+The recorder wraps ``torch.distributed``'s collectives: each entry has its group, a sequence number per group, the
+user's source line and the Lightning hook it came from (a ``self.log(..., sync_dist=True)`` is found again from the
+metric Lightning reduces at the end of the epoch: the log call's own line is recorded when it is made). The monitor
+publishes the rank's state in the job's store; a collective still waiting after the limit (the process group's
+timeout during set-up and the first step, ``LIGHTNING_PRESETS_COLLECTIVE_TIMEOUT`` seconds afterwards) makes its rank
+ask every rank where it is, print one report on stderr (which ranks are in the collective, which never entered it and
+where they are instead) and end the job's processes.
+
+What it does not see: collectives that torch issues from C++ (DDP's gradient buckets, FSDP1's), and the completion of
+``async_op=True`` work (recorded as complete when the call returns). A rank waiting in one of those is reported by
+where its Python code is.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import inspect
+import json
+import linecache
+import os
+import socket
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from lightning_presets.guards.runtime.codes import COLLECTIVE_HANG
+from lightning_presets.guards.runtime.ranks import on_nodes
+from lightning_presets.registry import variables
+
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+               "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+               "all_to_all_single", "barrier", "monitored_barrier", "gather", "gather_object", "scatter",
+               "scatter_object_list")  # fmt: skip
+HOOK_CALLERS = (
+    "_call_lightning_module_hook",
+    "_call_callback_hooks",
+    "_call_strategy_hook",
+    "_call_callbacks_state_dict",
+)
+POLL_SECONDS = 0.5
+ANSWER_SECONDS = 5.0
+"""How long the reporting rank waits for the others to say where they are."""
+EXIT_STATUS = 1
+PREFIX = "lightning_presets/diagnose"
+_LIBRARIES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities", "torchmetrics",
+              "lightning_presets", "deepspeed")  # fmt: skip
+
+
+def _library_folders() -> tuple[str, ...]:
+    folders = [sysconfig.get_paths()["stdlib"]]
+    for name in _LIBRARIES:
+        module = sys.modules.get(name)
+        where = getattr(module, "__file__", None)
+        if where:
+            folders.append(str(Path(where).resolve().parent))
+    return tuple(folder + os.sep for folder in folders)
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """Where a collective (or a rank's Python code) is: the user's line and the Lightning hook around it."""
+
+    where: str
+    """``file.py:87``, the innermost frame outside the libraries."""
+    code: str
+    """That line's source text."""
+    hook: str
+    """The Lightning hook being run (``on_train_epoch_end``), or empty."""
+
+    def describe(self) -> str:
+        """``self.log("x", v, sync_dist=True) in on_train_epoch_end at train.py:87``."""
+        parts = [f"`{self.code}`"] if self.code else []
+        if self.hook:
+            parts.append(f"in {self.hook}")
+        parts.append(f"at {self.where}")
+        return " ".join(parts)
+
+
+class Recorder:
+    """This process's collectives (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = threading.local()
+        self.sequence: dict[str, int] = {}
+        self.current: dict[str, Any] | None = None
+        self.last: dict[str, Any] | None = None
+        self.started = 0.0
+        self.first_step_done = False
+        self.log_sites: dict[tuple[str, str], Site] = {}
+        self.folders = _library_folders()
+        self.changed = threading.Event()
+
+    # --- where ------------------------------------------------------------------------------------------------
+
+    def _outside(self, filename: str) -> bool:
+        return not filename.startswith("<") and not os.path.abspath(filename).startswith(self.folders)
+
+    def site(self, frame: FrameType | None) -> Site:
+        user: FrameType | None = None
+        hook = ""
+        metric: tuple[str, str] | None = None
+        while frame is not None:
+            code = frame.f_code
+            if user is None and self._outside(code.co_filename):
+                user = frame
+            if not hook and code.co_name in HOOK_CALLERS:
+                hook = str(frame.f_locals.get("hook_name", ""))
+            if metric is None and code.co_name == "compute":
+                owner = frame.f_locals.get("self")
+                meta = getattr(owner, "meta", None)
+                if type(owner).__name__ == "_ResultMetric" and meta is not None:
+                    metric = (str(getattr(meta, "fx", "")), str(getattr(meta, "name", "")))
+            frame = frame.f_back
+        if metric is not None and metric in self.log_sites:
+            return self.log_sites[metric]
+        if user is None:
+            return Site(where="(library code only)", code="", hook=hook)
+        where = f"{Path(user.f_code.co_filename).name}:{user.f_lineno}"
+        text = linecache.getline(user.f_code.co_filename, user.f_lineno).strip()
+        return Site(where=where, code=text[:160], hook=hook or (user.f_code.co_name if user.f_code.co_name.startswith(
+            ("on_", "training_step", "validation_step", "configure_")) else ""))  # fmt: skip
+
+    # --- the record ---------------------------------------------------------------------------------------------
+
+    def enter(self, op: str, group: list[int], frame: FrameType | None) -> dict[str, Any] | None:
+        depth = getattr(self.depth, "value", 0)
+        self.depth.value = depth + 1
+        if depth:  # a collective inside another (all_gather_object's all_gather): the outer one is the record
+            return None
+        key = ",".join(map(str, group))
+        site = self.site(frame)
+        with self.lock:
+            number = self.sequence.get(key, 0) + 1
+            self.sequence[key] = number
+            entry = {"op": op, "group": group, "seq": number, "site": asdict(site), "since": time.monotonic()}
+            self.current = entry
+        self.changed.set()
+        return entry
+
+    def leave(self, entry: dict[str, Any] | None) -> None:
+        self.depth.value = getattr(self.depth, "value", 1) - 1
+        if entry is None:
+            return
+        with self.lock:
+            if self.current is entry:
+                self.current = None
+            self.last = entry
+        self.changed.set()
+
+
+_RECORDER: Recorder | None = None
+
+
+def _group_ranks(dist: Any, group: Any) -> list[int]:
+    if group is None or group is dist.GroupMember.WORLD:
+        return list(range(dist.get_world_size()))
+    return [int(rank) for rank in dist.get_process_group_ranks(group)]
+
+
+def _wrap(dist: Any, name: str, function: Callable[..., Any], recorder: Recorder) -> Callable[..., Any]:
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            group = signature.bind_partial(*args, **kwargs).arguments.get("group")
+            entry = recorder.enter(name, _group_ranks(dist, group), sys._getframe(1))
+        except Exception:  # recording must never change what the collective does
+            entry = None
+        try:
+            return function(*args, **kwargs)
+        finally:
+            recorder.leave(entry)
+
+    recorded._lp_recorded = function  # type: ignore[attr-defined]
+    return recorded
+
+
+def _patch_collectives(recorder: Recorder) -> None:
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    for name in COLLECTIVES:
+        original = getattr(c10d, name, None)
+        if original is None or hasattr(original, "_lp_recorded"):
+            continue
+        wrapped = _wrap(dist, name, original, recorder)
+        setattr(c10d, name, wrapped)
+        if getattr(dist, name, None) is original:
+            setattr(dist, name, wrapped)
+
+
+def _patch_log(recorder: Recorder) -> None:
+    """Remember the line of each ``self.log(..., sync_dist=True)``: Lightning reduces the value later, at the end of
+    the epoch, where the user's line is no longer on the stack."""
+    for module_name in ("lightning.pytorch.core.module", "pytorch_lightning.core.module"):
+        module = sys.modules.get(module_name)
+        cls = getattr(module, "LightningModule", None)
+        if cls is None or hasattr(cls.log, "_lp_recorded"):
+            continue
+        original = cls.log
+
+        def log(self: Any, name: str, value: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if kwargs.get("sync_dist"):
+                try:
+                    site = recorder.site(sys._getframe(1))
+                    fx = str(getattr(self, "_current_fx_name", "") or "")
+                    code = site.code or f"self.log({name!r}, ..., sync_dist=True)"
+                    recorder.log_sites[(fx, name)] = Site(where=site.where, code=code, hook=fx or site.hook)
+                except Exception:
+                    pass
+            return _original(self, name, value, *args, **kwargs)
+
+        log._lp_recorded = original  # type: ignore[attr-defined]
+        cls.log = log
+
+
+class Monitor:
+    """The thread that publishes this rank's state and reports a collective that waits too long."""
+
+    def __init__(self, recorder: Recorder, rank: int, world: int, setup_limit: float, step_limit: float) -> None:
+        self.recorder = recorder
+        self.rank = rank
+        self.world = world
+        self.setup_limit = setup_limit
+        self.step_limit = step_limit
+        self.host = socket.gethostname()
+        attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        self.prefix = f"{PREFIX}/{attempt}"
+        self.main = threading.main_thread()
+        self.store: Any = None
+        self.thread = threading.Thread(target=self._run, name="lightning-presets-hang-monitor", daemon=True)
+
+    def start(self) -> None:
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]  # torch exports it untyped
+
+        address = os.environ.get("MASTER_ADDR", "127.0.0.1")
+        port = int(os.environ.get("MASTER_PORT", "0"))
+        self.store = TCPStore(address, port, is_master=False, wait_for_workers=False,
+                                   timeout=datetime.timedelta(seconds=30))  # fmt: skip
+        self.thread.start()
+
+    def limit(self) -> float:
+        return self.step_limit if self.recorder.first_step_done and self.step_limit > 0 else self.setup_limit
+
+    def state(self, *, now: bool) -> dict[str, Any]:
+        with self.recorder.lock:
+            current, last = self.recorder.current, self.recorder.last
+        state: dict[str, Any] = {"rank": self.rank, "host": self.host, "current": current, "last": last}
+        if now:
+            frame = sys._current_frames().get(self.main.ident or 0)
+            state["now"] = asdict(self.recorder.site(frame))
+        return state
+
+    def _publish(self, key: str, state: Mapping[str, Any]) -> None:
+        self.store.set(f"{self.prefix}/{key}/{self.rank}", json.dumps(state, default=str))
+
+    def _run(self) -> None:
+        try:
+            self._watch()
+        except Exception:  # the store went away (rank 0 ended) or a bug of ours: the run goes on, unwatched
+            return
+
+    def _watch(self) -> None:
+        answered = False
+        while True:
+            if self.recorder.changed.wait(POLL_SECONDS):
+                self.recorder.changed.clear()
+                self._publish("state", self.state(now=False))
+            if self.store.check([f"{self.prefix}/report"]):
+                self._end()
+            if not answered and self.store.check([f"{self.prefix}/request"]):
+                self._publish("answer", self.state(now=True))
+                answered = True
+            with self.recorder.lock:
+                current = self.recorder.current
+            if current is not None and time.monotonic() - current["since"] > self.limit():
+                if self.store.add(f"{self.prefix}/reporter", 1) == 1:
+                    self._report(current)  # ends the process
+                if not answered:  # another rank reports: say where this one is, then wait for its report
+                    self._publish("answer", self.state(now=True))
+                    answered = True
+
+    def _states(self, key: str) -> dict[int, dict[str, Any]]:
+        found = {}
+        for rank in range(self.world):
+            name = f"{self.prefix}/{key}/{rank}"
+            if self.store.check([name]):
+                found[rank] = json.loads(self.store.get(name))
+        return found
+
+    def _report(self, current: dict[str, Any]) -> None:
+        self.store.set(f"{self.prefix}/request", str(self.rank))
+        self._publish("answer", self.state(now=True))
+        deadline = time.monotonic() + ANSWER_SECONDS
+        answers = self._states("answer")
+        while len(answers) < len(current["group"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            answers = self._states("answer")
+        text = describe(current, answers, self._states("state"), self.limit(), self.recorder.first_step_done)
+        self._print(text)
+        self.store.set(f"{self.prefix}/report", text)
+        deadline = time.monotonic() + 4 * POLL_SECONDS  # let the others read the verdict before the store may go
+        while self.store.add(f"{self.prefix}/ended", 0) < len(answers) - 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os._exit(EXIT_STATUS)
+
+    def _print(self, text: str) -> None:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+
+    def _end(self) -> None:
+        """A rank that did not report: one line pointing at the report, then it ends once the reporter has."""
+        name = f"{self.prefix}/request"
+        reporter = self.store.get(name).decode() if self.store.check([name]) else "?"
+        self._print(f"{COLLECTIVE_HANG.code} error: rank {self.rank} ends: rank {reporter} reported a collective that "
+                    "not every rank entered (its output has the report)")  # fmt: skip
+        try:
+            self.store.add(f"{self.prefix}/ended", 1)
+            time.sleep(2 * POLL_SECONDS)  # the reporter ends first (it may serve the store): never cut its report short
+        finally:
+            os._exit(EXIT_STATUS)
+
+
+def _collective(entry: Mapping[str, Any]) -> str:
+    return f"{entry['op']} #{entry['seq']}"
+
+
+def _site(entry: Mapping[str, Any] | None) -> str:
+    return Site(**entry).describe() if entry else "(unknown)"
+
+
+def describe(
+    hung: Mapping[str, Any],
+    answers: Mapping[int, Mapping[str, Any]],
+    states: Mapping[int, Mapping[str, Any]],
+    limit: float,
+    after_first_step: bool,
+) -> str:
+    """The one report (LP034): the collective, who entered it, who did not and where they are instead."""
+    group = [int(rank) for rank in hung["group"]]
+    key = ",".join(map(str, group))
+    hosts = {rank: str((answers.get(rank) or states.get(rank) or {}).get("host", "?")) for rank in group}
+    which = "the job's default group" if group == list(range(len(group))) else f"the group of ranks {key}"
+    when = (f"{variables.COLLECTIVE_TIMEOUT_VARIABLE}, after the first step" if after_first_step
+            else "the process group's timeout, during set-up and the first step")  # fmt: skip
+    lines = [f"{COLLECTIVE_HANG.code} error: {_collective(hung)} of {which} ({len(group)} ranks) waited more than "
+             f"{limit:g} s ({when})"]  # fmt: skip
+    entered: dict[str, list[int]] = {}
+    elsewhere: list[str] = []
+    for rank in group:
+        state = answers.get(rank) or states.get(rank)
+        current: Any = (state or {}).get("current")
+        same = current is not None and ",".join(map(str, current["group"])) == key and current["seq"] == hung["seq"]
+        if same and current["op"] == hung["op"]:
+            entered.setdefault(_site(current["site"]), []).append(rank)
+            continue
+        if state is None:
+            elsewhere.append(f"  rank {rank} on node {hosts[rank]}: never entered it, and never answered (no "
+                             "collective recorded: it may have ended or not started recording)")  # fmt: skip
+            continue
+        last = state.get("last")
+        done = f"its last collective was {_collective(last)} ({_site(last['site'])})" if last else "no collective yet"
+        if current is not None:
+            where = f"it waits in {_collective(current)} instead, {_site(current['site'])}"
+        elif rank in answers:
+            where = f"its code is now at {_site(answers[rank].get('now'))}"
+        else:
+            where = "it no longer answers (ended?)"
+        elsewhere.append(f"  never entered by rank {rank} on node {hosts[rank]}: {done}; {where}")
+    for site, ranks in entered.items():
+        lines.append(f"  entered by {on_nodes(ranks, hosts)}: {site}")
+    lines.extend(elsewhere)
+    lines.append(
+        "  fix: every rank of a group must enter the same collectives in the same order: a collective under "
+        "`if self.global_rank == 0` (self.log(..., sync_dist=True), a barrier, a broadcast) or after a rank-dependent "
+        "number of steps hangs the others; log rank 0's value with rank_zero_only=True instead of sync_dist=True, or "
+        "make the call on every rank"
+    )
+    return "\n".join(lines)
+
+
+def _timeout_seconds(strategy: Any) -> float:
+    timeout = getattr(strategy, "_timeout", None)
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    return 1800.0
+
+
+def install(strategy: Any) -> None:
+    """Record this process's collectives and start its monitor (once per process)."""
+    global _RECORDER
+    import torch.distributed as dist
+
+    if _RECORDER is not None:
+        return
+    recorder = Recorder()
+    _patch_collectives(recorder)
+    _patch_log(recorder)
+    step = strategy.optimizer_step
+
+    @functools.wraps(step)
+    def optimizer_step(*args: Any, **kwargs: Any) -> Any:
+        result = step(*args, **kwargs)
+        recorder.first_step_done = True
+        return result
+
+    strategy.optimizer_step = optimizer_step
+    pg_timeout = _timeout_seconds(strategy)
+    monitor = Monitor(recorder, int(dist.get_rank()), int(dist.get_world_size()), 0.9 * pg_timeout,
+                      variables.collective_timeout())  # fmt: skip
+    monitor.start()
+    _RECORDER = recorder

@@ -1,0 +1,197 @@
+"""The DeepSpeed rules on the rest of the job: the accelerator and its device indices, the preset's options, the
+precision plugin, gradient clipping, the repeated blocks to checkpoint, and the optimizer ZeRO-Offload steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from lightning_presets.core.context import Context, Options
+from lightning_presets.core.rules import Problem, rule
+from lightning_presets.guards.builders import (
+    BLOCKS,
+    NO_BLOCKS,
+    needs_cuda,
+    repeated_block,
+)
+from lightning_presets.strategies.deepspeed.config import (
+    FORCE_DS_CPU_OPTIMIZER,
+    OFFLOAD_DEVICES,
+    config_view,
+)
+
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+def _deepspeed_cpu_optimizer(optimizer: Any) -> bool:
+    """Whether DeepSpeed takes the optimizer as its own CPU optimizer with ZeRO-Offload (its CPU Adam or Lion)."""
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+    from deepspeed.ops.lion import DeepSpeedCPULion
+
+    return isinstance(optimizer, (DeepSpeedCPUAdam, DeepSpeedCPULion))
+
+
+deepspeed_needs_cuda = needs_cuda(
+    "LP403", "DeepSpeed on an accelerator other than CUDA",
+    why="DeepSpeed runs only on CUDA GPUs, got accelerator={accelerator!r}; Lightning would accept this and fail "
+    "only when `fit` starts",
+    hint="run it with accelerator='cuda'; to try sharded training on CPU use strategy='tp2d_hybrid' "
+    "(FSDP2 over gloo) or strategy='ddp'",
+    show=("accelerator", "devices"),
+    fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cpu", devices=2)',
+    fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8)',
+    evidence="runtime: tests/evidence/test_fails_deepspeed.py::test_lp403_deepspeed_on_cpu_fails_when_fit_starts "
+    "(fit: Lightning raises RuntimeError 'only supported on CUDA GPUs')",
+)  # fmt: skip
+
+
+@rule(
+    "LP420", "error", "construction", "GPU indices other than 0..n-1, which DeepSpeed cannot map to local ranks",
+    fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=[1, 3])',
+    fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=2)   # CUDA_VISIBLE_DEVICES=1,3',
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp420_deepspeed_refuses_device_indices "
+    "(lightning's _validate_device_index_selection raises RuntimeError in setup_environment, when `fit` starts)",
+)  # fmt: skip
+def devices_are_local_ranks(ctx: Context) -> Problem | None:
+    indices = ctx.device_indices
+    if indices is None or indices == tuple(range(len(indices))):
+        return None
+    return Problem(
+        f"{ctx.call('devices')}: DeepSpeed maps each process to the GPU of its local rank, so it can use the "
+        f"GPUs 0..{len(indices) - 1} only; Lightning refuses {list(indices)} when `fit` starts",
+        f"select the GPUs with CUDA_VISIBLE_DEVICES={','.join(map(str, indices))} and pass devices={len(indices)}",
+    )
+
+
+@rule(
+    "LP410", "error", "options", "a ZeRO stage or offload device DeepSpeed does not know",
+    fails='lightning_presets.strategy("deepspeed_zero2_offload", offload_optimizer_device="gpu")',
+    fixed='lightning_presets.strategy("deepspeed_zero2_offload", offload_optimizer_device="cpu")',
+    evidence="runtime: "
+    "tests/evidence/test_fails_deepspeed.py::test_lp410_an_unknown_offload_device_fails_deepspeeds_config_validation "
+    "(DeepSpeedConfig raises a validation error)",
+)  # fmt: skip
+def zero_values_known(options: Options) -> Problem | None:
+    bad = []
+    if options.values.get("stage", 2) not in ZERO_STAGES:
+        bad.append("stage")
+    bad += [
+        key
+        for key in ("offload_optimizer_device", "offload_params_device")
+        if options.values.get(key, "cpu") not in (*OFFLOAD_DEVICES, "none")  # "none": DeepSpeed's "no offload"
+    ]
+    if not bad:
+        return None
+    return Problem(
+        f"{options.call(*bad)}: Lightning accepts {' and '.join(bad)} as given, DeepSpeed fails on it later",
+        f"stage is one of {', '.join(map(str, ZERO_STAGES))}; offload devices are "
+        f"{', '.join(map(repr, OFFLOAD_DEVICES))} or 'none'",
+    )
+
+
+checkpoint_block_found = repeated_block(
+    "LP411", "no repeated block found to checkpoint",
+    consequence="so no activation is checkpointed and activation memory is not reduced",
+    hint="pass the block class: lightning_presets.strategy({preset!r}, checkpoint_blocks={{MyBlock}}), "
+    "or hold the blocks in an nn.ModuleList",
+    unless_given=("checkpoint_blocks",),
+    fails=NO_BLOCKS + 'Trainer(strategy="deepspeed_zero3_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
+    fixed=BLOCKS + 'Trainer(strategy="deepspeed_zero3_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
+)  # fmt: skip
+
+
+@rule(
+    "LP412", "error", "construction", "a precision plugin Lightning's DeepSpeed strategy cannot drive",
+    fails="from lightning.pytorch.plugins import MixedPrecision\n"
+    'Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, '
+    'plugins=[MixedPrecision("bf16-mixed", "cuda")])',
+    fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, precision="bf16-mixed")',
+    evidence="gpu: benchmarks/gpu/gpu_checks.py::proof_lp412_deepspeed_closure (training_step never runs; not run on "
+    "a GPU yet)",
+)  # fmt: skip
+def deepspeed_precision_plugin(ctx: Context) -> Problem | None:
+    preset = ctx.precision_preset
+    if preset is not None and preset.incompatibility(ctx.family, ctx.preset, ctx.caller) is not None:
+        return None  # LP607 says why, in the precision preset's own words
+    if ctx.precision_plugin is None or ctx.precision_is("DeepSpeedPrecision"):
+        return None  # not constructed (check's syntax fallback), or DeepSpeed's own plugin
+    return Problem(
+        f"`{ctx.caller}(strategy={ctx.preset!r}, plugins=[{ctx.precision_plugin}(...)])`: Lightning's DeepSpeed "
+        f"strategy steps the optimizer through DeepSpeedPrecision; {ctx.precision_plugin} hands DeepSpeed's "
+        "optimizer a closure it never calls, so the model would not train",
+        f"drop the plugin and pass precision={ctx.precision!r} (DeepSpeed takes its dtypes from precision= and its "
+        "config)",
+    )
+
+
+@rule(
+    "LP415", "error", "construction", "gradient clipping by value, which DeepSpeed does not do",
+    fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, gradient_clip_val=1.0, '
+    'gradient_clip_algorithm="value")',
+    fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, gradient_clip_val=1.0)',
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp415_deepspeed_refuses_clipping_by_value "
+    "(Lightning's DeepSpeedStrategy.init_deepspeed raises MisconfigurationException in `fit`)",
+)  # fmt: skip
+def clipping_by_norm_only(ctx: Context) -> Problem | None:
+    if ctx.clip_algorithm_requested != "value":  # Lightning refuses the algorithm, with or without a value
+        return None
+    return Problem(
+        f"{ctx.call('gradient_clip_val', 'gradient_clip_algorithm')}: DeepSpeed clips gradients itself, by their norm "
+        "only; Lightning refuses clipping by value when `fit` sets DeepSpeed up, after every process has started",
+        "drop gradient_clip_algorithm (clipping by norm, DeepSpeed's gradient_clipping), or use a strategy that clips "
+        "by value, e.g. strategy='fsdp2'",
+    )
+
+
+@rule(
+    "LP416", "warning", "optimizers", "a torch optimizer stepping ZeRO-Offload's CPU state (slow)",
+    fails="import torch\nmodel = nn.Linear(64, 64)\n"
+    'fabric = Fabric(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8)\n'
+    "fabric.setup(model, torch.optim.AdamW(model.parameters()))",
+    fixed="import torch\nmodel = nn.Linear(64, 64)   # or deepspeed.ops.adam.DeepSpeedCPUAdam with the offload\n"
+    'fabric = Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", '
+    'offload_optimizer=False), accelerator="cuda", devices=8)\n'
+    "fabric.setup(model, torch.optim.AdamW(model.parameters()))",
+)  # fmt: skip
+def offload_steps_with_cpu_adam(ctx: Context, model: nn.Module | None, optimizers: tuple[Any, ...]) -> Problem | None:
+    config = config_view(ctx)
+    device = config.optimizer_offload_device
+    slow = [type(each).__name__ for each in optimizers if not _deepspeed_cpu_optimizer(each)]
+    if device is None or not slow or config.forces_deepspeed_cpu_optimizer:
+        return None
+    return Problem(
+        f"{ctx.call()}: the optimizer state is offloaded to {device!r} and {', '.join(slow)} steps it there with "
+        "torch's own CPU kernels, several times slower than DeepSpeed's vectorised CPU Adam; the preset lets it "
+        f"({FORCE_DS_CPU_OPTIMIZER}=false) rather than stop the run",
+        "return deepspeed.ops.adam.DeepSpeedCPUAdam(self.parameters(), lr=...) from configure_optimizers (same "
+        "arguments as torch's Adam/AdamW, adamw_mode=True for AdamW)",
+    )
+
+
+@rule(
+    "LP417", "error", "optimizers", "a torch optimizer with ZeRO-Offload, which DeepSpeed refuses in this config",
+    fails="import torch\nmodel = nn.Linear(64, 64)\n"
+    'fabric = Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config={'
+    '"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}), accelerator="cuda", devices=8)\n'
+    "fabric.setup(model, torch.optim.AdamW(model.parameters()))",
+    fixed="import torch\nmodel = nn.Linear(64, 64)\n"
+    'fabric = Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config={'
+    '"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "zero_force_ds_cpu_optimizer": '
+    'False}), accelerator="cuda", devices=8)\nfabric.setup(model, torch.optim.AdamW(model.parameters()))',
+    evidence="runtime: tests/evidence/test_fails_job.py::test_lp417_deepspeed_refuses_a_torch_optimizer_with_offload "
+    "(DeepSpeedEngine._configure_optimizer raises ZeRORuntimeException when the engine is created)",
+)  # fmt: skip
+def offload_takes_the_optimizer(ctx: Context, model: nn.Module | None, optimizers: tuple[Any, ...]) -> Problem | None:
+    config = config_view(ctx)
+    device = config.optimizer_offload_device
+    refused = [type(each).__name__ for each in optimizers if not _deepspeed_cpu_optimizer(each)]
+    if device is None or not refused or not config.forces_deepspeed_cpu_optimizer:
+        return None
+    return Problem(
+        f"{ctx.call()}: the DeepSpeed config offloads the optimizer state to {device!r} and leaves "
+        f"{FORCE_DS_CPU_OPTIMIZER} at true, so DeepSpeed refuses {', '.join(refused)} (only its own CPU Adam or Lion) "
+        "when the engine is created, after every process has started",
+        "return deepspeed.ops.adam.DeepSpeedCPUAdam(self.parameters(), lr=...) from configure_optimizers, or add "
+        f'"{FORCE_DS_CPU_OPTIMIZER}": false to the config (torch\'s optimizer then steps on the CPU, slower)',
+    )

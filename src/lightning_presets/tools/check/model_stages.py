@@ -1,0 +1,88 @@
+"""``check --model``: the preset's model-, setup- and optimizer-stage rules decided on the user's model, before launch.
+
+A real run decides these rules in the training processes (Trainer: when ``fit`` connects the model, when
+``configure_model`` has run, when ``configure_optimizers`` has returned; Fabric: in ``setup``). FSDP and DeepSpeed
+jobs never get there without GPUs, so ``check`` builds the model here, under fake tensors (shapes, no memory), and runs
+the same rules on the same snapshot the construction took. What check cannot run it says: ``configure_model`` needs
+the job's process group and device mesh, so the setup-stage rules of a model that defines it stay conditional.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_presets.core.findings import Finding
+from lightning_presets.core.rules import Rule, run_rules
+from lightning_presets.guards.hooks import overrides
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """What the model stages gave: their findings, the codes they decided, and notes on what they could not run."""
+
+    findings: list[Finding] = field(default_factory=list)
+    decided: frozenset[str] = frozenset()
+    """Codes of the conditional rules that have now been decided (their conditional warnings no longer apply)."""
+    notes: list[str] = field(default_factory=list)
+
+
+def _codes(rules: Sequence[Rule], stage: str) -> set[str]:
+    return {each.code for each in rules if each.stage == stage}
+
+
+@contextlib.contextmanager
+def _importable_from_here() -> Iterator[None]:
+    """Import ``--model`` from the current directory first, as ``python -m`` would (the console script puts its own
+    folder on the path instead); the path is restored afterwards."""
+    saved = list(sys.path)
+    sys.path.insert(0, os.getcwd())
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
+def model_stage_findings(strategy: Any, spec: str, optimizer: str = "adamw") -> Decided:
+    """Build ``spec`` (``MODULE:FACTORY``) under fake tensors and run the preset's model-stage rules on it, the setup
+    rules when nothing is left for ``configure_model`` to build, and the optimizer rules on what
+    ``configure_optimizers`` returns (``optimizer`` when the model has none). ``ModelError`` (from the plan's loader)
+    when the model cannot be built."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from lightning_presets.tools.plan import user_model
+
+    preset = getattr(strategy, "_lp_preset", None)
+    context = getattr(strategy, "_lp_context", None)
+    if preset is None or context is None:
+        return Decided()
+    rules: tuple[Rule, ...] = preset.rules
+    with _importable_from_here():
+        factory = user_model.load_factory(spec)
+    notes: list[str] = []
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = user_model.build(factory, spec)
+        findings = run_rules(rules, "model", context, model)
+        decided = _codes(rules, "model")
+        if overrides(model, "configure_model"):
+            setup = sorted(_codes(rules, "setup"))
+            if setup:
+                notes.append(f"--model {spec}: {type(model).__name__} builds part of itself in configure_model, "
+                             "which needs the job's process group: the setup rules "
+                             f"({', '.join(setup)}) decide when fit runs it")  # fmt: skip
+        else:
+            findings += run_rules(rules, "setup", context, model)
+            decided |= _codes(rules, "setup")
+        if _codes(rules, "optimizers"):
+            try:
+                optimizers = user_model.optimizers(model, spec, optimizer)
+            except user_model.ModelError as error:
+                notes.append(f"{error}: the optimizer rules decide when fit runs configure_optimizers")
+            else:
+                findings += run_rules(rules, "optimizers", context, model, tuple(optimizers))
+                decided |= _codes(rules, "optimizers")
+    return Decided(findings=findings, decided=frozenset(decided), notes=notes)

@@ -1,0 +1,13 @@
+"""``lightning-presets explain``: a failed distributed run's logs turned into one cause and one fix per failure.
+
+:func:`explain` reads files, folders (torchrun's ``--log-dir`` with its per-rank files and torchelastic error files,
+a SLURM output folder) and standard input (:mod:`.reading`), matches the failure signatures
+(:mod:`lightning_presets.guards.failures`) and orders the failures, the first one first (:mod:`.analysis`).
+"""
+
+from __future__ import annotations
+
+from lightning_presets.tools.explain.analysis import Event, Failure, Report, analyse, explain
+from lightning_presets.tools.explain.reading import Read, Stream, read
+
+__all__ = ["Event", "Failure", "Read", "Report", "Stream", "analyse", "explain", "read"]

@@ -1,0 +1,147 @@
+"""Jobs for the runtime guards' tests (``tests/test_runtime_guards.py``, ``tests/evidence/test_fails_runtime.py``):
+real 2-process Trainer and Fabric runs of a DDP preset on CPU (gloo), each a function of the rank's environment.
+
+Every rank that trains prints ``RESULT {json}``: its losses and a checksum of its weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+PRESET = "ddp_static_graph"
+
+
+def _report(**values: Any) -> None:
+    sys.stdout.write("RESULT " + json.dumps({"rank": int(os.environ.get("RANK", 0)), **values}) + "\n")
+    sys.stdout.flush()
+
+
+def _checksum(model: nn.Module) -> float:
+    return sum(float(p.detach().double().sum()) for p in model.parameters())
+
+
+class Regression:
+    """A tiny regression LightningModule (built lazily: ``lightning.pytorch`` is imported by the job)."""
+
+    @staticmethod
+    def make(*, log_on_rank0_only: bool = False) -> Any:
+        import lightning.pytorch as pl
+
+        class Module(pl.LightningModule):
+            def __init__(self) -> None:
+                super().__init__()
+                torch.manual_seed(0)
+                self.layer = nn.Linear(4, 1)
+                self.losses: list[float] = []
+
+            def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+                inputs, target = batch
+                loss = nn.functional.mse_loss(self.layer(inputs.to(self.layer.weight.dtype)), target.to(
+                    self.layer.weight.dtype))  # fmt: skip
+                self.losses.append(float(loss))
+                return loss
+
+            def on_train_epoch_end(self) -> None:
+                if log_on_rank0_only and self.global_rank == 0:
+                    self.log("epoch_loss", torch.tensor(self.losses[-1]), sync_dist=True)
+
+            def configure_optimizers(self) -> torch.optim.Optimizer:
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        return Module()
+
+
+def _data() -> DataLoader[Any]:
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randn(32, 4, generator=generator)
+    target = inputs.sum(dim=1, keepdim=True)
+    return DataLoader(list(zip(inputs, target, strict=True)), batch_size=4)
+
+
+def _trainer(precision: str = "32-true", max_epochs: int = 1, **strategy: Any) -> Any:
+    import lightning.pytorch as pl
+
+    import lightning_presets
+
+    return pl.Trainer(
+        strategy=lightning_presets.strategy(PRESET, **strategy) if strategy else PRESET,
+        accelerator="cpu", devices=2, max_epochs=max_epochs, precision=precision, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+
+
+def fit(precision_of_rank1: str = "32-true") -> None:
+    """Train for one epoch; rank 1 picks ``precision_of_rank1`` from its LOCAL_RANK (a script that reads its precision
+    from the rank's environment)."""
+    torch.set_num_threads(1)
+    precision = precision_of_rank1 if os.environ.get("LOCAL_RANK") == "1" else "32-true"
+    module = Regression.make()
+    trainer = _trainer(precision)
+    start = time.perf_counter()
+    trainer.fit(module, _data())
+    _report(losses=module.losses, checksum=_checksum(module), seconds=time.perf_counter() - start)
+
+
+def fit_fabric() -> None:
+    """The same through Fabric: the handshake runs in ``launch``."""
+    from lightning.fabric import Fabric
+
+    torch.set_num_threads(1)
+    fabric = Fabric(strategy=PRESET, accelerator="cpu", devices=2)
+    fabric.launch()
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 1)
+    model, optimizer = fabric.setup(layer, torch.optim.SGD(layer.parameters(), lr=0.1))
+    losses = []
+    for inputs, target in _data():
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(inputs), target)
+        fabric.backward(loss)
+        optimizer.step()
+        losses.append(float(loss))
+    _report(losses=losses, checksum=_checksum(layer))
+
+
+def join(seconds: str = "0") -> None:
+    """Form the process group (the test starts rank 0 only); ``seconds`` > 0: the DDP strategy's own timeout."""
+    torch.set_num_threads(1)
+    strategy = {"timeout": timedelta(seconds=float(seconds))} if float(seconds) > 0 else {}
+    trainer = _trainer(**strategy)
+    trainer.fit(Regression.make(), _data())
+    _report(joined=True)
+
+
+def log_on_rank0(seconds: str = "0") -> None:
+    """Rank 0 alone logs with ``sync_dist=True`` in ``on_train_epoch_end``; rank 1 then stays in the second epoch's
+    first step (as a rank that went on to other work would). ``seconds`` > 0: the process group's own timeout."""
+    torch.set_num_threads(1)
+    strategy = {"timeout": timedelta(seconds=float(seconds))} if float(seconds) > 0 else {}
+    module = Regression.make(log_on_rank0_only=True)
+    trainer = _trainer(max_epochs=1, **strategy)
+    trainer.fit(module, _data())
+    if trainer.global_rank == 1:
+        time.sleep(3600)  # rank 1 is done with fit: it goes on with something else and never enters the collective
+    _report(done=True)
+
+
+def resume_node_local() -> None:
+    """``fit(ckpt_path="ckpt/last.ckpt")`` where each rank's working folder stands for its node's local disk: the
+    checkpoint is only on rank 0's."""
+    torch.set_num_threads(1)
+    rank = os.environ["RANK"]
+    folder = f"node{rank}"
+    os.makedirs(os.path.join(folder, "ckpt"), exist_ok=True)
+    os.chdir(folder)
+    if rank == "0":
+        torch.save({"state_dict": {}}, "ckpt/last.ckpt")
+    _trainer().fit(Regression.make(), _data(), ckpt_path="ckpt/last.ckpt")
+    _report(resumed=True)

@@ -1,0 +1,234 @@
+"""The runtime guards (``lightning_presets.guards.runtime``) on real 2-process CPU runs (gloo) of a DDP preset: the
+start-up handshake, the join watchdog and diagnose mode's hang report; and their parts on their own."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import pytest
+
+from harness import SCRIPTS_PATH, run_job
+from lightning_presets import PresetWarning
+from lightning_presets.guards.runtime import distributed
+from lightning_presets.guards.runtime.handshake import compare, handshake
+from lightning_presets.guards.runtime.hangs import describe
+from lightning_presets.guards.runtime.ranks import on_nodes, spans
+from lightning_presets.registry import variables
+
+JOBS = (SCRIPTS_PATH,)
+
+
+# --- real runs ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.distributed
+def test_an_agreeing_job_trains_as_before_without_an_alarm() -> None:
+    job = run_job("runtime_jobs:fit", path=JOBS, timeout=120)
+    assert job.outcome == "trained", job.describe()
+    results = job.reports()
+    assert [result["rank"] for result in results] == [0, 1]
+    assert results[0]["checksum"] == pytest.approx(results[1]["checksum"])  # the gradients were synchronised
+    assert len(results[0]["losses"]) == 4
+    assert "LP03" not in job.stdout, job.describe()
+
+
+@pytest.mark.distributed
+def test_an_agreeing_fabric_job_trains_without_an_alarm() -> None:
+    job = run_job("runtime_jobs:fit_fabric", path=JOBS, timeout=120)
+    assert job.outcome == "trained", job.describe()
+    first, second = job.reports()
+    assert first["checksum"] == pytest.approx(second["checksum"])
+    assert "LP03" not in job.stdout, job.describe()
+
+
+@pytest.mark.distributed
+def test_ranks_that_pick_their_precision_from_local_rank_are_refused_on_every_rank() -> None:
+    job = run_job("runtime_jobs:fit", "bf16-mixed", path=JOBS, timeout=120)
+    errors = job.errors()
+    assert sorted(errors) == [0, 1], job.describe()
+    for error in errors.values():
+        assert error["type"] == "PresetConfigError"
+        message = error["message"]
+        assert message.startswith("[LP030]"), message
+        assert "precision: '32-true' on rank 0 on node " in message
+        assert "but 'bf16-mixed' on rank 1 on node " in message
+        assert "LIGHTNING_PRESETS_HANDSHAKE=0" in message
+    assert "losses" not in job.stdout  # refused before the first step
+
+
+@pytest.mark.distributed
+def test_the_handshake_switched_off_lets_the_same_job_run() -> None:
+    job = run_job("runtime_jobs:fit", "bf16-mixed", path=JOBS, timeout=120, env={variables.HANDSHAKE_VARIABLE: "0"})
+    assert "LP030" not in job.stdout
+    assert job.outcome == "trained", job.describe()
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("started", [0, 1])
+def test_a_rank_that_never_starts_ends_the_waiting_rank_with_a_report(started: int) -> None:
+    env = {variables.JOIN_TIMEOUT_VARIABLE: "1"}
+    start = time.monotonic()
+    job = run_job("runtime_jobs:join", path=JOBS, timeout=60, ranks=(started,), env=env)
+    assert time.monotonic() - start < 45  # the watchdog's 1 s and the job's start, not the harness's timeout
+    [rank] = job.ranks
+    assert rank.status == "died", job.describe()
+    assert rank.exit_code == 1
+    output = rank.output
+    assert f"LP033 error: rank {started} of 2 (node " in output
+    assert "waited 1 s for the process group to form (LIGHTNING_PRESETS_JOIN_TIMEOUT)" in output
+    assert "expected: 2 ranks = devices 2 x num_nodes 1" in output
+    assert "the launcher (torchrun) says: WORLD_SIZE=2, LOCAL_WORLD_SIZE=2" in output
+    assert "MASTER_ADDR=127.0.0.1: resolves to 127.0.0.1" in output
+    if started == 0:  # rank 0 serves the store: it knows who joined
+        assert "joined: 1 of 2 ranks (rank 0 on node " in output
+        assert "missing: rank 1, expected on node rank(s) 0 (2 per node)" in output
+        assert ": answers" in output
+    else:  # nobody serves the store: rank 1 says so
+        assert "rank 0 (which serves it) has not started" in output
+        assert ": does not answer" in output
+
+
+@pytest.mark.distributed
+def test_a_collective_entered_by_one_rank_is_reported_with_its_line_and_hook() -> None:
+    env = {variables.DIAGNOSE_VARIABLE: "1", variables.COLLECTIVE_TIMEOUT_VARIABLE: "2"}
+    start = time.monotonic()
+    job = run_job("runtime_jobs:log_on_rank0", path=JOBS, timeout=60, env=env)
+    assert time.monotonic() - start < 45
+    assert [rank.status for rank in job.ranks] == ["died", "died"], job.describe()
+    report = job.ranks[0].output
+    assert "LP034 error: barrier #" in report
+    assert "waited more than 2 s (LIGHTNING_PRESETS_COLLECTIVE_TIMEOUT, after the first step)" in report
+    assert "entered by rank 0 on node " in report
+    assert (
+        '`self.log("epoch_loss", torch.tensor(self.losses[-1]), sync_dist=True)` in on_train_epoch_end at '
+        "runtime_jobs.py:" in report
+    ), report
+    assert "never entered by rank 1 on node " in report
+    assert "its code is now at `time.sleep(3600)" in report
+    assert "LP034 error: rank 1 ends: rank 0 reported a collective" in job.ranks[1].output
+
+
+@pytest.mark.distributed
+def test_diagnose_mode_leaves_an_agreeing_job_alone() -> None:
+    env = {variables.DIAGNOSE_VARIABLE: "1", variables.COLLECTIVE_TIMEOUT_VARIABLE: "30"}
+    job = run_job("runtime_jobs:fit", path=JOBS, timeout=120, env=env)
+    assert job.outcome == "trained", job.describe()
+    assert "LP03" not in job.stdout
+
+
+# --- the parts ---------------------------------------------------------------------------------------------------
+
+
+def _print(rank: int, host: str, **fields: tuple[str, str]) -> dict[str, Any]:
+    return {"protocol": 1, "rank": rank, "host": host, "fields": fields}
+
+
+def test_ranks_are_named_in_spans_by_node() -> None:
+    assert spans([0, 2, 3, 4, 5, 9]) == "0, 2-5, 9"
+    hosts = {rank: ("gpu-a" if rank < 8 else "gpu-b") for rank in range(16)}
+    assert on_nodes(range(8, 16), hosts) == "ranks 8-15 on node gpu-b"
+    assert on_nodes([0, 9, 10], hosts) == "rank 0 on node gpu-a; ranks 9-10 on node gpu-b"
+
+
+def test_a_node_of_another_torch_is_named_by_its_ranks_and_values() -> None:
+    gathered = [
+        _print(rank, "gpu-a" if rank < 8 else "gpu-b", torch=("error", "2.13.0" if rank < 8 else "2.12.1"),
+               **{"/dev/shm": ("warning", "64 MiB" if rank == 3 else "32768 MiB")})
+        for rank in range(16)
+    ]  # fmt: skip
+    error, warning = compare(gathered)
+    assert (error.code, error.severity) == ("LP030", "error")
+    assert "torch: '2.13.0' on ranks 0-7 on node gpu-a but '2.12.1' on ranks 8-15 on node gpu-b" in error.message
+    assert (warning.code, warning.severity) == ("LP031", "warning")
+    assert "'32768 MiB' on ranks 0-2, 4-7 on node gpu-a; ranks 8-15 on node gpu-b but '64 MiB' on rank 3" in (
+        warning.message
+    )
+
+
+def test_agreeing_fingerprints_and_a_variable_set_on_one_rank_only() -> None:
+    same = [_print(rank, "a", precision=("error", "32-true")) for rank in range(2)]
+    assert compare(same) == []
+    one = [same[0], _print(1, "a", precision=("error", "32-true"), **{"$NCCL_PROTO": ("error", "LL")})]
+    [finding] = compare(one)
+    assert "$NCCL_PROTO: '(not set)' on rank 0 on node a but 'LL' on rank 1 on node a" in finding.message
+
+
+def test_our_own_failure_in_the_handshake_is_a_warning_never_an_error() -> None:
+    """No process group here: the handshake's own call fails, and the run would go on."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        handshake(object())
+    [warning] = [each.message for each in caught if isinstance(each.message, PresetWarning)]
+    assert warning.finding.code == "LP032"
+    assert "the run goes on" in warning.finding.message
+
+
+class _Strategy:
+    def __init__(self, accelerator: Any, processes: int, nodes: int = 1) -> None:
+        self.accelerator, self.num_processes, self.num_nodes = accelerator, processes, nodes
+
+
+def test_single_device_and_xla_strategies_are_skipped() -> None:
+    CPUAccelerator = type("CPUAccelerator", (), {})  # read by its class name, as Lightning's are
+
+    assert distributed(_Strategy(CPUAccelerator(), 2))
+    assert not distributed(_Strategy(CPUAccelerator(), 1))
+    assert distributed(_Strategy(CPUAccelerator(), 1, nodes=2))
+    assert not distributed(_Strategy(type("XLAAccelerator", (), {})(), 8))
+    assert not distributed(object())
+
+
+def test_the_variables_and_their_unknown_values() -> None:
+    assert variables.handshake_enabled({})
+    assert not variables.handshake_enabled({variables.HANDSHAKE_VARIABLE: "0"})
+    assert variables.join_timeout({}) == variables.JOIN_TIMEOUT_DEFAULT
+    assert variables.join_timeout({variables.JOIN_TIMEOUT_VARIABLE: "2.5"}) == 2.5
+    assert not variables.diagnose_enabled({})
+    env = {variables.DIAGNOSE_VARIABLE: "maybe", variables.COLLECTIVE_TIMEOUT_VARIABLE: "-1"}
+    assert variables.collective_timeout(env) == variables.COLLECTIVE_TIMEOUT_DEFAULT
+    findings = variables.variable_findings(env)
+    assert [finding.code for finding in findings] == ["LP017", "LP017"]
+    assert "LIGHTNING_PRESETS_DIAGNOSE='maybe'" in findings[0].message
+    assert "0, false, no, off" in findings[0].hint
+    assert "a number of seconds" in findings[1].hint
+
+
+def test_the_report_names_a_rank_in_another_collective_and_one_that_never_answered() -> None:
+    site = {"where": "train.py:87", "code": "self.log('x', v, sync_dist=True)", "hook": "on_train_epoch_end"}
+    other = {"where": "train.py:40", "code": "loss.backward()", "hook": "training_step"}
+    hung = {"op": "all_reduce", "group": [0, 1, 2], "seq": 7, "site": site}
+    answers = {
+        0: {"host": "a", "current": hung, "last": None},
+        1: {"host": "a", "current": {**hung, "op": "barrier", "site": other}, "last": None},
+    }
+    text = describe(hung, answers, {}, 5, True)
+    assert text.startswith("LP034 error: all_reduce #7 of the job's default group (3 ranks) waited more than 5 s")
+    assert (
+        "entered by rank 0 on node a: `self.log('x', v, sync_dist=True)` in on_train_epoch_end at train.py:87" in text
+    )
+    assert "never entered by rank 1 on node a: no collective yet; it waits in barrier #7 instead" in text
+    assert "rank 2 on node ?: never entered it, and never answered" in text
+
+
+@pytest.mark.distributed
+def test_a_checkpoint_on_one_node_only_is_refused_before_it_is_read() -> None:
+    job = run_job("runtime_jobs:resume_node_local", path=JOBS, timeout=120)
+    errors = job.errors()
+    assert sorted(errors) == [0, 1], job.describe()
+    message = errors[1]["message"]
+    assert message.startswith("[LP030]"), message
+    assert "checkpoint: 'present' on rank 0 on node " in message
+    assert "but 'absent' on rank 1 on node " in message
+
+
+def test_the_collective_limit_is_long_until_the_first_step_then_the_variable() -> None:
+    from lightning_presets.guards.runtime.hangs import Monitor, Recorder
+
+    recorder = Recorder()
+    monitor = Monitor(recorder, rank=0, world=2, setup_limit=1620.0, step_limit=5.0)
+    assert monitor.limit() == 1620.0
+    recorder.first_step_done = True
+    assert monitor.limit() == 5.0
+    assert Monitor(recorder, rank=0, world=2, setup_limit=1620.0, step_limit=0.0).limit() == 1620.0  # 0: off
