@@ -15,6 +15,7 @@ from lightning_presets.core.namespaces import NAMESPACES
 from lightning_presets.registry import requirements as _requirements
 from lightning_presets.registry.catalog import strategy_catalog
 from lightning_presets.tools import doctor as _doctor
+from lightning_presets.tools import startup as _startup
 
 
 def codes(findings: Sequence[Finding]) -> list[str]:
@@ -30,7 +31,7 @@ def test_doctor_in_this_environment_is_clean_and_creates_no_cuda_context(
     assert data["schema"] == "lightning-presets/doctor"
     assert data["lightning"]["packages"]["lightning"]["supported"] is True
     assert data["autoload"]["enabled"] is True
-    assert data["autoload"]["pth"].endswith(_doctor.PTH_NAME)
+    assert data["autoload"]["pth"].endswith(_startup.PTH_NAME)
     trainer = data["registries"]["trainer"]
     assert trainer["importable"]
     assert "fsdp2" in trainer["registered"]
@@ -139,7 +140,7 @@ def test_lp721_no_lightning_installed() -> None:
 
 def test_lp722_autoload_turned_off(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("LIGHTNING_PRESETS_AUTOLOAD", "0")
-    info, found = _doctor.autoload_section()
+    info, found = _startup.autoload_section()
     assert info["enabled"] is False
     assert codes(found) == ["LP722"]
     assert found[0].severity == "warning"
@@ -150,13 +151,13 @@ def test_lp722_autoload_turned_off(monkeypatch: pytest.MonkeyPatch, capsys: pyte
 
 def test_lp722_accepted_when_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LIGHTNING_PRESETS_AUTOLOAD", "1")
-    assert _doctor.autoload_section()[1] == []
+    assert _startup.autoload_section()[1] == []
 
 
 def test_lp723_pth_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
     monkeypatch.delenv("LIGHTNING_PRESETS_AUTOLOAD", raising=False)
-    monkeypatch.setattr(_doctor, "site_directories", lambda: [str(tmp_path)])
-    info, found = _doctor.autoload_section()
+    monkeypatch.setattr(_startup, "site_directories", lambda: [str(tmp_path)])
+    info, found = _startup.autoload_section()
     assert info["pth"] is None
     assert codes(found) == ["LP723"]
     assert "lightning_presets_autoload.pth is in none of the site directories" in found[0].message
@@ -165,11 +166,11 @@ def test_lp723_pth_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: object) ->
 
 def test_lp723_each_cause_and_accepted_neighbour() -> None:
     pth = "/site/lightning_presets_autoload.pth"
-    assert _doctor.autoload_findings(enabled=True, pth=pth, hook_importable=True, site_enabled=True) == []
-    no_hook = _doctor.autoload_findings(enabled=True, pth=pth, hook_importable=False, site_enabled=True)
+    assert _startup.autoload_findings(enabled=True, pth=pth, hook_importable=True, site_enabled=True) == []
+    no_hook = _startup.autoload_findings(enabled=True, pth=pth, hook_importable=False, site_enabled=True)
     assert codes(no_hook) == ["LP723"]
     assert "not importable" in no_hook[0].message
-    no_site = _doctor.autoload_findings(enabled=True, pth=pth, hook_importable=True, site_enabled=False)
+    no_site = _startup.autoload_findings(enabled=True, pth=pth, hook_importable=True, site_enabled=False)
     assert codes(no_site) == ["LP723"]
     assert "-S" in no_site[0].message
 

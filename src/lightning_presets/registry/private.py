@@ -88,7 +88,7 @@ LIGHTNING: tuple[Private, ...] = (
 
 TORCH: tuple[Private, ...] = (
     Private("torch._subclasses.fake_tensor", "FakeTensorMode", "import",
-            ("tools.check.model_stages", "tools.plan.trace")),
+            ("tools.check.stages", "tools.plan.trace")),
     Private("torch._subclasses.fake_tensor", "unset_fake_temporarily", "import", ("tools.simulation.tracing",)),
     Private("torch._subclasses.fake_tensor", "DataDependentOutputException", "import", ("tools.plan.untraceable",)),
     Private("torch._subclasses.fake_tensor", "DynamicOutputShapeException", "import", ("tools.plan.untraceable",)),

@@ -18,12 +18,10 @@ import importlib
 import importlib.util
 import os
 import platform
-import site
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -32,9 +30,7 @@ from packaging.version import InvalidVersion, Version
 from lightning_presets.core.codes import Code
 from lightning_presets.core.environment import (
     ALLOW_VARIABLE,
-    AUTOLOAD_VARIABLE,
     DENY_VARIABLE,
-    autoload_enabled,
     is_cluster_variable,
     skipped_rules,
 )
@@ -46,6 +42,13 @@ from lightning_presets.registry import bridge, catalog, requirements
 from lightning_presets.registry.requirements import DEPENDENCIES, installed_version, is_importable
 from lightning_presets.registry.variables import RULES_SKIPPED, UNKNOWN_VALUE, variable_findings
 from lightning_presets.tools import catalog as catalogs
+from lightning_presets.tools.startup import (
+    AUTOLOAD_OFF,
+    DOCTOR,
+    NO_STARTUP_HOOK,
+    REINSTALL,
+    autoload_section,
+)
 
 DOCTOR_SCHEMA = "lightning-presets/doctor"
 DOCTOR_SCHEMA_VERSION = 1
@@ -53,9 +56,6 @@ RANGE = _SUPPORTED_RANGE
 """The supported Lightning range as written in ``pyproject.toml``, for messages."""
 SUPPORTED_LIGHTNING = SpecifierSet(RANGE)
 LIGHTNING_DISTRIBUTIONS = ("lightning", "pytorch-lightning", "lightning-fabric")
-PTH_NAME = "lightning_presets_autoload.pth"
-HOOK_MODULE = "_lightning_presets_autoload"
-REINSTALL = "pip install --force-reinstall --no-deps lightning-presets"
 
 
 @dataclass(slots=True)
@@ -113,8 +113,6 @@ def torch_section() -> dict[str, Any]:
     return info
 
 
-DOCTOR = "lightning-presets doctor"
-
 UNSUPPORTED_LIGHTNING = Code(
     stage="doctor",
     code="LP720", severity="error", title="a Lightning package outside the supported range",
@@ -133,20 +131,6 @@ NO_LIGHTNING = Code(
     evidence="runtime: "
     "tests/evidence/test_fails_registry.py::test_lp016_lp721_without_an_importable_lightning_there_is_no_trainer "
     "(importing pytorch_lightning raises ImportError)",
-)  # fmt: skip
-
-AUTOLOAD_OFF = Code(
-    stage="doctor",
-    code="LP722", severity="warning", title="autoload turned off by LIGHTNING_PRESETS_AUTOLOAD",
-    fails=f"LIGHTNING_PRESETS_AUTOLOAD=0 {DOCTOR}",
-    fixed=f"{DOCTOR}   # LIGHTNING_PRESETS_AUTOLOAD unset, or `import lightning_presets` in the script",
-)  # fmt: skip
-
-NO_STARTUP_HOOK = Code(
-    stage="doctor",
-    code="LP723", severity="warning", title="the autoload start-up hook is not installed",
-    fails=f"{DOCTOR}   # run from a source tree on PYTHONPATH: no lightning_presets_autoload.pth",
-    fixed=f"{DOCTOR}   # after {REINSTALL}",
 )  # fmt: skip
 
 NOT_REGISTERED = Code(
@@ -254,71 +238,6 @@ def lightning_section(
             ]
     info = {"supported": RANGE, "tested": list(LIGHTNING_TESTED), "packages": packages}
     return info, lightning_findings(versions)
-
-
-# --- autoload (LP722, LP723) -----------------------------------------------------------------------------------
-
-
-def site_directories() -> list[str]:
-    """The directories whose ``.pth`` files the interpreter reads at start-up."""
-    directories = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
-    if site.ENABLE_USER_SITE:
-        directories.append(site.getusersitepackages())
-    return directories
-
-
-def find_pth(directories: Iterable[str]) -> str | None:
-    for directory in directories:
-        candidate = Path(directory) / PTH_NAME
-        if candidate.is_file():
-            return str(candidate)
-    return None
-
-
-def autoload_findings(*, enabled: bool, pth: str | None, hook_importable: bool, site_enabled: bool) -> list[Finding]:
-    """LP722 when ``LIGHTNING_PRESETS_AUTOLOAD`` turns it off; LP723 when the start-up hook cannot run."""
-    if not enabled:
-        value = os.environ.get(AUTOLOAD_VARIABLE, "")
-        return [
-            AUTOLOAD_OFF.finding(
-                f"{AUTOLOAD_VARIABLE}={value} turns autoload off: `Trainer(strategy='<preset>')` fails "
-                "with an unknown-strategy error unless `import lightning_presets` runs first",
-                f"unset {AUTOLOAD_VARIABLE} (or set it to 1), or add `import lightning_presets` at the top of "
-                "the training script",
-            )
-        ]  # fmt: skip
-    missing = []
-    if pth is None:
-        missing.append(f"{PTH_NAME} is in none of the site directories")
-    if not hook_importable:
-        missing.append(f"the module {HOOK_MODULE} is not importable")
-    if not site_enabled:
-        missing.append("Python runs with -S, so no .pth file is read")
-    if not missing:
-        return []
-    return [
-        NO_STARTUP_HOOK.finding(
-            f"the autoload start-up hook cannot run: {'; '.join(missing)}, so preset names resolve "
-            "only after `import lightning_presets`",
-            f"reinstall the package so its .pth file lands in site-packages ({REINSTALL}); a source tree on "
-            "PYTHONPATH has no hook, use `pip install -e .` instead",
-        )
-    ]  # fmt: skip
-
-
-def autoload_section() -> tuple[dict[str, Any], list[Finding]]:
-    enabled = autoload_enabled()
-    directories = site_directories()
-    pth = find_pth(directories)
-    hook_importable = is_importable(HOOK_MODULE)
-    hook = sys.modules.get(HOOK_MODULE)
-    finder_installed = hook is not None and any(
-        isinstance(finder, getattr(hook, "StrategiesFinder", ())) for finder in sys.meta_path
-    )
-    info = {"variable": os.environ.get(AUTOLOAD_VARIABLE), "enabled": enabled, "pth": pth,
-            "hook_importable": hook_importable, "finder_installed": finder_installed}  # fmt: skip
-    return info, autoload_findings(enabled=enabled, pth=pth, hook_importable=hook_importable,
-                                   site_enabled=not sys.flags.no_site)  # fmt: skip
 
 
 # --- registries (LP724) ----------------------------------------------------------------------------------------

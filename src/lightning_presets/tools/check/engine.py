@@ -34,6 +34,7 @@ from lightning_presets.tools import simulation as _simulation
 from lightning_presets.tools.check import cluster as _cluster
 from lightning_presets.tools.check import construct as _construct
 from lightning_presets.tools.check import names as _names
+from lightning_presets.tools.check import stages as _stages
 from lightning_presets.tools.check.request import COMMAND as CHECK
 from lightning_presets.tools.check.request import (
     CheckReport,
@@ -405,52 +406,6 @@ def _settings_out_of_overrides(request: CheckRequest) -> CheckRequest:
     return dataclasses.replace(request, arguments={**moved, **request.arguments}, overrides=overrides)
 
 
-def _trainer_findings(outcome: _construct.Outcome) -> list[Finding]:
-    """The preset's ``trainer``-stage rules on the built Trainer (e.g. DeepSpeed's batch arithmetic)."""
-    check = getattr(outcome.strategy, "_lp_check_trainer", None)
-    if outcome.built is None or check is None:
-        return []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            check(outcome.built)
-        except PresetConfigError as error:
-            return list(error.findings)
-    return [record.message.finding for record in caught if isinstance(record.message, PresetWarning)]
-
-
-def _resume_findings(request: CheckRequest, outcome: _construct.Outcome) -> list[Finding]:
-    """``--resume-from``: the preset's resume rules on the constructed job, as its ``fit(ckpt_path=...)`` (Fabric:
-    ``load``) runs them before loading; a strategy that is not a preset has none."""
-    context = getattr(outcome.strategy, "_lp_context", None)
-    preset = getattr(outcome.strategy, "_lp_preset", None)
-    if request.resume_from is None or context is None or preset is None:
-        return []
-    from lightning_presets.guards.resume import resume_findings  # imports torch: only when asked
-
-    how = "fit(ckpt_path=...)" if request.mode == "trainer" else "load(...)"
-    return resume_findings(request.resume_from, context, strategy=outcome.strategy, how=how, own=preset.rules)
-
-
-def _model_findings(request: CheckRequest, outcome: _construct.Outcome, out: _Collector) -> list[str]:
-    """``--model``: the preset's model-stage rules decided on the user's model (their conditional warnings go); the
-    notes on what could not be decided here."""
-    if request.model is None or outcome.built is None or out.has_error:
-        return []
-    from lightning_presets.tools.check.model_stages import model_stage_findings  # imports torch's fake tensors
-    from lightning_presets.tools.plan.user_model import ModelError
-
-    try:
-        decided = model_stage_findings(outcome.strategy, request.model)
-    except ModelError as error:
-        text = str(error) if str(error).startswith("--model") else f"--model {request.model}: {error}"
-        raise UsageError(text) from None
-    for code in decided.decided:
-        out.drop(code)  # the conditional warning the construction gave: decided now
-    out.add(decided.findings, "guard", "construction")
-    return decided.notes
-
-
 def check_job(request: CheckRequest) -> CheckReport:
     """Validate ``request``: names, construction, cluster (``--model``'s memory plan is added by
     :func:`lightning_presets.tools.check.run_check`). Never raises for a bad configuration, only
@@ -484,11 +439,15 @@ def check_job(request: CheckRequest) -> CheckReport:
         detected = _detected_environment(request)
     evidence: Evidence = "construction" if outcome.attempted else "syntax"
     out.add(outcome.findings, "guard", "construction")
-    out.add(_trainer_findings(outcome), "guard", "construction")
-    out.add(_resume_findings(request, outcome), "guard", "construction")
-    model_notes = _model_findings(request, outcome, out)
-    if model_notes:
-        request = dataclasses.replace(request, notes=(*request.notes, *model_notes))
+    out.add(_stages.trainer_findings(outcome), "guard", "construction")
+    out.add(_stages.resume_findings(request, outcome), "guard", "construction")
+    if not out.has_error:
+        decided = _stages.model_findings(request, outcome)
+        for code in decided.decided:
+            out.drop(code)  # the conditional warning the construction gave: decided now
+        out.add(decided.findings, "guard", "construction")
+        if decided.notes:
+            request = dataclasses.replace(request, notes=(*request.notes, *decided.notes))
     if outcome.error is not None:
         out.add([_lightning_finding(outcome.error, request)], "lightning", "construction")
     preset = _preset(effective.get("strategy"))

@@ -1,4 +1,7 @@
-"""``check --model``: the preset's model-, setup- and optimizer-stage rules decided on the user's model, before launch.
+"""The preset's stages after ``check`` has built the job: ``trainer`` (on the built Trainer), ``resume``
+(``--resume-from``) and, for ``--model``, the model-, setup- and optimizer-stage rules decided on the user's model.
+
+The model stages, before launch:
 
 A real run decides these rules in the training processes (Trainer: when ``fit`` connects the model, when
 ``configure_model`` has run, when ``configure_optimizers`` has returned; Fabric: in ``setup``). FSDP and DeepSpeed
@@ -12,13 +15,16 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_presets.core.findings import Finding
+from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning, UsageError
 from lightning_presets.core.rules import Rule, run_rules
 from lightning_presets.guards.hooks import overrides
+from lightning_presets.tools.check import construct as _construct
+from lightning_presets.tools.check.request import CheckRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,3 +92,44 @@ def model_stage_findings(strategy: Any, spec: str, optimizer: str = "adamw") -> 
                 findings += run_rules(rules, "optimizers", context, model, tuple(optimizers))
                 decided |= _codes(rules, "optimizers")
     return Decided(findings=findings, decided=frozenset(decided), notes=notes)
+
+
+def trainer_findings(outcome: _construct.Outcome) -> list[Finding]:
+    """The preset's ``trainer``-stage rules on the built Trainer (e.g. DeepSpeed's batch arithmetic)."""
+    check = getattr(outcome.strategy, "_lp_check_trainer", None)
+    if outcome.built is None or check is None:
+        return []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            check(outcome.built)
+        except PresetConfigError as error:
+            return list(error.findings)
+    return [record.message.finding for record in caught if isinstance(record.message, PresetWarning)]
+
+
+def resume_findings(request: CheckRequest, outcome: _construct.Outcome) -> list[Finding]:
+    """``--resume-from``: the preset's resume rules on the constructed job, as its ``fit(ckpt_path=...)`` (Fabric:
+    ``load``) runs them before loading; a strategy that is not a preset has none."""
+    context = getattr(outcome.strategy, "_lp_context", None)
+    preset = getattr(outcome.strategy, "_lp_preset", None)
+    if request.resume_from is None or context is None or preset is None:
+        return []
+    from lightning_presets.guards.resume import resume_findings  # imports torch: only when asked
+
+    how = "fit(ckpt_path=...)" if request.mode == "trainer" else "load(...)"
+    return resume_findings(request.resume_from, context, strategy=outcome.strategy, how=how, own=preset.rules)
+
+
+def model_findings(request: CheckRequest, outcome: _construct.Outcome) -> Decided:
+    """``--model``: the preset's model-stage rules decided on the user's model (the caller drops the conditional
+    warnings of :attr:`Decided.decided`); ``UsageError`` when the model cannot be built."""
+    if request.model is None or outcome.built is None:
+        return Decided()
+    from lightning_presets.tools.plan.user_model import ModelError
+
+    try:
+        return model_stage_findings(outcome.strategy, request.model)
+    except ModelError as error:
+        text = str(error) if str(error).startswith("--model") else f"--model {request.model}: {error}"
+        raise UsageError(text) from None

@@ -1,0 +1,82 @@
+"""What ``check``'s cluster rules read: the job a check simulates (its Trainer/Fabric call, the environment it will
+see, what Lightning resolved), one :class:`Target`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from lightning_presets.core.rules import Problem
+from lightning_presets.guards import launch_rules as launch
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+_INTERACTIVE_JOB_NAMES = ("bash", "interactive")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """The job as ``check`` sees it, once the simulated environment is in place."""
+
+    caller: str
+    """``Trainer`` or ``Fabric``."""
+    strategy: str
+    """The strategy name as passed (lower case), or the class name for an instance."""
+    accelerator: str
+    """The resolved accelerator (``cpu``, ``cuda``, ...), or the requested one when nothing was built."""
+    devices: int | None
+    """Devices per node (as resolved when the strategy exists); ``None`` when it could not be determined."""
+    requested_devices: int | None = None
+    """Devices per node as requested (a single-device strategy resolves to 1 whatever was asked)."""
+    num_nodes: int
+    env: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    """The cluster variables and ``CUDA_VISIBLE_DEVICES`` the job sees."""
+    gpus_visible: int = 0
+    gpus_per_node: int = 0
+    interactive: bool = False
+    interactive_compatible: bool | None = None
+    """Whether the resolved launcher can run in a notebook; ``None`` when unknown."""
+    environment: str = "LightningEnvironment"
+    """The cluster environment Lightning selects (its class name): the one the built strategy holds, else what
+    Lightning's own detection picks in the job's variables. Rules of one launcher fire only when it is selected: a
+    SLURM variable under torchrun is not a SLURM job."""
+
+    def call(self, *parts: str) -> str:
+        return f"`{self.caller}({', '.join(parts)})`"
+
+    @property
+    def world_size(self) -> int | None:
+        return None if self.devices is None else self.devices * self.num_nodes
+
+    @property
+    def slurm_interactive(self) -> bool:
+        return self.env.get("SLURM_JOB_NAME") in _INTERACTIVE_JOB_NAMES
+
+    @property
+    def slurm(self) -> bool:
+        """Lightning selects its SLURM environment (``SLURM_NTASKS`` set, no interactive job name, no torchrun)."""
+        return self.environment == "SLURMEnvironment"
+
+    @property
+    def torchelastic(self) -> bool:
+        return self.environment == "TorchElasticEnvironment"
+
+    @property
+    def lsf(self) -> bool:
+        return self.environment == "LSFEnvironment"
+
+    @property
+    def launch(self) -> launch.Launch:
+        """What the launch functions shared with construction read (``guards.launch_rules``)."""
+        return launch.Launch(self.env, self.environment, self.devices, self.num_nodes)
+
+    def about(self, problem: Problem | None, *parts: str) -> Problem | None:
+        """A launch function's problem said of this call."""
+        return None if problem is None else Problem(f"{self.call(*parts)}: {problem.message}", problem.hint)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
