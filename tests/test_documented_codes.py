@@ -33,6 +33,7 @@ from lightning_presets.registry import requirements
 from lightning_presets.registry.codes import CODES as REGISTRY_CODES
 from lightning_presets.tools import doctor as _doctor
 from lightning_presets.tools import examples as _examples
+from lightning_presets.tools import startup as _startup
 
 Situation = Callable[[pytest.MonkeyPatch, Path], contextlib.AbstractContextManager[Any]]
 ENTRY = re.compile(r'^(?P<name>[^\s#=\[]+) = "(?P<value>[^"]+)"', re.MULTILINE)
@@ -271,7 +272,7 @@ def _lightning(version: str | None) -> Situation:
 
 
 def _no_pth(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> contextlib.AbstractContextManager[Any]:
-    monkeypatch.setattr(_doctor, "site_directories", lambda: [str(tmp)])
+    monkeypatch.setattr(_startup, "site_directories", lambda: [str(tmp)])
     return contextlib.nullcontext()
 
 

@@ -69,6 +69,22 @@ NCCL_REMOTE_ERROR = Signature(
     "possibly due to a network error or a remote process exiting prematurely.",
 )  # fmt: skip
 
+NCCL_INTERNAL_ERROR = Signature(
+    code="LP066", title="NCCL failed while connecting the ranks with an internal error: usually the network setup",
+    category="nccl_network",
+    pattern=r"ncclInternalError|NCCL error.*internal error|NCCL WARN (?:Net|NET/\w+|Proxy)\b[^\n]*(?:Connection "
+    r"closed|failed)|NCCL WARN Could not find NET",
+    cause="NCCL hit an internal error while it connected the ranks (`ncclInternalError`, a socket or proxy "
+    "connection closed): most often the network setup, not NCCL: an interface the nodes cannot reach, IPv6 where "
+    "the peers use IPv4, an HTTP proxy in the environment, or a NET plugin that finds no usable NIC",
+    fix="NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=<the interface the nodes share> torchrun ...; unset http_proxy/"
+    "https_proxy for the job; try NCCL_IB_DISABLE=1 to rule out InfiniBand",
+    probe="nccl_interfaces",
+    supersedes=(NCCL_SYSTEM_ERROR,),
+    source="https://github.com/NVIDIA/nccl/issues/833",
+    quote="ncclInternalError: Internal check failed. This is either a bug in NCCL or due to memory corruption",
+)  # fmt: skip
+
 NCCL_WATCHDOG_TIMEOUT = Signature(
     code="LP044", title="a NCCL collective timed out: a rank never reached it",
     category="collective_desync", role="consequence",
@@ -396,6 +412,7 @@ SIGNATURES: tuple[Signature, ...] = (
     NCCL_DUPLICATE_GPU,
     NCCL_SYSTEM_ERROR,
     NCCL_REMOTE_ERROR,
+    NCCL_INTERNAL_ERROR,
     NCCL_WATCHDOG_TIMEOUT,
     GLOO_FULL_MESH,
     GLOO_TIMEOUT,

@@ -22,7 +22,6 @@ from typing import Any
 
 from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning, UsageError
 from lightning_presets.core.rules import Rule, run_rules
-from lightning_presets.guards.hooks import overrides
 from lightning_presets.tools.check import construct as _construct
 from lightning_presets.tools.check.request import CheckRequest
 
@@ -60,6 +59,7 @@ def model_stage_findings(strategy: Any, spec: str, optimizer: str = "adamw") -> 
     when the model cannot be built."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from lightning_presets.guards.hooks import overrides  # imports torch: only for --model
     from lightning_presets.tools.plan import user_model
 
     preset = getattr(strategy, "_lp_preset", None)
