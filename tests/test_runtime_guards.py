@@ -8,10 +8,11 @@ import warnings
 from typing import Any
 
 import pytest
+import torch
 
 from harness import SCRIPTS_PATH, run_job
 from lightning_presets import PresetWarning
-from lightning_presets.guards.runtime import distributed
+from lightning_presets.guards.runtime import distributed, handshake_supported
 from lightning_presets.guards.runtime.handshake import compare, handshake
 from lightning_presets.guards.runtime.hangs import describe
 from lightning_presets.guards.runtime.ranks import on_nodes, spans
@@ -43,6 +44,18 @@ def test_an_agreeing_fabric_job_trains_without_an_alarm() -> None:
     assert "LP03" not in job.stdout, job.describe()
 
 
+NEEDS_HANDSHAKE = pytest.mark.skipif(
+    not handshake_supported(), reason=f"the handshake is skipped below torch 2.13 (this is {torch.__version__})"
+)
+
+
+def test_the_handshake_runs_from_torch_2_13_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    for version, supported in (("2.7.0+cu126", False), ("2.12.1", False), ("2.13.0+cpu", True), ("2.15.0", True)):
+        monkeypatch.setattr(torch, "__version__", version)
+        assert handshake_supported() is supported, version
+
+
+@NEEDS_HANDSHAKE
 @pytest.mark.distributed
 def test_ranks_that_pick_their_precision_from_local_rank_are_refused_on_every_rank() -> None:
     job = run_job("runtime_jobs:fit", "bf16-mixed", path=JOBS, timeout=120)
@@ -212,6 +225,7 @@ def test_the_report_names_a_rank_in_another_collective_and_one_that_never_answer
     assert "rank 2 on node ?: never entered it, and never answered" in text
 
 
+@NEEDS_HANDSHAKE
 @pytest.mark.distributed
 def test_a_checkpoint_on_one_node_only_is_refused_before_it_is_read() -> None:
     job = run_job("runtime_jobs:resume_node_local", path=JOBS, timeout=120)

@@ -57,12 +57,30 @@ def around_process_group(strategy: Any) -> Iterator[None]:
             watch.stop()
     if not distributed(strategy) or not _initialized():
         return
-    if variables.handshake_enabled():
+    if variables.handshake_enabled() and handshake_supported():
         from lightning_presets.guards.runtime.handshake import handshake
 
         handshake(strategy)  # raises LP030 on a mismatch; warns LP032 on its own failure
     if variables.diagnose_enabled():
         _guarded("diagnose mode", DIAGNOSE_FAILED, lambda: _diagnose(strategy))
+
+
+HANDSHAKE_FROM_TORCH = (2, 13)
+"""The oldest torch release the handshake runs on. CI runs it on 2.13 and 2.15; on torch 2.7 its gloo side group
+stalled one rank for the side group's whole timeout under Lightning's own launcher (a legal run then hung), and the
+releases between are untested, so below this release the handshake is skipped and the run goes on as plain
+Lightning's."""
+
+
+def handshake_supported() -> bool:
+    """Whether the installed torch is one the handshake has been run on (:data:`HANDSHAKE_FROM_TORCH` or newer)."""
+    torch: Any = sys.modules.get("torch")
+    version = str(getattr(torch, "__version__", "0"))
+    numbers = []
+    for part in version.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        numbers.append(int(digits or 0))
+    return tuple(numbers) >= HANDSHAKE_FROM_TORCH
 
 
 def _initialized() -> bool:
