@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from lightning_presets.core.codes import Code
@@ -14,6 +18,10 @@ from lightning_presets.registry import catalog
 from lightning_presets.registry.catalog import OWN_DISTRIBUTION
 from lightning_presets.tools import codes
 from lightning_presets.tools.examples import PRELUDE, rules_of
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCES = ROOT / "tests" / "evidence" / "references.py"
+"""The mapping from codes (and presets' claims) to the tests and checks that prove them: the package names no file."""
 
 POLICY = """\
 ## Severity policy
@@ -36,6 +44,31 @@ codes) on the hardware it names in its comment, simulated. The examples assume:
 {prelude}
 ```
 """
+
+
+@cache
+def references() -> ModuleType:
+    """``tests/evidence/references.py``, loaded from its path (``tests`` is no package)."""
+    spec = importlib.util.spec_from_file_location("lightning_presets_evidence_references", REFERENCES)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"{REFERENCES} cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_PROVED = re.compile(r"(runtime|gpu): (.+)$", re.DOTALL)
+
+
+def how_we_know(code: str, evidence: str) -> str:
+    """The docs' "How we know" of ``code``: its declared evidence joined with the proof the mapping names for it
+    (``runtime: tests/evidence/FILE.py::test (what fails)``); the declaration alone when the mapping has none."""
+    found = _PROVED.match(evidence)
+    proof = references().PROOFS.get(code)
+    if found and proof:
+        return f"{found.group(1)}: {proof} ({found.group(2)})"
+    cited = references().CITED.get(code)
+    return f"{evidence}; {cited}" if cited and evidence.startswith("source: ") else evidence
 
 
 def declared() -> dict[str, Code]:
@@ -118,7 +151,7 @@ def render(entries: Iterable[DocEntry]) -> str:
         if entry.used_by:
             lines += ["", "Presets: " + ", ".join(f"`{name}`" for name in entry.used_by)]
         if entry.evidence:
-            lines += ["", f"How we know: {entry.evidence}"]
+            lines += ["", f"How we know: {how_we_know(entry.code, entry.evidence)}"]
         lines += ["", "Fails:", "", _fence(entry.fails), "", "Fixed:", "", _fence(entry.fixed)]
     return "\n".join(lines) + "\n"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from errors_doc import builtin_presets
+from errors_doc import builtin_presets, references
 
 from lightning_presets.core.versions import CLAIMS
 
@@ -30,16 +30,17 @@ class Claim:
     what: str
     """What ran; empty when nothing ran at this level."""
     test: str
-    """``tests/FILE.py::test_name`` that makes the claim; empty when nothing ran."""
+    """``tests/FILE.py::test_name`` that makes the claim (``references.CLAIMS``); empty when none is named."""
 
 
 def claims(presets: Iterable[Any]) -> list[Claim]:
-    """One claim per preset and per evidence level, in catalog order."""
+    """One claim per preset and per evidence level, in catalog order, each with the test the mapping names for it."""
     found = []
+    tests: Mapping[str, Mapping[str, str]] = references().CLAIMS
     for preset in presets:
         record: Mapping[str, str] = getattr(preset, "tested_with", {}) or {}
         for key, level in CLAIMS:
-            found.append(Claim(preset.name, level, record.get(key, ""), record.get(f"{key}_test", "")))
+            found.append(Claim(preset.name, level, record.get(key, ""), tests.get(preset.name, {}).get(key, "")))
     return found
 
 

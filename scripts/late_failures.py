@@ -1,18 +1,22 @@
-"""The inventory of Lightning's (and DeepSpeed's config parser's) late failures, and ``docs/late-failures.md``.
+"""The inventory of Lightning's, DeepSpeed's and torch's late failures, and ``docs/late-failures.md``.
 
 Every ``raise`` and every warning call in the installed Lightning's strategies, precision plugins, connectors,
 launchers and cluster environments (``lightning.pytorch`` and ``lightning.fabric``) is a site, found by reading the
 source (``late_failures_sites``). Whether a site can fire while ``Trainer(...)``/``Fabric(...)`` is constructed is
 decided by evidence: a fresh interpreter constructs a broad sample of configurations on simulated hardware with
 every line of those files traced (``late_failures_sample``). DeepSpeed's sites are those of the functions its config
-parser (``DeepSpeedConfig``) runs on the configs Lightning's DeepSpeedStrategy passes.
+parser (``DeepSpeedConfig``) runs on the configs Lightning's DeepSpeedStrategy passes. Beyond Lightning, DeepSpeed's
+engine and ZeRO optimizers' initialisation and torch's FSDP1, FSDP2, DDP, DTensor and env:// rendezvous are areas of
+entry points and the functions they call (``late_failures_backends``), recorded under the installed DeepSpeed and
+torch releases; the settings both sides set and the launch variables are tables (``late_failures_tables``).
 
 Each site's status is reviewed data in ``late_failures.yaml``:
 
 - ``construction``: Lightning raises (or warns) it itself while the Trainer/Fabric is constructed (checked against
-  the trace: the line deciding it executes in the sample);
+  the trace: the line deciding it executes in the sample; a backend's site: ``note`` names the Lightning site of
+  status ``construction`` that rejects the same input first);
 - ``preempted``: a preset guard rejects the configuration first, at the latest at construction (``codes``);
-- ``unknowable``: it depends on what does not exist before ``fit`` (``why``);
+- ``unknowable``: it depends on what does not exist before ``fit``, or Lightning's call never reaches it (``why``);
 - ``open``: a construction-time guard could reject it but none does yet (``guard``: the misconfiguration).
 
 What is no failure (a warning that announces no ignored input, a validator or renamed field that keeps the value) is
@@ -30,18 +34,17 @@ the same sites) and share their entries.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml  # type: ignore[import-untyped,unused-ignore]  # stubs are optional
+from late_failures_backends import backend_files, backend_sites, package_dir, site_phases
 from late_failures_sites import Site, sites_in
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +56,10 @@ STATUSES = ("construction", "preempted", "unknowable", "open")
 EARLY_STAGES = ("catalog", "options", "construction")
 """Stages at which a code fires no later than ``Trainer(...)``/``Fabric(...)`` returns."""
 NOT_A_FAILURE = "not-a-failure"
-MAYBE_NO_FAILURE = ("warn", "validator", "deprecated")
+MAYBE_NO_FAILURE = ("warn", "validator", "deprecated", "log")
 """The kinds of site that may be no failure at all (a hint, a check that rewrites nothing, a rename that keeps)."""
+FIRST = "Lightning raises first: "
+"""How a backend site's ``note`` names the Lightning site that rejects the same input at construction."""
 TODO = "todo"
 
 LIGHTNING_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -67,30 +72,26 @@ LIGHTNING_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
 STANDALONE = {"lightning_fabric": "fabric", "pytorch_lightning": "pytorch"}
 """The standalone packages and the ``lightning`` subpackage each is a copy of."""
 DEEPSPEED_AREA = "deepspeed-config"
+SCOPES = ("lightning", "deepspeed", "torch")
+"""The releases a site is recorded under: Lightning's, DeepSpeed's (its parser and engine) and torch's."""
 
 
 # --- the sites of the installed packages ---------------------------------------------------------------------------
-
-
-def _package_dir(name: str) -> Path | None:
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def installed_version(name: str) -> str | None:
     from importlib import metadata
 
     try:
-        return metadata.version(name)
+        version = metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+    return version.split("+")[0]  # torch's local build tag (2.13.0+cpu, +cu128) names the same source
 
 
 def lightning_files(package: str = "lightning") -> dict[Path, tuple[str, str]]:
     """Each source file of the inventoried areas: ``{path: (area, module)}``, modules named as in ``lightning``."""
-    base = _package_dir(package)
+    base = package_dir(package)
     if base is None:
         return {}
     prefixes = {"lightning": ""} if package == "lightning" else {"": STANDALONE[package] + "/"}
@@ -134,7 +135,7 @@ def standalone_differences() -> list[str]:
     unified = {site.key for site in lightning_sites()}
     problems = []
     for package, sub in STANDALONE.items():
-        if _package_dir(package) is None:
+        if package_dir(package) is None:
             continue
         copy = {site.key for site in lightning_sites(package)}
         ours = {key for key in unified if key.startswith(f"lightning.{sub}.")}
@@ -149,7 +150,9 @@ def standalone_differences() -> list[str]:
 @dataclass(frozen=True)
 class Trace:
     lines: dict[str, set[int]]
-    """Executed lines per source file (Lightning's inventoried files and DeepSpeed's parser)."""
+    """Executed lines per traced source file while constructing (Lightning's areas and the backends' files)."""
+    deepspeed_lines: dict[str, set[int]]
+    """Executed lines of DeepSpeed's files while its config parser runs."""
     cases: int
     outcomes: dict[str, int]
     deepspeed_configs: int
@@ -172,7 +175,9 @@ def trace(files: Iterable[Path]) -> Trace:
         raise RuntimeError(f"the construction sample failed:\n{done.stderr[-4000:]}")
     report = json.loads(done.stdout)
     lines = {name: set(numbers) for name, numbers in report["lines"].items()}
-    return Trace(lines, report["cases"], report["outcomes"], report["deepspeed_configs"], report["deepspeed_models"])
+    parsed = {name: set(numbers) for name, numbers in report["deepspeed_lines"].items()}
+    return Trace(lines, parsed, report["cases"], report["outcomes"], report["deepspeed_configs"],
+                 report["deepspeed_models"])  # fmt: skip
 
 
 def phases(traced: Trace, package: str = "lightning") -> dict[str, str]:
@@ -192,12 +197,12 @@ def phases(traced: Trace, package: str = "lightning") -> dict[str, str]:
 # --- data ----------------------------------------------------------------------------------------------------------
 
 HEADER = """\
-# Lightning's and DeepSpeed's late failures: one entry per site (scripts/late_failures.py explains the fields).
+# Lightning's, DeepSpeed's and torch's late failures: one entry per site (scripts/late_failures.py explains them).
 # Machine fields (area, kind, message, versions) come from `python scripts/late_failures.py --record`, run under each
-# supported Lightning; the review fields are edited by hand:
+# supported Lightning (DeepSpeed and torch: their installed releases); the review fields are edited by hand:
 #   status: construction | preempted (codes: [LPnnn]) | unknowable (why: ...) | open (guard: ...)
 #   later: [LPnnn]   codes that catch it after construction (trainer/model/setup stage, or `check` only)
-#   note: ...        anything a reader needs
+#   note: ...        anything a reader needs; a backend's site of status construction: `Lightning raises first: <key>`
 # What is no failure (a warning announcing no ignored input, a validator or renamed field that keeps the value):
 #   scope: not-a-failure (why: ...), instead of a status.
 # docs/late-failures.md is generated from this file: `python scripts/late_failures.py --write`.
@@ -253,7 +258,8 @@ def record(
 
 
 def _scope(key: str) -> str:
-    return "deepspeed" if key.startswith("deepspeed.") else "lightning"
+    package = key.split(".")[0].split(":")[0]
+    return package if package in SCOPES else "lightning"
 
 
 def _version_key(version: str) -> tuple[int, ...]:
@@ -313,21 +319,37 @@ def listing_problems(
     return problems
 
 
-def phase_problems(data: Mapping[str, Mapping[str, Any]], phases: Mapping[str, str], version: str) -> list[str]:
-    """``construction`` exactly for the sites whose deciding line executes while constructing (in ``version``)."""
+def phase_problems(
+    data: Mapping[str, Mapping[str, Any]], phases: Mapping[str, str], version: str, first: frozenset[str] = frozenset()
+) -> list[str]:
+    """``construction`` exactly for the sites whose deciding line executes while constructing (in ``version``), or
+    (``first``) whose input a Lightning site rejects at construction before the backend sees it."""
     problems = []
     for key, found in phases.items():
         entry = data.get(key, {})
         if version not in entry.get("versions", []) or "scope" in entry:
             continue
         claimed = entry.get("status") == "construction"
-        if claimed and found != "construction":
+        if claimed and found != "construction" and key not in first:
             problems.append(f"{key}: status construction, but the trace says {found}")
         if found == "construction" and not claimed:
             problems.append(
                 f"{key}: runs at construction (its deciding line executed in the sample), status {entry.get('status')}"
             )
     return problems
+
+
+def lightning_first(data: Mapping[str, Mapping[str, Any]]) -> frozenset[str]:
+    """The backend sites whose ``note`` names a Lightning site of status ``construction`` that rejects their input
+    first (``Lightning raises first: <key>``)."""
+    found = set()
+    for key, entry in data.items():
+        note = str(entry.get("note", ""))
+        if _scope(key) != "lightning" and note.startswith(FIRST):
+            named = note.removeprefix(FIRST).split()[0]
+            if data.get(named, {}).get("status") == "construction" and _scope(named) == "lightning":
+                found.add(key)
+    return frozenset(found)
 
 
 def documented_codes() -> dict[str, str]:
@@ -343,12 +365,12 @@ def documented_codes() -> dict[str, str]:
 def deepspeed_sites(traced: Trace) -> list[Site]:
     """The sites of the functions DeepSpeed's config parser ran in the trace, and of the config models it built
     (their deprecated fields, their unknown-key rejection)."""
-    base = _package_dir("deepspeed")
+    base = package_dir("deepspeed")
     if base is None:
         return []
     reached = set(traced.deepspeed_models)
     sites = []
-    for name, lines in traced.lines.items():
+    for name, lines in traced.deepspeed_lines.items():
         path = Path(name)
         if not path.is_relative_to(base):
             continue
@@ -362,157 +384,11 @@ def deepspeed_sites(traced: Trace) -> list[Site]:
     return sites
 
 
-# --- the document ---------------------------------------------------------------------------------------------------
-
-AREAS = (*(area for area, _ in LIGHTNING_AREAS), DEEPSPEED_AREA)
-INTRO = """\
-# Late failures: what Lightning and DeepSpeed reject after construction
-
-<!-- Generated by `python scripts/late_failures.py --write` from scripts/late_failures.yaml; a test fails when it
-drifts. -->
-
-Every `raise` in the installed Lightning's strategies, precision plugins, connectors, launchers and cluster
-environments (`lightning.pytorch` and `lightning.fabric`), every warning there that announces ignored input, and every
-check and silent rewrite of DeepSpeed's config parser, with one status each:
-
-- **construction**: Lightning raises (or warns) it itself while `Trainer(...)`/`Fabric(...)` is constructed;
-- **preempted**: a preset guard reports it first, at construction or earlier; the codes are named;
-- **unknowable**: it depends on what does not exist before `fit` (the model, the optimizers, a checkpoint, a process
-  group, a call the user makes at run time);
-- **open**: a construction-time guard could report it, but none does yet: the guards still to write.
-
-How it is decided. `scripts/late_failures.py` finds the sites by reading the source: module, qualified function,
-exception and a fingerprint of the message's literal text name a site across releases, never a line number. A fresh
-interpreter then constructs about 2,000 Trainer/Fabric configurations on simulated hardware (CUDA devices, a TPU host,
-an Apple GPU, SLURM/torchelastic/LSF variables, an interactive session; valid ones and ones Lightning rejects) with
-every line of those files traced (`scripts/late_failures_sample.py`). A site is **construction** exactly when the line
-that decides it (the test of the `if` around it, or its function's first line) executed there; a site whose function
-never ran is post-construction; a test fails when the statuses and the trace disagree. DeepSpeed's sites are those of
-the functions `deepspeed.runtime.config.DeepSpeedConfig` runs (traced) on the config each of Lightning's and the
-presets' DeepSpeed strategies passes for each precision, and on user configs covering every section the parser reads.
-Nothing runs DeepSpeed's parser at construction yet, so none of those is **construction**: its **open** entries are
-what running the parser at construction must turn into findings.
-
-Scope. The guards act on the presets: a **preempted** site still fails for Lightning's own strategy names. `assert`
-statements in Lightning (narrowing of its own state) are not inventoried; DeepSpeed's are, as they reject user config.
-The standalone `pytorch_lightning` and `lightning_fabric` are copies of `lightning.pytorch` and `lightning.fabric` with
-renamed imports: a test checks that they have the same sites, which share these entries. Codes marked *later* catch a
-site after construction (when `fit` starts, at model setup, or in `lightning-presets check` only); they do not make it
-**preempted**.
-"""
-
-
-def _present(entry: Mapping[str, Any], version: str) -> bool:
-    return version in entry.get("versions", [])
-
-
-def _in_scope(entry: Mapping[str, Any]) -> bool:
-    return "scope" not in entry
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _detail(entry: Mapping[str, Any]) -> str:
-    status = entry.get("status")
-    parts = []
-    if status == "preempted":
-        parts.append(", ".join(entry.get("codes", [])))
-    elif status in ("unknowable", "open"):
-        parts.append(entry.get("why") or entry.get("guard") or "")
-    if entry.get("later"):
-        parts.append("later: " + ", ".join(entry["later"]))
-    if entry.get("note"):
-        parts.append(entry["note"])
-    return _cell("; ".join(part for part in parts if part))
-
-
-def _where(key: str) -> str:
-    module, qualname = key.split(":")[:2]
-    return f"`{module.removeprefix('lightning.')}` `{qualname}`"
-
-
-def _versions(entry: Mapping[str, Any], all_versions: list[str]) -> str:
-    versions = entry.get("versions", [])
-    return "all" if versions == all_versions else ", ".join(versions)
-
-
-def _summary(data: Mapping[str, Mapping[str, Any]], lightning: list[str], deepspeed: list[str]) -> list[str]:
-    columns = [*(f"Lightning {v}" for v in lightning), *(f"DeepSpeed {v}" for v in deepspeed)]
-    versions = [*lightning, *deepspeed]
-    lines = ["| status | " + " | ".join(columns) + " |", "| --- |" + " ---: |" * len(columns)]
-    for status in STATUSES:
-        counts = []
-        for version in versions:
-            scope = "deepspeed" if version in deepspeed else "lightning"
-            counts.append(sum(1 for k, e in data.items() if _scope(k) == scope and _present(e, version)
-                              and _in_scope(e) and e.get("status") == status))  # fmt: skip
-        lines.append(f"| {status} | " + " | ".join(map(str, counts)) + " |")
-    totals = [sum(1 for k, e in data.items() if _present(e, v) and _in_scope(e)) for v in versions]
-    lines.append("| **sites** | " + " | ".join(f"**{n}**" for n in totals) + " |")
-    return lines
-
-
-def _by_area(data: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    lines = ["| area | " + " | ".join(STATUSES) + " | total |", "| --- |" + " ---: |" * (len(STATUSES) + 1)]
-    for area in AREAS:
-        counts = Counter(e.get("status") for e in data.values() if e.get("area") == area and _in_scope(e))
-        total = sum(counts.values())
-        lines.append(f"| {area} | " + " | ".join(str(counts[s]) for s in STATUSES) + f" | {total} |")
-    return lines
-
-
-def _raised(key: str, entry: Mapping[str, Any]) -> str:
-    """What the site raises (``ValueError``), or its kind and what (``warn: rank_zero_warn``)."""
-    error = key.split(":")[3]
-    kind = entry.get("kind")
-    return f"`{_cell(error if kind == 'raise' else f'{kind}: {error}')}`"
-
-
-def _table(data: Mapping[str, Mapping[str, Any]], keys: list[str], versions: list[str]) -> list[str]:
-    lines = ["| where | raises | message | releases | status | detail |", "| --- | --- | --- | --- | --- | --- |"]
-    for key in keys:
-        entry = data[key]
-        raised = _raised(key, entry)
-        message = _cell(str(entry.get("message", "")))
-        status = entry.get("status") or entry.get("scope", "")
-        lines.append(f"| {_where(key)} | {raised} | {message} | {_versions(entry, versions)} | {status} "
-                     f"| {_detail(entry) or _cell(entry.get('why', ''))} |")  # fmt: skip
-    return lines
-
-
 def render(data: Mapping[str, Mapping[str, Any]]) -> str:
-    """``docs/late-failures.md`` from the data alone (the same text whichever release is installed)."""
-    lightning = sorted({v for k, e in data.items() if _scope(k) == "lightning" for v in e.get("versions", [])},
-                       key=_version_key)  # fmt: skip
-    deepspeed = sorted({v for k, e in data.items() if _scope(k) == "deepspeed" for v in e.get("versions", [])},
-                       key=_version_key)  # fmt: skip
-    ordered = sorted(data, key=lambda k: (AREAS.index(data[k]["area"]), k))
-    in_scope = [k for k in ordered if _in_scope(data[k])]
-    out = [INTRO, "## Summary", "", "Sites per status and release:", ""]
-    out += _summary(data, lightning, deepspeed)
-    out += ["", "Sites per area (all releases together; a site present in several releases counts once):", ""]
-    out += _by_area(data)
-    open_keys = [k for k in in_scope if data[k].get("status") == "open"]
-    out += ["", f"## Open: the guards still to write ({len(open_keys)})", ""]
-    out += ["| where | raises | what a guard should reject at construction | releases |", "| --- | --- | --- | --- |"]
-    for key in open_keys:
-        entry = data[key]
-        versions = lightning if _scope(key) == "lightning" else deepspeed
-        out.append(f"| {_where(key)} | {_raised(key, entry)} | {_cell(entry['guard'])} "
-                   f"| {_versions(entry, versions)} |")  # fmt: skip
-    for area in AREAS:
-        keys = [k for k in in_scope if data[k]["area"] == area]
-        versions = deepspeed if area == DEEPSPEED_AREA else lightning
-        title = "DeepSpeed's config parser" if area == DEEPSPEED_AREA else f"Lightning: {area}"
-        out += ["", f"## {title} ({len(keys)})", "", *_table(data, keys, versions)]
-    excluded = [k for k in ordered if not _in_scope(data[k])]
-    out += ["", f"## Not failures ({len(excluded)})", "",
-            "Warnings that announce no ignored input, validators and renamed fields that keep the value: listed so "
-            "that a new one is noticed; they take no status.", ""]  # fmt: skip
-    out += _table(data, excluded, lightning)
-    return "\n".join(out) + "\n"
+    """``docs/late-failures.md`` from the data alone (``late_failures_doc``)."""
+    import late_failures_doc
+
+    return late_failures_doc.render(data)
 
 
 # --- command line ---------------------------------------------------------------------------------------------------
@@ -524,29 +400,50 @@ class Installed:
 
     lightning: str | None
     deepspeed: str | None
+    torch: str | None
     sites: list[Site]
     deepspeed_sites: list[Site]
+    """DeepSpeed's config parser's sites (``deepspeed-config``)."""
+    backend_sites: dict[str, list[Site]]
+    """The areas beyond Lightning's and the parser's, per scope (``deepspeed``: the engine; ``torch``)."""
     traced: Trace
+
+    def version(self, scope: str) -> str | None:
+        return {"lightning": self.lightning, "deepspeed": self.deepspeed, "torch": self.torch}[scope]
+
+    def scope_sites(self, scope: str) -> list[Site]:
+        """Every site recorded under ``scope``'s release."""
+        own = {"lightning": self.sites, "deepspeed": self.deepspeed_sites}.get(scope, [])
+        return [*own, *self.backend_sites.get(scope, [])]
 
 
 def installed() -> Installed:
-    traced = trace(lightning_files())
+    traced = trace([*lightning_files(), *backend_files()])
     lightning, deepspeed = installed_version("lightning"), installed_version("deepspeed")
     sites = lightning_sites() if lightning else []
-    return Installed(lightning, deepspeed, sites, deepspeed_sites(traced) if deepspeed else [], traced)
+    parser = deepspeed_sites(traced) if deepspeed else []
+    beyond = {package: backend_sites(package) for package in ("deepspeed", "torch")}
+    return Installed(lightning, deepspeed, installed_version("torch"), sites, parser, beyond, traced)
 
 
 def problems(data: Mapping[str, Mapping[str, Any]], found: Installed) -> list[str]:
     """Everything the data gets wrong about the installed releases, the documented codes and the trace."""
     codes = documented_codes()
     issues = [issue for key, entry in data.items() for issue in entry_problems(key, entry, codes)]
+    for scope in SCOPES:
+        version = found.version(scope)
+        if version:
+            issues += listing_problems(data, found.scope_sites(scope), version, scope)
     if found.lightning:
-        issues += listing_problems(data, found.sites, found.lightning, "lightning")
         issues += phase_problems(data, phases(found.traced), found.lightning)
         issues += standalone_differences()
+    for scope, sites in found.backend_sites.items():
+        version = found.version(scope)
+        if version:
+            issues += phase_problems(data, site_phases(sites, found.traced.lines), version, lightning_first(data))
     if found.deepspeed:
-        issues += listing_problems(data, found.deepspeed_sites, found.deepspeed, "deepspeed")
-        claimed = [k for k, e in data.items() if _scope(k) == "deepspeed" and e.get("status") == "construction"]
+        parser = {site.key for site in found.deepspeed_sites}
+        claimed = [k for k in parser if data.get(k, {}).get("status") == "construction"]
         issues += [
             f"{key}: status construction, but nothing parses DeepSpeed's config at construction" for key in claimed
         ]
@@ -563,17 +460,26 @@ def main(argv: list[str]) -> int:
         changes = []
         if found.lightning:
             changes += record(data, found.sites, found.lightning, "lightning", phases(found.traced))
-        if found.deepspeed:
-            changes += record(data, found.deepspeed_sites, found.deepspeed, "deepspeed")
+        for scope in ("deepspeed", "torch"):
+            version = found.version(scope)
+            if version:
+                sites = found.scope_sites(scope)
+                changes += record(
+                    data, sites, version, scope, site_phases(found.backend_sites[scope], found.traced.lines)
+                )
         DATA.write_text(dump(data), encoding="utf-8")
         print("\n".join(changes) or "no change")
         return 0
     if "--phases" in argv:
-        for key, found_phase in sorted(phases(found.traced).items()):
+        found_phases = {**phases(found.traced)}
+        for sites in found.backend_sites.values():
+            found_phases.update(site_phases(sites, found.traced.lines))
+        for key, found_phase in sorted(found_phases.items()):
             print(f"{found_phase}\t{data.get(key, {}).get('status')}\t{key}")
         return 0
     issues = problems(data, found)
-    print("\n".join(issues) or f"the inventory matches Lightning {found.lightning}, DeepSpeed {found.deepspeed}")
+    releases = ", ".join(f"{scope} {found.version(scope)}" for scope in SCOPES)
+    print("\n".join(issues) or f"the inventory matches {releases}")
     return 1 if issues else 0
 
 

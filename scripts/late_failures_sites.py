@@ -18,6 +18,9 @@ from pathlib import Path
 WARN_CALLS = frozenset({"rank_zero_warn", "rank_zero_deprecation", "warn", "warning"})
 """Calls that warn: ``rank_zero_warn``, ``warnings.warn``, ``WarningCache.warn``, ``logger.warning``."""
 VALIDATORS = frozenset({"field_validator", "model_validator", "validator", "root_validator"})
+ONCE_WARNINGS = frozenset({"warning_once", "warn_once"})
+Logs = tuple[frozenset[str], re.Pattern[str]]
+"""Log calls that are a site when their message matches (``late_failures_backends``: ignored or rewritten input)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +33,8 @@ class Site:
     qualname: str
     """``Class.method``, ``function``, ``outer.<locals>.inner`` or ``<module>``."""
     kind: str
-    """``raise``, ``warn``, ``assert``, ``validator`` or ``deprecated``."""
+    """``raise``, ``warn``, ``assert``, ``validator``, ``deprecated``, ``schema``, ``rewrite``, ``log`` or
+    ``documented``."""
     error: str
     """The exception (or warning call, validator name, deprecated field) as written."""
     message: str
@@ -103,7 +107,7 @@ def _warned(node: ast.Call) -> tuple[str, str] | None:
     if name == "warn" and isinstance(node.func, ast.Attribute) and _call_name(node.func.value) == "warnings":
         name = "warnings.warn"
     category = next((ast.unparse(k.value) for k in node.keywords if k.arg == "category"), "")
-    if not category and len(node.args) > 1:
+    if not category and len(node.args) > 1 and name != "warning":  # logger.warning's arguments are format values
         category = ast.unparse(node.args[1])
     label = f"{name}[{category}]" if category else name
     return label, literal_text(node.args[0] if node.args else None)
@@ -202,8 +206,8 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)
 
 
 class _Finder(ast.NodeVisitor):
-    def __init__(self, area: str, module: str, *, asserts: bool, pydantic: bool) -> None:
-        self.area, self.module, self.asserts, self.pydantic = area, module, asserts, pydantic
+    def __init__(self, area: str, module: str, *, asserts: bool, pydantic: bool, logs: Logs | None = None) -> None:
+        self.area, self.module, self.asserts, self.pydantic, self.logs = area, module, asserts, pydantic, logs
         self.stack: list[ast.AST] = []
         self.names: list[str] = []
         self.sites: list[Site] = []
@@ -253,7 +257,26 @@ class _Finder(ast.NodeVisitor):
             warned = _warned(node.value)
             if warned:
                 self._add(node, "warn", *warned)
+            elif self.logs:
+                self._logged(node, node.value, *self.logs)
         self.generic_visit(node)
+
+    def _logged(self, node: ast.Expr, call: ast.Call, names: frozenset[str], words: re.Pattern[str]) -> None:
+        """A ``_log_and_throw(Error, message)``, a ``_p_assert(condition, message)``, a warning logged once, or a log
+        whose message matches ``words``."""
+        name = _call_name(call.func)
+        if name == "_log_and_throw" and len(call.args) > 1:  # torch's DDP: logs, then raises the given type
+            self._add(node, "raise", ast.unparse(call.args[0]), literal_text(call.args[1]))
+        elif name == "_p_assert" and len(call.args) > 1:
+            self._add(node, "assert", "_p_assert", literal_text(call.args[1]))
+        elif name in ONCE_WARNINGS and call.args:  # warning_once(logger, message) or logger.warning_once(message)
+            first = call.args[0]
+            logger = isinstance(first, ast.Name) and "log" in first.id and len(call.args) > 1
+            self._add(node, "warn", name, literal_text(call.args[1] if logger else first))
+        elif name in names and call.args:
+            message = literal_text(call.args[0])
+            if words.search(message):
+                self._add(node, "log", name, message)
 
     def visit_Assign(self, node: ast.Assign) -> None:
         if self.pydantic and _forbids_extra(node):
@@ -273,9 +296,11 @@ class _Finder(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def sites_in(path: Path, area: str, module: str, *, asserts: bool = False, pydantic: bool = False) -> list[Site]:
+def sites_in(
+    path: Path, area: str, module: str, *, asserts: bool = False, pydantic: bool = False, logs: Logs | None = None
+) -> list[Site]:
     """Every site in one source file, numbered where one function repeats the same key."""
-    finder = _Finder(area, module, asserts=asserts, pydantic=pydantic)
+    finder = _Finder(area, module, asserts=asserts, pydantic=pydantic, logs=logs)
     finder.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
     return list(numbered(finder.sites))
 

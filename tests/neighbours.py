@@ -289,7 +289,7 @@ ZERO_CHECKPOINT = (
     BLOCKS + "import os   # run.ckpt: the files of a ZeRO-{stage} checkpoint Lightning wrote on {world} GPUs\n"
     "os.makedirs('run.ckpt/checkpoint'); open('run.ckpt/latest', 'w').write('checkpoint')\n"
     "torch.save({{'module': {{}}, 'dp_world_size': {world}, 'mp_world_size': 1, 'ds_config': {{'zero_optimization': "
-    "{{'stage': {stage}}}}}, 'loops': {{}}, 'pytorch-lightning_version': '2.6.6'}}, "
+    "{{'stage': {stage}}}}}, 'lr_schedulers': [], 'pytorch-lightning_version': '2.6.6'}}, "
     "'run.ckpt/checkpoint/{model_file}')\n"
     "for rank in range({world}):\n"
     "    torch.save({{}}, f'run.ckpt/checkpoint/bf16_zero_pp_rank_{{rank}}_mp_rank_00_optim_states.pt')\n"
@@ -308,12 +308,12 @@ MODEL_PARALLEL_FOLDER = (
     "optimizer = torch.optim.Adam(model.parameters())\n"
     "dcp.save({'state_dict': model.state_dict(), 'optimizer_0': get_optimizer_state_dict(model, optimizer)}, "
     "checkpoint_id='run.ckpt')\n"
-    "torch.save({'loops': {}, 'pytorch-lightning_version': '2.6.6'}, 'run.ckpt/meta.pt')\n"
+    "torch.save({'lr_schedulers': [], 'pytorch-lightning_version': '2.6.6'}, 'run.ckpt/meta.pt')\n"
 )
 TRAINER_FILE = (
     BLOCKS + "optimizer = torch.optim.Adam(model.parameters())   # a single-file checkpoint, as DDP writes\n"
-    "torch.save({'state_dict': model.state_dict(), 'optimizer_states': [optimizer.state_dict()], {more}'loops': {{}}, "
-    "'pytorch-lightning_version': '2.6.6'}}, 'run.ckpt')\n"
+    "torch.save({'state_dict': model.state_dict(), 'optimizer_states': [optimizer.state_dict()], {more}"
+    "'lr_schedulers': [], 'pytorch-lightning_version': '2.6.6'}}, 'run.ckpt')\n"
 )
 
 
@@ -820,6 +820,32 @@ _add(
     n(_t(_ds('{"zero_optimization": {"stage": 2}, "steps_per_print": 100}')), "a top-level key"),
 )
 _add(
+    "LP421",
+    n(_t(_ds("{" + _Z2 + "}"), "cuda", ", gradient_clip_val=0.3"), "the Trainer's threshold, the config has none"),
+    n(_t(_ds('{"gradient_clipping": 1.0, ' + _Z2 + "}")), "the config's threshold, the Trainer sets none"),
+    n(_t(_ds('{"gradient_clipping": 1.0, ' + _Z2 + "}"), "cuda", ", gradient_clip_val=1"), "the same threshold twice"),
+    n(
+        _fabric_ds.format(_ds('{"gradient_clipping": 1.0, ' + _Z2 + "}", target=', target="fabric"'), 8),
+        "Fabric: the config's threshold is the only one",
+    ),
+)
+_add(
+    "LP422",
+    n(_offload(more=', "zero_force_ds_cpu_optimizer": False'), "one optimizer"),
+    n(
+        f"model = {LINEAR}\nfabric = "
+        + _fabric_ds.format(_ds("{" + _Z2 + "}", target=', target="fabric"'), 8)
+        + "\nfabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))\n",
+        "one SGD",
+    ),
+    n(
+        f"model = {LINEAR}\nfabric = "
+        + _fabric_ds.format(_ds("{" + _Z2 + "}", target=', target="fabric"'), 8)
+        + "\nfabric.setup(model, torch.optim.SGD([{'params': model.weight, 'lr': 0.1}, {'params': model.bias}]))\n",
+        "one optimizer, two parameter groups with their own lr",
+    ),
+)
+_add(
     "LP420",
     n(_t('"deepspeed_zero2_offload"', "cuda", "", 2), "devices=2: GPUs 0 and 1"),
     n(_t('"deepspeed_zero2_offload"', "cuda", "", [0, 1]), "the list 0..n-1"),
@@ -1030,7 +1056,7 @@ _add(
     "LP804",
     n(trainer_file() + _t('"ddp_static_graph"', "cpu", "", 2) + FIT, "the optimizer state saved", CPU),
     n(
-        BLOCKS + "torch.save({'state_dict': model.state_dict(), 'optimizer_states': [], 'loops': {}, "
+        BLOCKS + "torch.save({'state_dict': model.state_dict(), 'optimizer_states': [], 'lr_schedulers': [], "
         "'pytorch-lightning_version': '2.6.6'}, 'run.ckpt')   # a fit without an optimizer\n"
         + _t('"ddp_static_graph"', "cpu", "", 2)
         + FIT,
@@ -1070,7 +1096,11 @@ _add(
 _add(
     "LP808",
     n(trainer_file() + _t('"ddp_static_graph"', "cpu", "", 2) + FIT, "the Trainer's own file", CPU),
-    n(trainer_file("'lr_schedulers': [], ") + _t('"ddp_static_graph"', "cpu", "", 2) + FIT, "with schedulers", CPU),
+    n(
+        trainer_file("'epoch': 3, 'global_step': 30, ") + _t('"ddp_static_graph"', "cpu", "", 2) + FIT,
+        "with the loops' counters",
+        CPU,
+    ),
     n(MODEL_PARALLEL_FOLDER + _t('"fsdp2"', "cpu", "", 2) + FIT, "the Trainer's sharded folder", CPU),
 )
 

@@ -19,7 +19,7 @@ from lightning_presets.strategies import fsdp, model_parallel
 from lightning_presets.tools.simulation import simulated_cuda
 
 BASE = Context(
-    preset="fsdp_offload_ckpt", target="trainer", caller="Trainer", accelerator="cuda", devices_per_node=8,
+    preset="fsdp_offload_ckpt", target="trainer", kind="trainer", accelerator="cuda", devices_per_node=8,
     num_nodes=1, precision="bf16-mixed", precision_plugin="FSDPPrecision", cluster_environment="LightningEnvironment",
     family="fsdp",
 )  # fmt: skip
@@ -87,10 +87,10 @@ def test_clipping_reads_lightnings_enum_and_means_nothing_for_fabric() -> None:
     assert by_value.clipping == (1.0, "value")
     assert by_value.clip_algorithm_requested == "value"
     assert with_arguments(gradient_clip_algorithm="value").clip_algorithm_requested == "value"  # no value needed
-    fabric = dataclasses.replace(by_value, caller="Fabric")
+    fabric = dataclasses.replace(by_value, kind="fabric")
     assert fabric.clipping is None
     assert fabric.clip_algorithm_requested is None
-    assert not dataclasses.replace(with_arguments(sync_batchnorm=True), caller="Fabric").sync_batchnorm
+    assert not dataclasses.replace(with_arguments(sync_batchnorm=True), kind="fabric").sync_batchnorm
     assert with_arguments(sync_batchnorm=True).sync_batchnorm
     assert not with_arguments(sync_batchnorm=1).sync_batchnorm
 
@@ -104,7 +104,7 @@ def test_a_model_rule_says_its_condition_before_the_model_exists() -> None:
     assert str(finding).startswith("[LP118] (conditional warning)")
     # its neighbours: nothing the model could change
     for quiet in (with_arguments(), with_arguments(gradient_clip_val=1.0, gradient_clip_algorithm="value"),
-                  dataclasses.replace(with_arguments(gradient_clip_val=1.0), caller="Fabric")):  # fmt: skip
+                  dataclasses.replace(with_arguments(gradient_clip_val=1.0), kind="fabric")):  # fmt: skip
         assert conditional_findings(fsdp.FSDP_OFFLOAD_CKPT.rules, quiet) == []
 
 

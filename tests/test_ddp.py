@@ -33,7 +33,7 @@ BF16 = "ddp_bf16_compress"
 BASE = Context(
     preset=BF16,
     target="trainer",
-    caller="Trainer",
+    kind="trainer",
     accelerator="cuda",
     devices_per_node=8,
     num_nodes=1,
@@ -97,7 +97,7 @@ def test_lp311_warns_that_the_trainer_leaves_compression_out_off_cuda(accelerato
 
 
 def test_lp303_rejects_compression_on_a_cpu_only_torch_with_fabric() -> None:
-    cpu_only = ctx(accelerator="cpu", devices_per_node=2, caller="Fabric", torch_build={"cuda": None, "nccl": None})
+    cpu_only = ctx(accelerator="cpu", devices_per_node=2, kind="fabric", torch_build={"cuda": None, "nccl": None})
     finding = ddp.bf16_compress_supported(cpu_only)
     assert finding is not None
     assert (finding.code, finding.severity) == ("LP303", "error")

@@ -27,7 +27,9 @@ from lightning_presets.tools.examples import check_examples, rules_of
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILTIN = sorted(preset.name for preset in _docs.builtin_presets())
-_EVIDENCE = re.compile(r"(\w+): ([\w/]+\.py)::(\w+) \((.+)\)$", re.DOTALL)
+_EVIDENCE = re.compile(r"(\w+): (.+)$", re.DOTALL)
+_PROOF = re.compile(r"([\w/]+\.py)::(\w+)$")
+PROOFS: dict[str, str] = _docs.references().PROOFS
 EVIDENCE_TESTS = ROOT / "tests" / "evidence"
 GPU_CHECKS = ROOT / "benchmarks" / "gpu" / "gpu_checks.py"
 NOT_EXECUTED = {
@@ -68,7 +70,7 @@ def test_the_builtin_catalog_is_covered() -> None:
     "LP901", "error", "construction", "a rule whose failing example does not fail",
     fails='Trainer(strategy="ddp", accelerator="cpu", devices=2)',
     fixed='Trainer(strategy="ddp", accelerator="cpu", devices=2)',
-    evidence="runtime: tests/test_examples.py::test_the_engine_reports_examples_that_do_not_behave (by design)",
+    evidence="runtime: by design, the examples do not behave",
 )  # fmt: skip
 def never_fires(ctx: Any) -> Problem | None:
     return None
@@ -157,14 +159,23 @@ def _gpu_proofs() -> dict[str, tuple[str, ...]]:
     return {check.name: check.proves for check in module.CHECKS}
 
 
-def evidence_problem(code: str, evidence: str, tests: dict[str, set[str]], gpu: dict[str, tuple[str, ...]]) -> str:
-    """Why ``evidence`` is not an executed proof of ``code``; empty when it is."""
+def evidence_problem(
+    code: str, evidence: str, proof: str, tests: dict[str, set[str]], gpu: dict[str, tuple[str, ...]]
+) -> str:
+    """Why ``evidence`` (the declaration's) and ``proof`` (its node id in ``tests/evidence/references.py``) are not an
+    executed proof of ``code``; empty when they are."""
     found = _EVIDENCE.match(evidence)
     if found is None or found.group(1) not in EVIDENCE_KINDS:
-        return f"{code}: evidence must be 'runtime: tests/evidence/FILE.py::test (...)' or 'gpu: ...', got {evidence!r}"
-    kind, path, name, what = found.groups()
+        return f"{code}: evidence must be 'runtime: what fails' or 'gpu: what fails', got {evidence!r}"
+    kind, what = found.groups()
+    if "::" in what or ".py" in what:
+        return f"{code}: the declaration names a file ({what!r}): name it in tests/evidence/references.py"
     if len(what) < 15:
         return f"{code}: say in a few words what fails"
+    named = _PROOF.match(proof)
+    if named is None:
+        return f"{code}: tests/evidence/references.py names no proof (FILE.py::test) for it, got {proof!r}"
+    path, name = named.groups()
     if kind == "runtime":
         codes = tests.get(f"{path}::{name}")
         if codes is None:
@@ -180,7 +191,7 @@ _ERRORS = [e for e in _documented() if e.severity == "error"]
 
 @pytest.mark.parametrize("entry", _ERRORS, ids=lambda e: e.code)
 def test_every_error_names_an_executed_proof(entry: Any) -> None:
-    problem = evidence_problem(entry.code, entry.evidence, _evidence_tests(), _gpu_proofs())
+    problem = evidence_problem(entry.code, entry.evidence, PROOFS.get(entry.code, ""), _evidence_tests(), _gpu_proofs())
     if entry.code in NOT_EXECUTED:
         assert problem, f"{entry.code} has an executed proof now: remove it from NOT_EXECUTED"
         assert entry.evidence.startswith("source: "), f"{entry.code}: cite the code that fails"
@@ -201,21 +212,23 @@ def test_every_proof_proves_a_declared_error() -> None:
 def test_the_evidence_check_can_fail() -> None:
     tests, gpu = _evidence_tests(), _gpu_proofs()
     test = "tests/evidence/test_fails_fsdp.py::test_lp101_fsdp_on_cpu_fails_when_the_model_is_wrapped"
-    real = f"runtime: {test} (x fails)"
-    assert evidence_problem("LP101", real.replace("(x fails)", "(FSDP raises on CPU)"), tests, gpu) == ""
-    assert "say in a few words" in evidence_problem("LP101", real, tests, gpu)
-    assert "proves ['LP101'], not LP104" in evidence_problem(
-        "LP104", real.replace("x fails", "torch raises on CPU"), tests, gpu
-    )
-    ghost = "runtime: tests/evidence/test_fails_fsdp.py::test_that_does_not_exist (nothing at all here)"
-    assert "is not a test of tests/evidence/" in evidence_problem("LP101", ghost, tests, gpu)
+    real = "runtime: FSDP raises on CPU"
+    assert evidence_problem("LP101", real, test, tests, gpu) == ""
+    assert "say in a few words" in evidence_problem("LP101", "runtime: x fails", test, tests, gpu)
+    assert "proves ['LP101'], not LP104" in evidence_problem("LP104", real, test, tests, gpu)
+    assert "names no proof" in evidence_problem("LP101", real, "", tests, gpu)
+    assert "names a file" in evidence_problem("LP101", f"runtime: {test} (FSDP raises on CPU)", test, tests, gpu)
+    ghost = "tests/evidence/test_fails_fsdp.py::test_that_does_not_exist"
+    assert "is not a test of tests/evidence/" in evidence_problem("LP101", real, ghost, tests, gpu)
     source = "source: lightning/fabric/strategies/fsdp.py, _init_sharding_strategy raises KeyError (lightning 2.6.6)"
-    assert "evidence must be" in evidence_problem("LP104", source, tests, gpu)
-    untested = "runtime: tests/test_fsdp2.py::test_fsdp2_trainer_fit_computes_the_losses_of_ddp (losses equal to DDP)"
-    assert "is not a test of tests/evidence/" in evidence_problem("LP210", untested, tests, gpu)
-    gpu_check = "gpu: benchmarks/gpu/gpu_checks.py::proof_lp412_deepspeed_closure (training_step never runs)"
-    assert evidence_problem("LP412", gpu_check, tests, gpu) == ""
-    assert "proves ['LP412'], not LP607" in evidence_problem("LP607", gpu_check, tests, gpu)
+    assert "evidence must be" in evidence_problem("LP104", source, test, tests, gpu)
+    untested = "tests/test_fsdp2.py::test_fsdp2_trainer_fit_computes_the_losses_of_ddp"
+    assert "is not a test of tests/evidence/" in evidence_problem("LP210", real, untested, tests, gpu)
+    gpu_check = "benchmarks/gpu/gpu_checks.py::proof_lp412_deepspeed_closure"
+    assert evidence_problem("LP412", "gpu: training_step never runs", gpu_check, tests, gpu) == ""
+    assert "proves ['LP412'], not LP607" in evidence_problem(
+        "LP607", "gpu: training_step never runs", gpu_check, tests, gpu
+    )
 
 
 def test_the_policy_opens_docs_errors_md() -> None:

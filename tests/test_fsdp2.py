@@ -29,7 +29,7 @@ OFFLOAD = "fsdp2_offload_ckpt"
 BASE = Context(
     preset=FSDP2,
     target="trainer",
-    caller="Trainer",
+    kind="trainer",
     accelerator="cpu",
     devices_per_node=2,
     num_nodes=1,
@@ -372,6 +372,6 @@ def test_lp216_guards_fsdp2_with_a_tensor_dimension() -> None:
         ctx(data_parallel_size=2, tensor_parallel_size=1, devices_per_node=2, arguments=anomaly),  # no tensor dim
         ctx(devices_per_node=2, arguments=anomaly),  # the preset's own: the data-parallel world only
         ctx(data_parallel_size=1, tensor_parallel_size=2, devices_per_node=2),  # no anomaly mode
-        dataclasses.replace(refused, caller="Fabric"),  # Fabric has no detect_anomaly
+        dataclasses.replace(refused, kind="fabric"),  # Fabric has no detect_anomaly
     ):
         assert mp.anomaly_detection_without_tensor_parallel(accepted) is None

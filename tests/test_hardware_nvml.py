@@ -23,11 +23,12 @@ from helpers import Fresh, Started
 from lightning_presets.core import hardware
 
 GIB = 2**30
-# NVML index: (uuid, PCI bus, capability, memory). PCI order: H100, V100, A100. Fastest first: H100, A100, V100.
+# NVML index: (uuid, PCI bus, capability, memory, the driver's name). PCI order: H100, V100, A100. Fastest first:
+# H100, A100, V100.
 DEVICES = [
-    ("GPU-aaaa1111-0000-0000-0000-000000000000", 0x3B, (7, 0), 16 * GIB),  # V100
-    ("GPU-bbbb2222-0000-0000-0000-000000000000", 0x1A, (9, 0), 80 * GIB),  # H100
-    ("GPU-cccc3333-0000-0000-0000-000000000000", 0x86, (8, 0), 40 * GIB),  # A100
+    ("GPU-aaaa1111-0000-0000-0000-000000000000", 0x3B, (7, 0), 16 * GIB, "Tesla V100-SXM2-16GB"),
+    ("GPU-bbbb2222-0000-0000-0000-000000000000", 0x1A, (9, 0), 80 * GIB, "NVIDIA H100 80GB HBM3"),
+    ("GPU-cccc3333-0000-0000-0000-000000000000", 0x86, (8, 0), 40 * GIB, "NVIDIA A100-SXM4-40GB"),
 ]
 
 STAND_IN = r"""
@@ -38,12 +39,13 @@ STAND_IN = r"""
 typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
                  char busId[32]; } nvmlPciInfo_t;
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
-typedef struct { char uuid[96]; unsigned int bus; int major, minor; unsigned long long memory; } device_t;
+typedef struct { char uuid[96]; unsigned int bus; int major, minor; unsigned long long memory; char name[96]; }
+    device_t;
 
 static device_t devices[16];
 static int count = -1;
 
-/* FAKE_NVML_DEVICES="uuid,bus,major,minor,memory;..." describes the GPUs, in NVML's order. */
+/* FAKE_NVML_DEVICES="uuid,bus,major,minor,memory,name;..." describes the GPUs, in NVML's order. */
 static void load(void) {
     char spec[4096];
     const char *raw = getenv("FAKE_NVML_DEVICES");
@@ -53,7 +55,7 @@ static void load(void) {
     spec[sizeof(spec) - 1] = 0;
     for (char *item = strtok(spec, ";"); item && count < 16; item = strtok(NULL, ";")) {
         device_t *d = &devices[count++];
-        sscanf(item, "%95[^,],%u,%d,%d,%llu", d->uuid, &d->bus, &d->major, &d->minor, &d->memory);
+        sscanf(item, "%95[^,],%u,%d,%d,%llu,%95[^;]", d->uuid, &d->bus, &d->major, &d->minor, &d->memory, d->name);
     }
 }
 
@@ -79,6 +81,11 @@ int nvmlDeviceGetPciInfo_v3(void *handle, nvmlPciInfo_t *pci) {
     snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", pci->bus);
     return 0;
 }
+int nvmlDeviceGetName(void *handle, char *name, unsigned int length) {
+    if (getenv("FAKE_NVML_NO_NAMES")) return 3; /* NVML_ERROR_NOT_SUPPORTED */
+    snprintf(name, length, "%s", ((device_t *)handle)->name);
+    return 0;
+}
 int nvmlDeviceGetCudaComputeCapability(void *handle, int *major, int *minor) {
     *major = ((device_t *)handle)->major;
     *minor = ((device_t *)handle)->minor;
@@ -95,7 +102,7 @@ int nvmlDeviceGetMemoryInfo(void *handle, nvmlMemory_t *memory) {
 # Runs in a fresh interpreter (the loader reads LD_LIBRARY_PATH at start-up). torch's CUDA initialisation is made to
 # raise, so reading the GPUs through NVML is proven not to create a CUDA context.
 PROBE = """
-import json, sys
+import json, os, sys
 import torch
 def forbidden(*args, **kwargs):
     raise AssertionError("CUDA was initialised")
@@ -106,8 +113,21 @@ for environ in json.loads(sys.argv[1]):
     hardware._read_nvml.cache_clear()
     gpus = hardware.nvml_gpus(environ)
     results.append(None if gpus is None else [gpus.count, gpus.capability, gpus.memory_bytes])
-print("RESULT " + json.dumps({"results": results, "observed": hardware.observed_capability(),
-                              "cuda_initialized": torch.cuda.is_initialized()}))
+names = [None if (gpus := hardware.nvml_gpus(environ)) is None else list(gpus.names)
+         for environ in json.loads(sys.argv[1])]
+observed = hardware.observed_capability()  # the real environment, before the loop below changes it
+import argparse
+from lightning_presets.tools import doctor
+from lightning_presets.cli._plan import gpu_type
+sections = []
+for environ in json.loads(sys.argv[1]):
+    hardware._read_nvml.cache_clear()
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    os.environ.update(environ)
+    plan = list(gpu_type(argparse.Namespace(gpu_type=None)))  # plan without --gpu-type
+    sections.append({**doctor.gpus_section(), "plan": plan})
+print("RESULT " + json.dumps({"results": results, "observed": observed, "names": names,
+                              "doctor": sections, "cuda_initialized": torch.cuda.is_initialized()}))
 """
 
 
@@ -127,7 +147,7 @@ def stand_in(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def start_probe(library_dir: Path | None, environs: list[dict[str, str]], **env: str) -> Started:
-    spec = ";".join(f"{uuid},{bus},{cap[0]},{cap[1]},{memory}" for uuid, bus, cap, memory in DEVICES)
+    spec = ";".join(f"{uuid},{bus},{cap[0]},{cap[1]},{memory},{name}" for uuid, bus, cap, memory, name in DEVICES)
     full_env = {key: value for key, value in os.environ.items() if not key.startswith(("CUDA_", "FAKE_NVML"))}
     full_env.update({"FAKE_NVML_DEVICES": spec, "LIGHTNING_PRESETS_AUTOLOAD": "0", **env})
     full_env["LD_LIBRARY_PATH"] = str(library_dir) if library_dir else ""
@@ -174,6 +194,8 @@ def probes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
                        ("test_nvml_that_fails_to_initialise_means_unknown",)),
         "no_library": (lambda: start_probe(None, [{}, {"CUDA_VISIBLE_DEVICES": "0"}]),
                        ("test_no_nvml_library_means_unknown",)),
+        "no_names": (lambda: start_probe(library(), [{}], FAKE_NVML_NO_NAMES="1"),
+                     ("test_a_driver_that_names_no_gpu_still_gives_capability_and_memory",)),
     })  # fmt: skip
     yield runs
     runs.close()
@@ -206,3 +228,34 @@ def test_no_nvml_library_means_unknown(probes: Fresh) -> None:
 )  # fmt: skip
 def test_visible_positions_read_cuda_visible_devices_as_the_runtime_does(raw: str | None, positions: list[int]) -> None:
     assert hardware.visible_positions(raw, ["GPU-a1", "GPU-b2", "GPU-c3"]) == positions
+
+
+def test_doctor_names_the_visible_gpus_and_the_plan_type_they_are(stand_in: Path, probes: Fresh) -> None:
+    """NVML's names in CUDA's order (fastest first), the visible ones only; a type of plan's table only when all the
+    visible GPUs are one (a mixed machine gets none)."""
+    data = probe(probes["cases"])
+    names = dict(zip([json.dumps(environ) for environ, _ in CASES], data["names"], strict=True))
+    assert names["{}"] == ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "Tesla V100-SXM2-16GB"]
+    assert names[json.dumps({"CUDA_VISIBLE_DEVICES": "GPU-cccc3333"})] == ["NVIDIA A100-SXM4-40GB"]
+    doctor = dict(zip([json.dumps(environ) for environ, _ in CASES], data["doctor"], strict=True))
+    mixed = doctor["{}"]
+    assert (mixed["read"], mixed["count"], mixed["gpu_type"], mixed["memory_bytes"]) == (True, 3, None, 16 * GIB)
+    assert mixed["plan"] == ["H100-SXM", False]  # mixed: plan's default, not read from the machine
+    h100 = doctor[json.dumps({"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})]
+    assert (h100["names"], h100["gpu_type"], h100["plan"]) == (
+        ["NVIDIA H100 80GB HBM3"],
+        "H100-SXM",
+        ["H100-SXM", True],
+    )
+    a100 = doctor[json.dumps({"CUDA_VISIBLE_DEVICES": "1"})]  # fastest first: index 1 is the A100
+    assert (a100["names"], a100["gpu_type"]) == (["NVIDIA A100-SXM4-40GB"], "A100-40GB")
+    assert a100["plan"] == ["A100-40GB", True]  # plan without --gpu-type times the step on the machine's A100
+    assert doctor[json.dumps({"CUDA_VISIBLE_DEVICES": ""})]["count"] == 0
+    assert data["cuda_initialized"] is False
+
+
+def test_a_driver_that_names_no_gpu_still_gives_capability_and_memory(stand_in: Path, probes: Fresh) -> None:
+    data = probe(probes["no_names"])
+    assert data["results"] == [[3, [7, 0], 16 * GIB]]
+    assert data["names"] == [[]]
+    assert data["doctor"][0]["gpu_type"] is None

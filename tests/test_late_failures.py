@@ -1,8 +1,9 @@
 """The inventory of late failures (``scripts/late_failures.py``, ``docs/late-failures.md``).
 
-It lists every site of the installed Lightning and of DeepSpeed's config parser, each status agrees with the traced
-construction sample, every code it names exists (and fires no later than construction where it claims to pre-empt),
-and the document is generated from the data.
+It lists every site of the installed Lightning, of DeepSpeed's config parser, engine and ZeRO optimizers and of torch's
+FSDP1/FSDP2/DDP/DTensor/env:// areas, each status agrees with the traced construction sample, every code it names
+exists (and fires no later than construction where it claims to pre-empt), the settings and launch variables tables
+match the installed sources, and the document is generated from the data.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import late_failures as lf
+import late_failures_backends as backends
+import late_failures_tables as tables
 import pytest
 from late_failures_sites import Site, deciding_line, fingerprint, literal_text, sites_in
 
@@ -162,7 +165,7 @@ def test_every_site_of_deepspeeds_config_parser_is_listed(
         pytest.skip("deepspeed is not installed")
     assert installed.traced.deepspeed_configs > 100
     assert len(installed.deepspeed_sites) > 40
-    assert lf.listing_problems(data, installed.deepspeed_sites, installed.deepspeed, "deepspeed") == []
+    assert lf.listing_problems(data, installed.scope_sites("deepspeed"), installed.deepspeed, "deepspeed") == []
     kinds = {site.kind for site in installed.deepspeed_sites}
     assert {"raise", "assert", "validator", "deprecated", "schema", "rewrite"} <= kinds
 
@@ -248,3 +251,210 @@ def test_recording_a_release_adds_its_new_sites_and_drops_it_from_the_others(tmp
                               "kind": "raise", "message": "bad"}  # fmt: skip
     assert data[later.key]["status"] == lf.TODO
     assert gone.key not in data
+
+
+# --- beyond Lightning: DeepSpeed's engine and ZeRO optimizers, torch's FSDP1/FSDP2/DDP/DTensor/env:// --------------
+
+
+def _needs(found: lf.Installed, scope: str) -> str:
+    version = found.version(scope)
+    if version is None:
+        pytest.skip(f"{scope} is not installed")
+    return version
+
+
+@pytest.mark.parametrize("scope", ["deepspeed", "torch"])
+def test_every_site_of_the_backends_areas_is_listed(
+    data: dict[str, dict[str, Any]], installed: lf.Installed, scope: str
+) -> None:
+    version = _needs(installed, scope)
+    sites = installed.backend_sites[scope]
+    areas = {area.name for area in backends.AREAS if area.package == scope}
+    assert {site.area for site in sites} == areas, "an area found no site: its entry points moved"
+    assert len(sites) > {"deepspeed": 80, "torch": 90}[scope]
+    assert lf.listing_problems(data, installed.scope_sites(scope), version, scope) == []
+
+
+def test_no_backend_site_runs_while_constructing(data: dict[str, dict[str, Any]], installed: lf.Installed) -> None:
+    for scope, sites in installed.backend_sites.items():
+        phases = backends.site_phases(sites, installed.traced.lines)
+        assert set(phases.values()) <= {"after"}, [key for key, phase in phases.items() if phase != "after"]
+        version = installed.version(scope)
+        assert version is not None
+        assert lf.phase_problems(data, phases, version, lf.lightning_first(data)) == []
+
+
+def test_a_backend_site_claims_construction_only_when_a_lightning_site_raises_first(
+    data: dict[str, dict[str, Any]],
+) -> None:
+    first = lf.lightning_first(data)
+    claimed = {k for k, e in data.items() if lf._scope(k) == "torch" and e.get("status") == "construction"}
+    assert claimed
+    assert claimed <= first
+    key = sorted(claimed)[0]
+    version = data[key]["versions"][0]
+    broken = {**data, key: {**data[key], "note": lf.FIRST + "lightning.fabric.strategies.fsdp:no_such_site"}}
+    assert lf.phase_problems(broken, {key: "after"}, version, lf.lightning_first(broken)) == [
+        f"{key}: status construction, but the trace says after"
+    ]
+
+
+def _rendezvous_copy(tmp_path: Path, insert: str, after: str = "    rank: int\n") -> Path:
+    """A copy of the installed torch's rendezvous module, under a fake package root, with ``insert`` placed."""
+    base = backends.package_dir("torch")
+    if base is None:
+        pytest.skip("torch is not installed")
+    source = backends.module_path(base, "torch", "torch.distributed.rendezvous").read_text(encoding="utf-8")
+    assert source.count(after) == 1
+    copy = tmp_path / "torch" / "distributed" / "rendezvous.py"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(source.replace(after, insert + after, 1), encoding="utf-8")
+    return tmp_path / "torch"
+
+
+def _rendezvous() -> backends.Area:
+    return next(area for area in backends.AREAS if area.name == "torch-rendezvous")
+
+
+def test_a_site_a_new_torch_adds_to_a_chain_is_reported_unlisted(
+    data: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """A raise in the env:// handler, and one in a helper the handler starts to call: both new sites."""
+    version = lf.installed_version("torch")
+    assert version is not None
+    helper = 'def _check_master(url):\n    raise ValueError("a helper a new release calls")\n\n\n'
+    base = _rendezvous_copy(tmp_path, '    _check_master(url)\n    raise ValueError("a new site")\n')
+    source = (base / "distributed" / "rendezvous.py").read_text(encoding="utf-8")
+    (base / "distributed" / "rendezvous.py").write_text(
+        source.replace("def _env_rendezvous_handler(", helper + "def _env_rendezvous_handler(", 1), encoding="utf-8"
+    )
+    ours = backends.area_sites(_rendezvous(), base)
+    others = [site for site in backends.backend_sites("torch") if site.area != "torch-rendezvous"]
+    problems = lf.listing_problems(data, [*others, *ours], version, "torch")
+    assert sorted(problem.split(" (")[0] for problem in problems) == [
+        "unlisted: torch.distributed.rendezvous:_check_master:raise:ValueError:"
+        + fingerprint("a helper a new release calls"),
+        "unlisted: torch.distributed.rendezvous:_env_rendezvous_handler:raise:ValueError:" + fingerprint("a new site"),
+    ]
+
+
+def test_a_site_a_new_torch_removes_is_reported_stale(data: dict[str, dict[str, Any]]) -> None:
+    version = lf.installed_version("torch")
+    sites = backends.backend_sites("torch")
+    assert version is not None
+    assert sites
+    gone = next(site for site in sites if site.area == "torch-ddp")
+    problems = lf.listing_problems(data, [site for site in sites if site is not gone], version, "torch")
+    assert problems == [f"stale: {gone.key} claims {version}, which has no such site"]
+
+
+def test_hooks_a_function_registers_are_not_followed_but_a_nested_function_it_calls_is(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "m.py").write_text(
+        textwrap.dedent(
+            """\
+            from pkg.h import helper as renamed
+
+            class Engine:
+                def __init__(self, flag):
+                    def check():
+                        if flag:
+                            raise ValueError("nested, called")
+                    check()
+                    self.register(lambda: self.later())
+                    renamed(flag)
+                    if flag:
+                        logger.info("falling back to the default, value ignored")
+                        logger.info("step 3")
+                        self._log_and_throw(TypeError, "thrown through DDP's helper")
+                        _p_assert(flag, "a torch assertion")
+
+                def register(self, hook):
+                    def wrapper():
+                        raise RuntimeError("a hook's site, not followed")
+                    return wrapper
+
+                def later(self):
+                    raise RuntimeError("runs when the hook fires")
+            """
+        ),
+        encoding="utf-8",
+    )
+    (package / "h.py").write_text("def helper(flag):\n    assert flag, 'imported helper'\n", encoding="utf-8")
+    area = backends.Area("x", "pkg", "x", ("pkg.m:Engine.__init__",), ("pkg.m", "pkg.h"))
+    assert backends.functions(area, package) == {
+        "pkg.m": {"Engine.__init__", "Engine.__init__.<locals>.check", "Engine.register"},
+        "pkg.h": {"helper"},
+    }
+    found = {(site.qualname, site.kind, site.error, site.message) for site in backends.area_sites(area, package)}
+    assert found == {
+        ("Engine.__init__.<locals>.check", "raise", "ValueError", "nested, called"),
+        ("Engine.__init__", "log", "info", "falling back to the default, value ignored"),
+        ("Engine.__init__", "raise", "TypeError", "thrown through DDP's helper"),
+        ("Engine.__init__", "assert", "_p_assert", "a torch assertion"),
+        ("helper", "assert", "AssertionError", "imported helper"),
+    }
+
+
+def test_a_docstring_sentence_that_documents_a_limitation_is_a_site(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "m.py").write_text(
+        'class Wrapper:\n    """Wraps.\n\n    Nested use is not supported. It shards.\n    """\n\n'
+        "    def __init__(self):\n        pass\n",
+        encoding="utf-8",
+    )
+    area = backends.Area("x", "pkg", "x", ("pkg.m:Wrapper.__init__",), ("pkg.m",))
+    (site,) = backends.area_sites(area, package)
+    assert (site.qualname, site.kind, site.message) == ("Wrapper", "documented", "Nested use is not supported.")
+
+
+# --- the tables: settings both sides set, launch variables --------------------------------------------------------
+
+
+def test_the_tables_rows_have_valid_statuses_and_documented_codes() -> None:
+    rows = [*tables.SETTINGS, *tables.VARIABLES]
+    assert tables.row_problems(rows, lf.documented_codes(), lf.EARLY_STAGES) == []
+    broken = tables.Row("x", "y", "preempted", "", ("LP407",))
+    assert tables.row_problems([broken], {"LP407": "trainer"}, lf.EARLY_STAGES) == [
+        "x: LP407 fires at the trainer stage: use later"
+    ]
+
+
+def _root(package: str) -> Path:
+    """The folder the installed top-level ``package`` is in."""
+    found = backends.package_dir(package)
+    if found is None:
+        pytest.skip(f"{package} is not installed")
+    return found.parent
+
+
+def test_the_settings_name_arguments_and_keys_the_installed_releases_have() -> None:
+    _lightning_version()
+    parameters, keys = tables.init_parameters(_root("lightning")), tables.deepspeed_keys(_root("deepspeed"))
+    assert set(parameters) == set(tables.INIT_OWNERS)
+    assert tables.argument_problems(parameters, keys) == []
+    parameters["Trainer"].discard("gradient_clip_val")
+    assert tables.argument_problems(parameters, keys - {"gradient_clipping"}) == [
+        "clipping: `Trainer(gradient_clip_val=)` / `gradient_clipping`: Trainer has no parameter gradient_clip_val",
+        "clipping: `Trainer(gradient_clip_val=)` / `gradient_clipping`: DeepSpeed names no config key "
+        "'gradient_clipping'",
+        "clipping by value: `Trainer(gradient_clip_algorithm='value')` / `gradient_clipping`: DeepSpeed names no "
+        "config key 'gradient_clipping'",
+    ]
+
+
+def test_the_variables_are_those_the_environments_and_the_rendezvous_read() -> None:
+    version = _lightning_version()
+    read = tables.variables_read({"lightning": _root("lightning"), "torch": _root("torch")})
+    assert {"MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "WORLD_SIZE", "RANK", "LOCAL_RANK"} <= set(read)
+    assert tables.variable_problems(read, version) == []
+    changed = {**read, "SLURM_NEW": ("lightning/fabric/plugins/environments/slurm.py",)}
+    del changed["USE_LIBUV"]
+    assert tables.variable_problems(changed, version) == [
+        "variable SLURM_NEW is read by lightning/fabric/plugins/environments/slurm.py but not listed",
+        "variable USE_LIBUV is listed but no longer read",
+    ]

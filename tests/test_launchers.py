@@ -73,7 +73,7 @@ def test_every_simulated_launcher_is_consistent_with_its_own_arithmetic() -> Non
         for nodes in (1, 2):
             env = cluster_variables(kind, 8, nodes, rankfile="/nonexistent")
             environment = SELECTED.get(kind, "LightningEnvironment")
-            target = cluster.Target(caller="Trainer", strategy="ddp", accelerator="cuda", devices=8, num_nodes=nodes,
+            target = cluster.Target(kind="trainer", strategy="ddp", accelerator="cuda", devices=8, num_nodes=nodes,
                                     env=env, gpus_visible=8, gpus_per_node=8, environment=environment)  # fmt: skip
             fired = {finding.code for finding in cluster.cluster_findings(target)}
             assert fired & LAUNCH_CODES <= {"LP729"}, (kind, nodes, fired)

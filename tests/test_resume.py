@@ -17,6 +17,7 @@ import torch
 
 from lightning_presets import PresetConfigError
 from lightning_presets.core.context import Context
+from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.rules import Rule
 from lightning_presets.guards.checkpoints import CheckpointFacts
 from lightning_presets.guards.resume import RESUME_RULES, Resume, resumable, resume_findings
@@ -36,11 +37,11 @@ FAMILIES = {
 }  # fmt: skip
 
 
-def ctx(preset: str = "fsdp2", devices: int = 2, caller: str = "Trainer") -> Context:
+def ctx(preset: str = "fsdp2", devices: int = 2, kind: Kind = "trainer") -> Context:
     return Context(
         preset=preset,
-        target=caller.lower(),
-        caller=caller,
+        target=kind,
+        kind=kind,
         accelerator="cuda",
         devices_per_node=devices,
         num_nodes=1,
@@ -53,12 +54,13 @@ def ctx(preset: str = "fsdp2", devices: int = 2, caller: str = "Trainer") -> Con
 
 TRAINER_FILE = CheckpointFacts(
     path="run.ckpt", format="file", writer="trainer", model_key="state_dict", weight_dtypes=("float32",), optimizers=1,
-    optimizer_keys="ids",
+    optimizer_keys="ids", top_level=("state_dict", "optimizer_states", "lr_schedulers", "pytorch-lightning_version"),
 )  # fmt: skip
 SHARDED = dataclasses.replace(TRAINER_FILE, format="distributed", world_size=2, optimizer_keys="names")
 DEEPSPEED = CheckpointFacts(
     path="run.ckpt", format="deepspeed", writer="trainer", world_size=8, model_key="module", optimizers=1,
     optimizer_keys="ids", data_parallel_size=8, model_parallel_size=1, zero_stage=2, zero_shards=8, tag="checkpoint",
+    top_level=("module", "lr_schedulers", "pytorch-lightning_version"),
 )  # fmt: skip
 
 
@@ -76,6 +78,12 @@ def hint(code: str, context: Context, state: Resume) -> str:
     return finding.hint
 
 
+def message(code: str, context: Context, state: Resume) -> str:
+    finding = RULES[code](context, state)
+    assert finding is not None
+    return finding.message
+
+
 # --------------------------------------------------------------------------- each rule: refused and accepted
 
 
@@ -90,7 +98,7 @@ def test_lp801_a_sharded_folder_into_ddp_and_its_accepted_neighbours() -> None:
     assert codes(ctx("ddp_static_graph"), resume(TRAINER_FILE)) == []
     assert codes(ctx("fsdp2"), resume(SHARDED)) == []  # a sharded folder, at another world size too
     assert codes(ctx("fsdp2", devices=8), resume(TRAINER_FILE)) == []  # a full file into a sharded preset
-    assert codes(ctx("xla_fsdp_ckpt", caller="Fabric"), resume(DEEPSPEED, how="load(...)")) == []  # not checked
+    assert codes(ctx("xla_fsdp_ckpt", kind="fabric"), resume(DEEPSPEED, how="load(...)")) == []  # not checked
     custom = resume(SHARDED, default_checkpoint_io=False)  # a user's CheckpointIO plugin may read folders
     assert codes(ctx("ddp_static_graph"), custom) == []
 
@@ -128,14 +136,16 @@ def test_lp803_another_zero_stage() -> None:
 
 
 def test_lp804_no_optimizer_state_while_the_job_restores_one() -> None:
-    weights = dataclasses.replace(TRAINER_FILE, optimizers=0, optimizer_keys="none")
+    weights = dataclasses.replace(
+        TRAINER_FILE, optimizers=0, optimizer_keys="none", top_level=("state_dict", "pytorch-lightning_version")
+    )
     assert codes(ctx("ddp_static_graph"), resume(weights)) == ["LP804"]
     validate = resume(weights, how="validate(ckpt_path=...)", restores_optimizer=False)
     assert codes(ctx("ddp_static_graph"), validate) == []
     assert codes(ctx("ddp_static_graph"), resume(TRAINER_FILE)) == []
     fabric = dataclasses.replace(weights, writer="fabric", model_key="model")
-    assert codes(ctx("fsdp2", caller="Fabric"), resume(fabric, how="load(...)")) == ["LP804"]
-    assert codes(ctx("fsdp2", caller="Fabric"), resume(fabric, how="load(...)", restores_optimizer=False)) == []
+    assert codes(ctx("fsdp2", kind="fabric"), resume(fabric, how="load(...)")) == ["LP804"]
+    assert codes(ctx("fsdp2", kind="fabric"), resume(fabric, how="load(...)", restores_optimizer=False)) == []
 
 
 def test_lp805_the_trainers_sharded_layout_of_the_other_fsdp_strategy() -> None:
@@ -145,7 +155,7 @@ def test_lp805_the_trainers_sharded_layout_of_the_other_fsdp_strategy() -> None:
     assert consolidation in hint("LP805", ctx("fsdp2"), resume(fsdp_layout))
     assert codes(ctx("fsdp_offload_ckpt"), resume(SHARDED)) == ["LP805"]  # ModelParallelStrategy's into FSDPStrategy
     assert codes(ctx("fsdp_offload_ckpt"), resume(fsdp_layout)) == []
-    assert codes(ctx("fsdp2", caller="Fabric"), resume(fsdp_layout, how="load(...)")) == []  # Fabric: the user's keys
+    assert codes(ctx("fsdp2", kind="fabric"), resume(fsdp_layout, how="load(...)")) == []  # Fabric: the user's keys
 
 
 def test_lp806_a_sharded_optimizer_keyed_by_parameter_ids() -> None:
@@ -168,9 +178,17 @@ def test_lp808_trainer_fit_of_a_checkpoint_the_trainer_did_not_save() -> None:
     assert codes(ctx("ddp_static_graph"), resume(fabric)) == ["LP808"]
     assert "['model']" in hint("LP808", ctx("ddp_static_graph"), resume(fabric))
     assert codes(ctx("ddp_static_graph"), resume(fabric, how="validate(ckpt_path=...)")) == []
-    assert codes(ctx("ddp_static_graph", caller="Fabric"), resume(fabric, how="load(...)")) == []
+    assert codes(ctx("ddp_static_graph", kind="fabric"), resume(fabric, how="load(...)")) == []
     lookalike = dataclasses.replace(fabric, top_level=("state_dict", "optimizer_states", "lr_schedulers"))
-    assert codes(ctx("ddp_static_graph"), resume(lookalike)) == []  # the keys fit needs: Lightning loads it
+    assert codes(ctx("ddp_static_graph"), resume(lookalike)) == ["LP808"]  # fit reads the version first
+    assert "KeyError 'pytorch-lightning_version' first" in message("LP808", ctx("ddp_static_graph"), resume(lookalike))
+    versioned = dataclasses.replace(lookalike, top_level=(*lookalike.top_level, "pytorch-lightning_version"))
+    assert codes(ctx("ddp_static_graph"), resume(versioned)) == []  # every key fit reads: Lightning loads it
+    sharded = dataclasses.replace(SHARDED, writer="fabric", model_key="model", top_level=("model", "step"))
+    assert "its meta.pt" in message("LP808", ctx("fsdp2"), resume(sharded))
+    zero = dataclasses.replace(DEEPSPEED, writer="deepspeed", top_level=("module", "step"))
+    assert "meta.pt" not in message("LP808", ctx("deepspeed_zero2_offload"), resume(zero))
+    assert "client state" in message("LP808", ctx("deepspeed_zero2_offload"), resume(zero))
 
 
 def test_lp809_warns_when_the_checkpoint_cannot_be_read() -> None:
@@ -191,7 +209,7 @@ REFUSALS = [  # (code, job, checkpoint): one refusal of each code that names a c
     ("LP804", ctx("fsdp2"), resume(dataclasses.replace(SHARDED, optimizers=0))),
     ("LP805", ctx("fsdp2"), resume(dataclasses.replace(SHARDED, model_key="model", path="my run's.ckpt"))),
     ("LP806", ctx("fsdp2"), resume(dataclasses.replace(SHARDED, optimizer_keys="ids"))),
-    ("LP808", ctx("fsdp2"), resume(dataclasses.replace(SHARDED, writer="fabric", model_key="model"))),
+    ("LP808", ctx("fsdp2"), resume(dataclasses.replace(SHARDED, writer="fabric", model_key="model", top_level=()))),
 ]
 
 
@@ -260,7 +278,7 @@ def test_a_presets_own_resume_rules_run_beside_them(tmp_path: Path) -> None:
 
     torch.save({"w": torch.zeros(1, dtype=torch.bfloat16)}, tmp_path / "w.pt")
     for family in ("fsdp2", "xla_fsdp_ckpt"):  # a family the built-in rules check, and one they do not
-        job = ctx(family, caller="Fabric")
+        job = ctx(family, kind="fabric")
         findings = resume_findings(tmp_path / "w.pt", job, how="load(...)", restores_optimizer=False, own=(no_bf16,))
         assert [finding.code for finding in findings] == ["LP902"]
 
@@ -281,7 +299,7 @@ def test_remote_and_missing_paths_and_unchecked_families_are_left_to_lightning(t
     (tmp_path / "xla").mkdir()  # XLA's sharded layout is not one this reader knows: not even a warning
     (tmp_path / "xla" / "checkpoint_rank-00000000-of-00000001.pth").write_bytes(b"")
     assert [f.code for f in resume_findings(tmp_path / "xla", ctx("fsdp2"))] == ["LP809"]
-    assert resume_findings(tmp_path / "xla", ctx("xla_fsdp_ckpt", caller="Fabric"), how="load(...)") == []
+    assert resume_findings(tmp_path / "xla", ctx("xla_fsdp_ckpt", kind="fabric"), how="load(...)") == []
 
 
 # --------------------------------------------------------------------------- the hook

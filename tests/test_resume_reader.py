@@ -25,6 +25,7 @@ from torch import nn
 from lightning_presets import PresetConfigError
 from lightning_presets.core.context import Context
 from lightning_presets.core.findings import Finding, PresetWarning
+from lightning_presets.core.namespaces import Kind
 from lightning_presets.guards import checkpoints, resume
 from lightning_presets.guards.checkpoints import CheckpointReadError, formats, limits, read_checkpoint
 from lightning_presets.guards.resume import resume_findings
@@ -37,9 +38,9 @@ from checkpoint_layouts import LIGHTNING_STATE, deepspeed_folder  # noqa: E402
 FAMILIES = {"ddp_static_graph": "ddp", "fsdp2": "model_parallel", "deepspeed_zero2_offload": "deepspeed"}
 
 
-def ctx(preset: str = "ddp_static_graph", devices: int = 2, caller: str = "Trainer") -> Context:
+def ctx(preset: str = "ddp_static_graph", devices: int = 2, kind: Kind = "trainer") -> Context:
     return Context(
-        preset=preset, target=caller.lower(), caller=caller, accelerator="cpu", devices_per_node=devices, num_nodes=1,
+        preset=preset, target=kind, kind=kind, accelerator="cpu", devices_per_node=devices, num_nodes=1,
         precision="32-true", precision_plugin="Precision", cluster_environment="LightningEnvironment",
         family=FAMILIES[preset],
     )  # fmt: skip
@@ -551,7 +552,7 @@ def test_fabric_load_of_an_optimizer_not_shaped_like_torch_optims(
     torch.save({"model": model.state_dict(), "optimizer": own.state_dict(), "step": 3}, tmp_path / "run.pt")
     strategy.load_checkpoint(path=tmp_path / "run.pt", state={"model": model, "optimizer": own}, strict=True)
     assert lightning_loads == ["load"]  # accepted: Lightning's own load ran
-    assert resume_findings(tmp_path / "run.pt", ctx("fsdp2", caller="Fabric"), how="load(...)") == []  # check: too
+    assert resume_findings(tmp_path / "run.pt", ctx("fsdp2", kind="fabric"), how="load(...)") == []  # check: too
     torch.save({"model": model.state_dict(), "step": 3}, tmp_path / "weights.pt")
     with pytest.raises(PresetConfigError) as raised:  # the rejected case: no 'optimizer' in it
         strategy.load_checkpoint(path=tmp_path / "weights.pt", state={"model": model, "optimizer": own}, strict=True)

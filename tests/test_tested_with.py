@@ -36,7 +36,4 @@ def test_every_supported_lightning_minor_is_tested() -> None:
     assert all(version in supported for version in tested)
     assert {(version.major, version.minor) for version in tested} == {(2, 5), (2, 6)}
     assert versions.LIGHTNING in versions.LIGHTNING_TESTED
-    assert (
-        recorded(versions.tested("construction", construction="", construction_test=""), "lightning")
-        == versions.LIGHTNING_TESTED
-    )
+    assert recorded(versions.tested("construction", construction=""), "lightning") == versions.LIGHTNING_TESTED

@@ -40,7 +40,7 @@ SCRIPT = ROOT / "tests" / "scripts" / "train_tp2d.py"
 CPU_CONTEXT = Context(
     preset=PRESET,
     target="trainer",
-    caller="Trainer",
+    kind="trainer",
     accelerator="cpu",
     devices_per_node=2,
     num_nodes=1,
@@ -196,7 +196,7 @@ def test_lp206_accepts_cpu_and_cuda(accelerator: str) -> None:
 
 
 def test_lp207_rejects_fabric_without_parallelize_fn_and_shows_the_call() -> None:
-    finding = mp.fabric_has_parallelize_fn(ctx(caller="Fabric", target="fabric"))
+    finding = mp.fabric_has_parallelize_fn(ctx(kind="fabric", target="fabric"))
     assert finding is not None
     assert finding.code == "LP207"
     assert "`Fabric(strategy='tp2d_hybrid')`" in finding.message
@@ -204,9 +204,9 @@ def test_lp207_rejects_fabric_without_parallelize_fn_and_shows_the_call() -> Non
 
 
 def test_lp207_accepts_fabric_with_parallelize_fn_and_any_trainer() -> None:
-    with_fn = dataclasses.replace(ctx(caller="Fabric", target="fabric"), options={"parallelize_fn": keep_model})
+    with_fn = dataclasses.replace(ctx(kind="fabric", target="fabric"), options={"parallelize_fn": keep_model})
     assert mp.fabric_has_parallelize_fn(with_fn) is None
-    assert mp.fabric_has_parallelize_fn(ctx(caller="Trainer")) is None
+    assert mp.fabric_has_parallelize_fn(ctx(kind="trainer")) is None
 
 
 def test_lp208_rejects_a_lightning_module_without_configure_model() -> None:
@@ -223,7 +223,7 @@ def test_lp208_accepts_configure_model_also_inherited(model: type[LightningModul
 
 
 def test_lp208_does_not_apply_to_fabric() -> None:
-    assert mp.model_has_configure_model(ctx(caller="Fabric", target="fabric"), nn.Linear(2, 2)) is None
+    assert mp.model_has_configure_model(ctx(kind="fabric", target="fabric"), nn.Linear(2, 2)) is None
 
 
 # ------------------------------------------------------------------------------------------ construction

@@ -108,6 +108,13 @@ class Proof:
         assert code in refused.value.codes, f"{code} did not refuse the configuration: {refused.value.codes}"
         self.refusals.add(code)
 
+    def refused_in_children(self, code: str, refusals: list[list[str]], ranks: int) -> None:
+        """Each of ``ranks`` child processes, every guard on, raised ``PresetConfigError`` naming ``code`` (the codes
+        each printed): the guard that refuses at a call inside the job, not at construction."""
+        assert len(refusals) == ranks, f"{len(refusals)} of {ranks} ranks refused: {refusals}"
+        assert all(code in codes for codes in refusals), f"{code} did not refuse on every rank: {refusals}"
+        self.refusals.add(code)
+
     @contextmanager
     def guard_off(self, *codes: str) -> Iterator[None]:
         """``LIGHTNING_PRESETS_SKIP`` names ``codes`` inside the block."""

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from jobs import Steps, fit, trainer
 from proof import Proof
 
@@ -153,6 +154,61 @@ def test_lp409_accumulation_steps_in_the_config_fail_in_fit(proof: Proof) -> Non
     proof.refused("LP409", lambda: _cuda_trainer(_strategy(config=dict(config))))
     with proof.guard_off("LP409"), proof.raises(Exception, r"Do not set `gradient_accumulation_steps`"):
         _trainer_config(_strategy(config=dict(config)))
+
+
+@pytest.mark.proves("LP421")
+def test_lp421_the_configs_clipping_silently_wins_over_gradient_clip_val(proof: Proof) -> None:
+    """Lightning keeps the config's gradient_clipping and DeepSpeed's parser reads it: the Trainer's threshold is
+    gone. Its neighbours: the Trainer's value alone reaches DeepSpeed, and the same value twice stays."""
+    config = {"gradient_clipping": 1.0, "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}
+    proof.refused("LP421", lambda: _cuda_trainer(_strategy(config=dict(config)), gradient_clip_val=0.3))
+    with proof.guard_off("LP421"):
+        formatted = _trainer_config(_strategy(config=dict(config)), gradient_clip_val=0.3)
+    proof.wrong("the gradient norm DeepSpeed clips at", 0.3, _deepspeed_config(formatted).gradient_clipping,
+                code="LP421")  # fmt: skip
+    alone = {key: value for key, value in config.items() if key != "gradient_clipping"}
+    assert _deepspeed_config(_trainer_config(_strategy(config=alone), gradient_clip_val=0.3)).gradient_clipping == 0.3
+    twice = _trainer_config(_strategy(config=dict(config)), gradient_clip_val=1.0)
+    assert _deepspeed_config(twice).gradient_clipping == 1.0
+
+
+@pytest.mark.proves("LP422")
+def test_lp422_two_optimizers_fail_in_lightnings_deepspeed_setup(proof: Proof) -> None:
+    """The Trainer: Lightning's DeepSpeedStrategy._init_optimizers (what fit runs before creating the engine) refuses a
+    module with two optimizers; Fabric's setup refuses them too. One optimizer passes the same code."""
+    from lightning.fabric import Fabric
+
+    class TwoOptimizers(Steps):  # a GAN's generator and discriminator: manual optimization, as Lightning 2 asks
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+
+        def configure_optimizers(self) -> Any:
+            return [torch.optim.SGD(self.parameters(), lr=0.1), torch.optim.SGD(self.parameters(), lr=0.01)]
+
+    def fabric() -> Any:
+        with simulated_cuda(1):
+            made = Fabric(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=1)
+        made._launched = True  # launch() would form DeepSpeed's NCCL group; setup's own checks come first
+        return made
+
+    model = torch.nn.Linear(4, 4)
+    two = (torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(model.parameters(), lr=0.01))
+    proof.refused("LP422", lambda: fabric().setup(model, *two, move_to_device=False))
+    with proof.guard_off("LP422"):
+        made = _cuda_trainer(_strategy())
+        module = TwoOptimizers()
+        made.strategy._lightning_module = module
+        module.trainer = made
+        with proof.raises(Exception, r"only supports single optimizer"):
+            made.strategy._init_optimizers()
+        with proof.raises(ValueError, r"only one optimizer is supported"):
+            fabric().setup(model, *two, move_to_device=False)
+    one = Steps()
+    made.strategy._lightning_module = one
+    one.trainer = made
+    optimizer, _ = made.strategy._init_optimizers()
+    assert isinstance(optimizer, torch.optim.Optimizer)
 
 
 @pytest.mark.proves("LP410")

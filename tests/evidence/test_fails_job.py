@@ -71,6 +71,78 @@ def test_lp308_static_graph_with_accumulation_fails_in_backward(proof: Proof, tm
                 "expect_autograd_hooks_ INTERNAL ASSERT FAILED", code="LP308")  # fmt: skip
 
 
+_FABRIC_ACCUMULATE = """
+import json, sys
+import torch
+from lightning.fabric import Fabric
+import lightning_presets
+from proof import report
+
+if __name__ == "__main__":
+    strategy, option, every = sys.argv[1], sys.argv[2], sys.argv[3]
+    if option == "static_graph=False":
+        strategy = lightning_presets.strategy(strategy, static_graph=False, target="fabric")
+    fabric = Fabric(strategy=strategy, accelerator="cpu", devices=2)
+    fabric.launch()
+    model, optimizer = fabric.setup(torch.nn.Linear(4, 1), torch.optim.SGD(torch.nn.Linear(4, 1).parameters()))
+    try:
+        for step in range(4):
+            accumulating = every == "accumulate" and step % 2 == 0
+            if every == "plain":  # no no_backward_sync at all
+                fabric.backward(model(torch.randn(4, 4)).pow(2).mean())
+                continue
+            with fabric.no_backward_sync(model, enabled=accumulating):
+                fabric.backward(model(torch.randn(4, 4)).pow(2).mean())
+        print("TRAINED", fabric.global_rank)
+    except lightning_presets.PresetConfigError as error:
+        print("REFUSED", json.dumps(error.codes))
+        sys.exit(1)
+    except RuntimeError as error:
+        report("lp308_fabric_no_backward_sync", error)
+        sys.exit(1)
+"""
+
+
+@pytest.mark.distributed
+@pytest.mark.proves("LP308")
+def test_lp308_fabric_no_backward_sync_with_static_graph_fails_in_backward(proof: Proof, tmp_path: Path) -> None:
+    """Fabric has no accumulation argument: ``fabric.no_backward_sync(model, enabled=True)`` under the static graph is
+    refused at that call on both ranks; with the guard off, both ranks die in that backward (torch's reducer)."""
+    import json
+
+    script = tmp_path / "fabric_accumulate.py"
+    script.write_text(textwrap.dedent(_FABRIC_ACCUMULATE))
+    args = ("ddp_static_graph", "-", "accumulate")
+    done = run_job(script, *args, path=(str(HERE),), cwd=tmp_path, unset=("LIGHTNING_PRESETS_SKIP",), timeout=300)
+    refusals = [json.loads(line.split("REFUSED ", 1)[1]) for line in done.stdout.splitlines() if "REFUSED " in line]
+    proof.refused_in_children("LP308", refusals, ranks=2)
+    done = run_job(script, *args, env={"LIGHTNING_PRESETS_SKIP": "LP308"}, path=(str(HERE),), cwd=tmp_path, timeout=300)
+    assert "TRAINED" not in done.stdout, done.describe()
+    proof.child(reports(done.stdout), "lp308_fabric_no_backward_sync", "RuntimeError",
+                "expect_autograd_hooks_ INTERNAL ASSERT FAILED", code="LP308")  # fmt: skip
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("ddp_static_graph", "-", "sync"),
+        ("ddp", "-", "accumulate"),
+        ("ddp_static_graph", "static_graph=False", "accumulate"),
+        ("ddp_static_graph", "-", "plain"),
+    ],
+    ids=["static-graph-syncing-every-step", "plain-ddp-accumulating", "preset-without-static-graph", "no-context"],
+)
+def test_lp308_fabric_neighbours_train(args: tuple[str, str, str], tmp_path: Path) -> None:
+    """The rule's legal side on Fabric: no_backward_sync(enabled=False) every step under the static graph, and
+    accumulation without it (plain DDP, the preset with static_graph=False), and no no_backward_sync at all, train on
+    both ranks."""
+    script = tmp_path / "fabric_accumulate.py"
+    script.write_text(textwrap.dedent(_FABRIC_ACCUMULATE))
+    done = run_job(script, *args, path=(str(HERE),), cwd=tmp_path, unset=("LIGHTNING_PRESETS_SKIP",), timeout=300)
+    assert done.stdout.count("TRAINED") == 2, done.describe()
+
+
 def test_lp308_neighbour_plain_ddp_accumulates() -> None:
     """The rule's fixes build without a finding: strategy='ddp', and the preset with static_graph=False (LP302 says
     the name no longer fits, a warning)."""

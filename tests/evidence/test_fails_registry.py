@@ -126,7 +126,7 @@ def test_lp012_a_third_partys_crashing_rule_raises_its_own_error(
     monkeypatch.syspath_prepend(str(tmp_path))
     import acme_rules  # type: ignore[import-not-found]
 
-    context = Context(preset="acme_ddp", target="trainer", caller="Trainer", accelerator="cpu", devices_per_node=8,
+    context = Context(preset="acme_ddp", target="trainer", kind="trainer", accelerator="cpu", devices_per_node=8,
                       num_nodes=1, precision="32-true", precision_plugin="Precision",
                       cluster_environment="LightningEnvironment", options={})  # fmt: skip
     with proof.raises(ZeroDivisionError, r"by zero", code="LP012"):

@@ -122,6 +122,28 @@ def test_lp808_fabric_checkpoint_fails_in_trainer_fit(
     )
 
 
+@pytest.mark.proves("LP808")
+def test_lp808_every_key_fit_reads_but_the_version_fails_and_with_it_resumes(
+    ddp_checkpoint: tuple[Path, dict[str, Any]], proof: Proof
+) -> None:
+    """fit reads ``pytorch-lightning_version`` before anything else: weights, optimizer and scheduler states without it
+    still fail; the same file with it (what the rule's fixed example writes) resumes with the guards on."""
+    path, _ = ddp_checkpoint
+    full = torch.load(path, weights_only=False)
+    fit_reads = {key: full[key] for key in ("state_dict", "optimizer_states", "lr_schedulers")}
+    torch.save(fit_reads, path.with_name("unversioned.ckpt"))
+    refused(proof, "LP808", "ddp_static_graph", path.with_name("unversioned.ckpt"))
+    fails_unguarded(
+        proof, "LP808", "ddp_static_graph", path.with_name("unversioned.ckpt"), "KeyError", "pytorch-lightning_version"
+    )
+    torch.save({**fit_reads, "pytorch-lightning_version": full["pytorch-lightning_version"]}, path.with_name("ok.ckpt"))
+    report, _ = bench.run(
+        ["resume", "--strategy", "ddp_static_graph", "--devices", "1", "--ckpt", str(path.with_name("ok.ckpt"))],
+        guards=True,
+    )
+    assert report["error"] is None, report
+
+
 @pytest.mark.proves("LP805")
 def test_lp805_fsdp_layout_fails_in_fsdp2(ddp_checkpoint: tuple[Path, dict[str, Any]], proof: Proof) -> None:
     path, losses = ddp_checkpoint

@@ -184,19 +184,19 @@ def _simulated_text(simulated: dict[str, Any]) -> str:
 _EVIDENCE = {
     "import": "import: the packages import; the arguments were not checked",
     "syntax": "syntax: names and arguments checked; nothing was constructed",
-    "construction": "construction: a real {caller} was built on the simulated hardware; nothing was launched",
+    "construction": "construction: a real {constructor} was built on the simulated hardware; nothing was launched",
 }
 _REJECTED_AT_CONSTRUCTION = (
-    "construction: building a real {caller} on the simulated hardware was attempted and it rejected the "
+    "construction: building a real {constructor} on the simulated hardware was attempted and it rejected the "
     "configuration; nothing was launched"
 )
 
 
 def render(report: _check.CheckReport, strict: bool) -> Group:
     data = report.as_dict(strict)
-    caller = report.request.caller
     constructed = report.evidence != "construction" or report.constructed
-    evidence = (_EVIDENCE[report.evidence] if constructed else _REJECTED_AT_CONSTRUCTION).format(caller=caller)
+    template = _EVIDENCE[report.evidence] if constructed else _REJECTED_AT_CONSTRUCTION
+    evidence = template.format(constructor=report.request.constructor)
     about = [("simulated", _simulated_text(data["evidence"]["simulated"])), ("evidence", evidence)]
     about += [("note", note) for note in report.request.notes]
     parts: list[RenderableType] = [

@@ -32,6 +32,22 @@ def _torch(info: dict[str, Any]) -> str:
     return f"{info['version']} ({info['build']} build{devices}; CUDA context created: {_yes(info['cuda_initialized'])})"
 
 
+def _gpus(info: dict[str, Any]) -> str:
+    """``8 × NVIDIA H100 80GB HBM3 (79.6 GiB each); plan --gpu-type H100-SXM``."""
+    if not info["read"]:
+        return "not read (no NVIDIA driver library, libnvidia-ml.so.1, or it did not start)"
+    if not info["count"]:
+        return "none visible (CUDA_VISIBLE_DEVICES hides them, or the driver lists none)"
+    counts: dict[str, int] = {}
+    for name in info["names"]:
+        counts[name] = counts.get(name, 0) + 1
+    listed = ", ".join(f"{count} × {name}" for name, count in counts.items()) or f"{info['count']} unnamed"
+    memory = f" (smallest {info['memory_bytes'] / 2**30:.1f} GiB)" if info["memory_bytes"] else ""
+    kind = info["gpu_type"]
+    plan = f"plan --gpu-type {kind}" if kind else "not one type of plan's table: pass plan --gpu-memory"
+    return f"{listed}{memory}; {plan}"
+
+
 def _registry(info: dict[str, Any]) -> str:
     if not info["importable"]:
         return f"{info['module']}: not importable" + (f" ({info['error']})" if "error" in info else "")
@@ -58,6 +74,7 @@ def render(report: _doctor.Report, strict: bool) -> Group:
     versions: list[tuple[str, str | Text]] = [
         ("python", f"{s['python']['version']} ({s['python']['executable']})"),
         ("torch", _torch(s["torch"])),
+        ("GPUs (NVML)", _gpus(s["gpus"])),
     ]
     for name, package in s["lightning"]["packages"].items():
         versions.append((name, _lightning_package(name, package, s["lightning"]["supported"])))

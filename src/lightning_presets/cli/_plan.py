@@ -20,9 +20,10 @@ _EVIDENCE_PARAMS = (
 _EVIDENCE_MODEL = (
     "evidence: per preset. traced = the preset's wrapping and one training step of your model ran under fake "
     "tensors at world size {world}, as the Trainer runs it (below); arithmetic + traced activations = the named "
-    "formula for model states (the strategy needs CUDA to wrap), plus the traced activations; failed = the trace "
-    "broke, nothing is judged. {headroom:.0%} of each GPU is kept for the CUDA context, NCCL buffers and "
-    "fragmentation, which no trace sees."
+    "formula for model states (the strategy needs CUDA to wrap), plus the traced activations; (...), 3 and 4 of N "
+    "blocks extrapolated = the step traced with 3 and 4 of the model's N identical blocks, every figure extended "
+    "linearly to N; failed = the trace broke, nothing is judged. {headroom:.0%} of each GPU is kept for the CUDA "
+    "context, NCCL buffers and fragmentation, which no trace sees."
 )
 _SPEED = (
     "step time: an ESTIMATE from the traced step's FLOPs and bytes per operator (roofline) on {cluster}, plus "
@@ -145,10 +146,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-memory", dest="cpu_memory", type=memory, metavar="SIZE",
                         help="CPU memory per node, for the offload presets (default: assumed 2 × the node's GPU "
                         "memory)")  # fmt: skip
-    parser.add_argument("--gpu-type", dest="gpu_type", choices=tuple(_plan.GPUS), default=_plan.DEFAULT_GPU,
+    parser.add_argument("--gpu-type", dest="gpu_type", choices=tuple(_plan.GPUS), default=None,
                         metavar="GPU", help="the GPU that times the step: its peak FLOP/s, memory bandwidth and "
-                        f"in-node link ({', '.join(_plan.GPUS)}; default {_plan.DEFAULT_GPU}); --gpu-memory "
-                        "defaults to its memory")  # fmt: skip
+                        f"in-node link ({', '.join(_plan.GPUS)}; default: this machine's GPUs, read through NVML, "
+                        f"when they are all one of these, else {_plan.DEFAULT_GPU}); --gpu-memory defaults to its "
+                        "memory")  # fmt: skip
     parser.add_argument("--inter-node-bandwidth", dest="inter_node_bandwidth", type=_bandwidth, metavar="GB/S",
                         help="network bandwidth per GPU between nodes, GB/s (default 50: a 400 Gb/s port)")  # fmt: skip
     parser.add_argument(
@@ -170,7 +172,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
+def gpu_type(args: argparse.Namespace) -> tuple[str, bool]:
+    """``--gpu-type``, else the type of this machine's GPUs (NVML), else the default; and whether it was read here."""
+    if args.gpu_type is not None:
+        return args.gpu_type, False
+    from lightning_presets.tools.plan.hardware import machine_gpu_type
+
+    found = machine_gpu_type()
+    return (found, True) if found is not None else (_plan.DEFAULT_GPU, False)
+
+
 def request_from(args: argparse.Namespace) -> _plan.PlanRequest:
+    args.gpu_type, args.gpu_type_read = gpu_type(args)
     try:
         gpu_memory = args.gpu_memory if args.gpu_memory is not None else _plan.GPUS[args.gpu_type].memory_bytes
         return _plan.PlanRequest(params=args.params, model=args.model, gpus_per_node=args.gpus,
@@ -197,9 +210,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, PlanFailed) as error:
         raise UsageError(str(error)) from None
     if args.json:
-        emit_json(result.as_dict())
+        emit_json({**result.as_dict(), "gpu_type_read_from_this_machine": args.gpu_type_read})
     else:
-        emit(render(result))
+        emit(render(result, gpu_type_read=args.gpu_type_read))
     return result.exit_code
 
 
@@ -216,7 +229,7 @@ def _in(value: float | None, unit: int) -> str:
     return "-" if value is None else f"{value / unit:.2f}"
 
 
-def render(result: _plan.Plan) -> Group:
+def render(result: _plan.Plan, *, gpu_type_read: bool = False) -> Group:
     r = result.request
     subject = (f"{_plan.format_count(r.params)} parameters ({r.params:,})" if r.params is not None
                else f"--model {r.model}" + (f", batch {r.batch_size}" if r.batch_size else ""))  # fmt: skip
@@ -231,6 +244,11 @@ def render(result: _plan.Plan) -> Group:
         *[indented(line) for line in result.step],
         indented(f"usable per GPU: {r.usable_gpu_bytes / _GIB:.1f} GiB; CPU: {r.cpu_memory_text()}"),
         *([indented(_SPEED.format(cluster=_cluster_text(r)))] if r.traced else []),
+        *(
+            [indented(f"GPU type {r.gpu_type}: read from this machine's GPUs (NVML); --gpu-type overrides it")]
+            if gpu_type_read
+            else []
+        ),
         "",
     ]
     headers = ["preset", "fits", "evidence", "params", "grads", "optim", "activ", "peak", "CPU/node"]

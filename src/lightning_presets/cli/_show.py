@@ -85,7 +85,7 @@ def _render(data: dict[str, Any]) -> Group:
     parts += ["", heading("guards"), table(("code", "severity", "stage", "title"), rows, wrap=(3,)) if guards
               else indented("(none)")]  # fmt: skip
     tested = data["tested_with"]
-    tested_rows = [(key, value or ("-" if key.endswith("_test") else "not run")) for key, value in tested.items()]
+    tested_rows = [(key, value or "not run") for key, value in tested.items()]
     parts += ["", heading("tested with"), fields(tested_rows) if tested else indented("(not recorded)")]
     if data.get("resumes"):
         parts += ["", heading("resumes (fit(ckpt_path=...) / Fabric.load; checked before loading)")]

@@ -23,10 +23,11 @@ a preset's run)."""
 
 
 EVIDENCE_KINDS = ("runtime", "gpu")
-"""How an ``error`` knows the configuration fails, by an executed proof: ``runtime: tests/evidence/<file>.py::<test>
-(...)`` names a test that runs the configuration with the guard switched off, or the Lightning/torch/DeepSpeed code
-that fails, and observes the failure; ``gpu: benchmarks/gpu/gpu_checks.py::<check> (...)`` a GPU check that does so
-where nothing runs without a GPU. A source citation explains; it is not evidence."""
+"""How an ``error`` knows the configuration fails, by an executed proof: ``runtime: <what fails>`` says that a test
+runs the configuration with the guard switched off, or the Lightning/torch/DeepSpeed code that fails, and observes
+the failure; ``gpu: <what fails>`` that a GPU check does so where nothing runs without a GPU. The declaration names
+no file: the test suite maps each code to the test or check that proves it, and the generated error reference
+names it. A source citation (``source: ...``) explains; it is not evidence."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

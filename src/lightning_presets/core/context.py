@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
+from lightning_presets.core.namespaces import Kind, constructor
 from lightning_presets.core.preset import PrecisionPreset
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-def _call(caller: str, preset: str, parts: list[str]) -> str:
-    return f"`{caller}({', '.join([f'strategy={preset!r}', *parts])})`"
+def _call(kind: str, preset: str, parts: list[str]) -> str:
+    return f"`{constructor(kind)}({', '.join([f'strategy={preset!r}', *parts])})`"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,8 +60,9 @@ class Context:
     """The preset's name."""
     target: str
     """``trainer``, ``fabric``, ``pytorch_lightning`` or ``lightning_fabric``."""
-    caller: str
-    """``Trainer`` or ``Fabric``."""
+    kind: Kind
+    """``trainer`` (a Trainer builds the strategy) or ``fabric``; written ``Trainer``/``Fabric`` by
+    :attr:`constructor`."""
     accelerator: str
     """``cpu``, ``cuda``, ``mps``, ``xla`` or the accelerator class name in lower case."""
     devices_per_node: int
@@ -110,7 +112,7 @@ class Context:
         """The Trainer's gradient clipping, or ``None`` when it clips nothing (no or a zero ``gradient_clip_val``, an
         unknown algorithm, or Fabric, which has no such argument: ``fabric.clip_gradients`` is called explicitly)."""
         value = self.arguments.get("gradient_clip_val")
-        if self.caller != "Trainer" or isinstance(value, bool) or not isinstance(value, (int, float)) or not value:
+        if self.kind != "trainer" or isinstance(value, bool) or not isinstance(value, (int, float)) or not value:
             return None
         algorithm = _clip_algorithm(self.arguments.get("gradient_clip_algorithm"))
         return Clipping(float(value), algorithm) if algorithm is not None else None
@@ -128,18 +130,18 @@ class Context:
     @property
     def clip_algorithm_requested(self) -> Literal["norm", "value"] | None:
         """The algorithm ``gradient_clip_algorithm`` names, even without a ``gradient_clip_val`` (``None``: not set)."""
-        algorithm = self.arguments.get("gradient_clip_algorithm") if self.caller == "Trainer" else None
+        algorithm = self.arguments.get("gradient_clip_algorithm") if self.kind == "trainer" else None
         return _clip_algorithm(algorithm) if algorithm is not None else None
 
     @property
     def sync_batchnorm(self) -> bool:
         """Whether the Trainer was asked to convert batch norm layers to ``SyncBatchNorm`` (``sync_batchnorm=True``)."""
-        return self.caller == "Trainer" and self.arguments.get("sync_batchnorm") is True
+        return self.kind == "trainer" and self.arguments.get("sync_batchnorm") is True
 
     @property
     def detect_anomaly(self) -> bool:
         """Whether the Trainer runs the steps under ``torch.autograd.set_detect_anomaly`` (``detect_anomaly=True``)."""
-        return self.caller == "Trainer" and self.arguments.get("detect_anomaly") is True
+        return self.kind == "trainer" and self.arguments.get("detect_anomaly") is True
 
     def precision_is(self, class_name: str) -> bool:
         """Whether the precision plugin is an instance of a class called ``class_name`` (in any namespace)."""
@@ -148,6 +150,11 @@ class Context:
     @property
     def world_size(self) -> int:
         return self.devices_per_node * self.num_nodes
+
+    @property
+    def constructor(self) -> str:
+        """``Trainer`` or ``Fabric``: :attr:`kind` as messages write it (``Trainer(strategy=...)``)."""
+        return constructor(self.kind)
 
     def call(self, *fields: str) -> str:
         """The user's call with the named fields, e.g. ```Trainer(strategy='x', accelerator='cpu')```; a field that is
@@ -159,7 +166,7 @@ class Context:
             "precision": f"precision={self.precision!r}",
         }
         parts = [rendered.get(name) or f"{name}={self.arguments.get(name)!r}" for name in fields]
-        return _call(self.caller, self.preset, parts)
+        return _call(self.kind, self.preset, parts)
 
     @property
     def world_arithmetic(self) -> str:

@@ -43,6 +43,8 @@ class GPUs:
     """The lowest compute capability among them; ``None`` without GPUs."""
     memory_bytes: int | None
     """The smallest total memory among them; ``None`` without GPUs."""
+    names: tuple[str, ...] = ()
+    """The driver's name of each, in CUDA's order (``NVIDIA H100 80GB HBM3``); empty where nothing names them."""
 
 
 _active: list[SimulatedGPU] = []
@@ -124,6 +126,7 @@ class _Device:
     pci: tuple[int, int, int]
     capability: tuple[int, int]
     memory_bytes: int
+    name: str = ""
 
 
 class _NVML:
@@ -153,11 +156,15 @@ class _NVML:
         self._call("nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor))
         memory = _Memory()
         self._call("nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory))
+        name = ctypes.create_string_buffer(96)
+        get_name = getattr(self._library, "nvmlDeviceGetName", None)  # only doctor and plan read it: optional
+        named = get_name is not None and get_name(handle, name, ctypes.c_uint(96)) == 0
         return _Device(
             uuid=uuid.value.decode(errors="replace"),
             pci=(pci.domain, pci.bus, pci.device),
             capability=(major.value, minor.value),
             memory_bytes=memory.total,
+            name=name.value.decode(errors="replace") if named else "",
         )
 
 
@@ -206,6 +213,7 @@ def _read_nvml(visible: str | None, order: str | None) -> GPUs | None:
         count=len(chosen),
         capability=min(device.capability for device in chosen),
         memory_bytes=min(device.memory_bytes for device in chosen),
+        names=tuple(device.name for device in chosen) if all(device.name for device in chosen) else (),
     )
 
 
@@ -235,6 +243,7 @@ def observed_gpus() -> GPUs | None:
             count=count,
             capability=min((int(p.major), int(p.minor)) for p in properties),
             memory_bytes=min(int(p.total_memory) for p in properties),
+            names=tuple(str(p.name) for p in properties),
         )
     return nvml_gpus()
 

@@ -1,8 +1,9 @@
 """What the preset classes' heads and mixins share: the next class of a composed class, as the type checker sees it.
 
 A composed class is ``head + family mixin + Lightning class`` (the registry builds it at run time), so a head's or a
-mixin's ``super()`` reaches a class mypy cannot know. :class:`Next` is what it sees instead: every hook of Lightning's
-strategies and precision plugins that a head or mixin calls through ``super()``, typed ``Any``. At run time it is
+mixin's ``super()`` reaches a class mypy cannot know. :class:`Next` is what it sees instead: every public hook of
+Lightning's strategies and precision plugins that a head or mixin calls through ``super()``, typed ``Any`` (the
+private ones are overridden, and typed, only in ``registry.private``). At run time it is
 ``object``: ``super()`` is plain ``super()``.
 """
 
@@ -17,9 +18,6 @@ if TYPE_CHECKING:
 
         def __init__(self, *args: Any, **kwargs: Any) -> None: ...
 
-        _configure_launcher: Any
-        _init_optimizers: Any
-        _setup_model: Any
         connect: Any
         convert_module: Any
         load_checkpoint: Any

@@ -6,12 +6,20 @@ from dataclasses import dataclass
 from typing import Literal
 
 Kind = Literal["trainer", "fabric"]
+"""Whose class tree a namespace holds: the Trainer's or Fabric's (the one word for that axis inside the package)."""
 Target = Literal["trainer", "fabric", "pytorch_lightning", "lightning_fabric"]
+"""A namespace as the public ``target=`` argument names it (two per :data:`Kind`)."""
+
+
+def constructor(kind: str) -> str:
+    """``Trainer`` or ``Fabric``: the class a user of ``kind`` constructs, as messages write it
+    (``Trainer(strategy=...)``)."""
+    return "Trainer" if kind == "trainer" else "Fabric"
 
 
 @dataclass(frozen=True, slots=True)
 class Namespace:
-    """One Lightning namespace: its package, its strategy registry and who calls it."""
+    """One Lightning namespace: the ``target=`` that names it, its kind, its package and its strategy registry."""
 
     target: Target
     """The value of ``target=`` in :func:`lightning_presets.strategy`."""
@@ -21,8 +29,11 @@ class Namespace:
     """The importable package, e.g. ``lightning.pytorch``."""
     registry_attr: str
     """The registry's name inside ``<package>.strategies``."""
-    caller: str
-    """How users construct it: ``Trainer`` or ``Fabric``."""
+
+    @property
+    def constructor(self) -> str:
+        """``Trainer`` or ``Fabric``: :attr:`kind` as messages write it (:func:`constructor`)."""
+        return constructor(self.kind)
 
     @property
     def strategies_module(self) -> str:
@@ -30,10 +41,10 @@ class Namespace:
 
 
 NAMESPACES: tuple[Namespace, ...] = (
-    Namespace("trainer", "trainer", "lightning.pytorch", "StrategyRegistry", "Trainer"),
-    Namespace("fabric", "fabric", "lightning.fabric", "STRATEGY_REGISTRY", "Fabric"),
-    Namespace("pytorch_lightning", "trainer", "pytorch_lightning", "StrategyRegistry", "Trainer"),
-    Namespace("lightning_fabric", "fabric", "lightning_fabric", "STRATEGY_REGISTRY", "Fabric"),
+    Namespace("trainer", "trainer", "lightning.pytorch", "StrategyRegistry"),
+    Namespace("fabric", "fabric", "lightning.fabric", "STRATEGY_REGISTRY"),
+    Namespace("pytorch_lightning", "trainer", "pytorch_lightning", "StrategyRegistry"),
+    Namespace("lightning_fabric", "fabric", "lightning_fabric", "STRATEGY_REGISTRY"),
 )
 TARGETS: tuple[str, ...] = tuple(namespace.target for namespace in NAMESPACES)
 

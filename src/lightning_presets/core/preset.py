@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -113,18 +114,34 @@ def extra_requirements(distribution: str = "lightning-presets") -> Mapping[str, 
     return {extra: lines[0] for extra, lines in by_extra.items() if len(lines) == 1}
 
 
-def _kinds(specs: Mapping[str, Any]) -> tuple[Kind, ...]:
-    """The kinds (``trainer``, ``fabric``) a preset has a class for, in that order."""
-    return tuple(kind for kind in KINDS if kind in specs)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Published(ABC):
+    """What strategy and precision presets share: who published them, and the kinds their classes cover."""
 
+    distribution: str | None = None
+    """The distribution that published it (set when loaded from an entry point)."""
+    version: str | None = None
+    """That distribution's version."""
 
-def _targets(specs: Mapping[str, Any]) -> tuple[str, ...]:
-    """The ``target=`` values a preset can be built for."""
-    return tuple(namespace.target for namespace in NAMESPACES if namespace.kind in specs)
+    @abstractmethod
+    def class_spec(self, kind: str) -> str | None:
+        """The Lightning class for a kind: a name in the namespace's strategies module (or, for a precision preset,
+        its precision plugins module), or ``module:attr``."""
+
+    @property
+    def kinds(self) -> tuple[Kind, ...]:
+        """The kinds (``trainer``, ``fabric``) it has a class for, in that order."""
+        return tuple(kind for kind in KINDS if self.class_spec(kind) is not None)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The ``target=`` values it can be built for."""
+        kinds = self.kinds
+        return tuple(namespace.target for namespace in NAMESPACES if namespace.kind in kinds)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Preset:
+class Preset(_Published):
     """A named, guarded strategy configuration for the Trainer and/or Fabric.
 
     Declared once, namespace-agnostic: ``strategy`` names the Lightning class per kind and the
@@ -166,18 +183,6 @@ class Preset:
     """Whether the preset keeps sharded state in CPU memory."""
     mesh: MeshSpec | None = None
     """How the preset lays its processes out on a device mesh, when it uses one."""
-    distribution: str | None = None
-    """The distribution that published it (set when loaded from an entry point)."""
-    version: str | None = None
-    """That distribution's version."""
-
-    @property
-    def kinds(self) -> tuple[Kind, ...]:
-        return _kinds(self.strategy)
-
-    @property
-    def targets(self) -> tuple[str, ...]:
-        return _targets(self.strategy)
 
     def class_spec(self, kind: str) -> str | None:
         """The Lightning class for a kind: a name in ``<namespace>.strategies`` or ``module:attr``."""
@@ -191,7 +196,7 @@ class Preset:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PrecisionPreset:
+class PrecisionPreset(_Published):
     """A named precision plugin configuration, published through ``lightning_presets.precision``."""
 
     TYPE: ClassVar[PresetType] = PRECISION
@@ -224,16 +229,6 @@ class PrecisionPreset:
     """Strategy family (or preset name) to the reason the combination is known not to work."""
     tested_with: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     """Versions its tests ran on and the evidence level reached."""
-    distribution: str | None = None
-    version: str | None = None
-
-    @property
-    def kinds(self) -> tuple[Kind, ...]:
-        return _kinds(self.plugin)
-
-    @property
-    def targets(self) -> tuple[str, ...]:
-        return _targets(self.plugin)
 
     @property
     def extra_keys(self) -> frozenset[str]:
@@ -247,10 +242,10 @@ class PrecisionPreset:
     def mixin_for(self, kind: str) -> type | None:
         return self.mixin
 
-    def incompatibility(self, family: str | None, strategy_preset: str, caller: str = "") -> str | None:
+    def incompatibility(self, family: str | None, strategy_preset: str, kind: str = "") -> str | None:
         """Why it does not work with a strategy preset: looked up by preset name, ``family:trainer`` (or
-        ``family:fabric``), then family."""
-        keys = (strategy_preset, f"{family}:{caller.lower()}" if family else None, family)
+        ``family:fabric``, by ``kind``), then family."""
+        keys = (strategy_preset, f"{family}:{kind}" if family else None, family)
         return next((self.incompatible[key] for key in keys if key and key in self.incompatible), None)
 
 

@@ -189,9 +189,7 @@ RULE_CRASHED = Code(
     fails="# acme-presets' rule: def eight_per_node(ctx): return 8 // (ctx.devices_per_node - 8)\n"
     'Trainer(strategy="acme_ddp", accelerator="cpu", devices=8)',
     fixed='Trainer(strategy="ddp", accelerator="cpu", devices=8)   # LIGHTNING_PRESETS_DENY=acme-presets meanwhile',
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp012_a_third_partys_crashing_rule_raises_its_own_error (the rule's "
-    "own ZeroDivisionError, which escaped from Trainer(...) before LP012)",
+    evidence="runtime: the rule's own ZeroDivisionError, which escaped from Trainer(...) before LP012",
 )  # fmt: skip
 
 

@@ -29,29 +29,19 @@ def tested(
     evidence: str,
     *,
     construction: str,
-    construction_test: str,
     runtime_cpu: str = "",
-    runtime_cpu_test: str = "",
     runtime_gpu: str = "",
-    runtime_gpu_test: str = "",
     **packages: str,
 ) -> Mapping[str, str]:
     """A ``tested_with`` record: the Lightning and torch versions, other packages, the evidence reached, and one
-    claim per evidence level with the test that makes it (``tests/FILE.py::test_name``; an empty claim means not
-    run). The README's "What has been run" table is generated from these claims (``tools.evidence``), and a test
-    checks that every named test exists and that runtime tests run real processes.
+    claim per evidence level (an empty claim means not run). The record names no test file: the test suite maps each
+    claim to the test that makes it, the README's "What has been run" table is generated from both, and a test
+    checks that every claim has its test, that the test exists and that runtime tests run real processes.
 
     ``packages`` may also set ``torch`` where a preset's tests ran on fewer releases (its package does not import on
     the others, or it needs its own torch).
     """
-    claims = {
-        "construction": construction,
-        "construction_test": construction_test,
-        "runtime_cpu": runtime_cpu,
-        "runtime_cpu_test": runtime_cpu_test,
-        "runtime_gpu": runtime_gpu,
-        "runtime_gpu_test": runtime_gpu_test,
-    }
+    claims = {"construction": construction, "runtime_cpu": runtime_cpu, "runtime_gpu": runtime_gpu}
     return MappingProxyType(
         {
             "lightning": ", ".join(LIGHTNING_TESTED),
@@ -68,7 +58,7 @@ CLAIMS = (
     ("runtime_cpu", "runtime on CPU"),
     ("runtime_gpu", "runtime on GPU"),
 )
-"""The claim keys of a ``tested_with`` record (each with ``KEY_test``), and how the README names them."""
+"""The claim keys of a ``tested_with`` record, and how the README names them."""
 
 
 def recorded(tested_with: Mapping[str, str], package: str) -> tuple[str, ...]:

@@ -19,17 +19,15 @@ from types import CodeType
 from typing import Any
 
 from lightning_presets.core.context import accelerator_name
+from lightning_presets.core.namespaces import constructor
+from lightning_presets.registry import private
 
 _FABRIC = "lightning.fabric"
-_CALLERS = {
-    "Trainer": ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer"),
-    "Fabric": ("lightning.fabric.fabric", "lightning_fabric.fabric"),
+_CONSTRUCTOR_MODULES: dict[str, tuple[str, ...]] = {
+    "trainer": ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer"),
+    "fabric": ("lightning.fabric.fabric", "lightning_fabric.fabric"),
 }
-"""Where each namespace defines ``Trainer``/``Fabric`` (only the modules already imported are looked at)."""
-
-
-def _connector() -> Any:
-    return importlib.import_module(f"{_FABRIC}.connector")._Connector
+"""Where each namespace of a kind defines ``Trainer``/``Fabric`` (only the modules already imported are looked at)."""
 
 
 def accelerator_class(value: Any) -> type | None:
@@ -40,13 +38,13 @@ def accelerator_class(value: Any) -> type | None:
     name = value.lower()
     try:
         if name == "auto":
-            name = _connector()._choose_auto_accelerator()
+            name = private.choose_auto_accelerator()
         elif name == "gpu":
-            name = _connector()._choose_gpu_accelerator_backend()
+            name = private.choose_gpu_accelerator_backend()
     except RuntimeError:  # "No supported gpu backend found!"
         return None
     registry = importlib.import_module(f"{_FABRIC}.accelerators").ACCELERATOR_REGISTRY
-    entry = registry[name]["accelerator"] if name in registry else None  # `registry.get` would instantiate it
+    entry = registry[name]["accelerator"] if name in registry else None  # its `get` would instantiate it
     return entry if isinstance(entry, type) else None
 
 
@@ -61,11 +59,10 @@ def precision(value: Any) -> str:
     ``None`` -> ``32-true``; a value Lightning refuses comes back as given (as text)."""
     if value is None:
         return "32-true"
-    convert = importlib.import_module(f"{_FABRIC}.connector")._convert_precision_to_unified_args
     with warnings.catch_warnings():  # Lightning warns that 16 and "bf16" are legacy spellings; the caller reports it
         warnings.simplefilter("ignore")
         try:
-            return str(convert(value))
+            return str(private.unified_precision(value))
         except ValueError:
             return str(value)
 
@@ -91,25 +88,25 @@ def requested_devices(value: Any, accelerator_name: str, visible: int) -> int | 
     return value if type(value) is int and value > 0 else None
 
 
-def _initializers(caller: str) -> dict[CodeType, Callable[..., Any]]:
-    """The ``__init__`` functions (unwrapped from Lightning's ``PL_TRAINER_*`` defaults decorator) of ``caller`` in the
-    Lightning namespaces imported so far, by their code objects."""
+def _initializers(kind: str) -> dict[CodeType, Callable[..., Any]]:
+    """The ``__init__`` functions (unwrapped from Lightning's ``PL_TRAINER_*`` defaults decorator) of the ``Trainer``
+    (kind ``trainer``) or ``Fabric`` (``fabric``) in the Lightning namespaces imported so far, by their code objects."""
     found: dict[CodeType, Callable[..., Any]] = {}
-    for module_name in _CALLERS.get(caller, ()):
-        cls = getattr(sys.modules.get(module_name), caller, None)
+    for module_name in _CONSTRUCTOR_MODULES.get(kind, ()):
+        cls = getattr(sys.modules.get(module_name), constructor(kind), None)
         if isinstance(cls, type):
             init = inspect.unwrap(vars(cls)["__init__"])
             found[init.__code__] = init
     return found
 
 
-def call_arguments(caller: str) -> dict[str, Any]:
+def call_arguments(kind: str) -> dict[str, Any]:
     """Every argument of the ``Trainer(...)``/``Fabric(...)`` call now being constructed, defaults included, named as
     the installed Lightning's ``__init__`` names them (``PL_TRAINER_*`` defaults applied); read from that call's frame.
 
     Empty when no such call is on the stack (a strategy built on its own).
     """
-    initializers = _initializers(caller)
+    initializers = _initializers(kind)
     frame = sys._getframe(1)
     while frame is not None:
         init = initializers.get(frame.f_code)

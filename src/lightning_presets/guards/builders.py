@@ -23,7 +23,7 @@ BLOCKS = "model = nn.Sequential(*(nn.TransformerEncoderLayer(64, 4, 128) for _ i
 
 def fields(ctx: Context) -> dict[str, Any]:
     """What a message template may name: ``{accelerator}``, ``{devices}``, ``{nodes}``, ``{world}``,
-    ``{world_arithmetic}``, ``{preset}``, ``{precision}``, ``{caller}``."""
+    ``{world_arithmetic}``, ``{preset}``, ``{precision}``, ``{constructor}`` (``Trainer`` or ``Fabric``)."""
     return {
         "accelerator": ctx.accelerator,
         "devices": ctx.devices_per_node,
@@ -32,7 +32,7 @@ def fields(ctx: Context) -> dict[str, Any]:
         "world_arithmetic": ctx.world_arithmetic,
         "preset": ctx.preset,
         "precision": ctx.precision,
-        "caller": ctx.caller,
+        "constructor": ctx.constructor,
     }
 
 

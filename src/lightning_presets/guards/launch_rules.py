@@ -17,8 +17,7 @@ from lightning_presets.core.rules import Problem, Rule, rule
     "--ntasks-per-node=4",
     fixed='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=4, num_nodes=2)   # under SLURM with '
     "--ntasks-per-node=4",
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp095_the_refusal_is_the_environments_own "
-    "(SLURMEnvironment/TorchElasticEnvironment.validate_settings raise ValueError when `fit` launches)",
+    evidence="runtime: SLURMEnvironment/TorchElasticEnvironment.validate_settings raise ValueError when `fit` launches",
     setting=Setting(gpus=4, nodes=2, cluster="slurm"),  # SLURM's variables for 4 tasks on each of 2 nodes
 )  # fmt: skip
 def environment_takes_the_job(ctx: Context) -> Problem | None:
@@ -210,8 +209,8 @@ def launch_problem(launch: Launch) -> Problem | None:
     'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=1, num_nodes=2)',
     fixed='import os\nos.environ.update(NODE_RANK="1", LOCAL_RANK="0", MASTER_ADDR="10.0.0.1")  # the last node\n'
     'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=1, num_nodes=2)',
-    evidence="runtime: tests/evidence/test_fails_launchers.py::test_lp717_a_node_rank_outside_the_nodes (fit: torch's "
-    "gloo process group raises `rank < size`; a rank past WORLD_SIZE and a batch job without srun: the same file)",
+    evidence="runtime: fit: torch's gloo process group raises `rank < size`; a rank past WORLD_SIZE and a batch job "
+    "without srun: the same file",
     setting=Setting(gpus=0),
 )  # fmt: skip
 def launch_arithmetic(ctx: Context) -> Problem | None:

@@ -31,9 +31,7 @@ def _capability_text(capability: tuple[int, int]) -> str:
     "LP603", "error", "options", "a CUDA-only precision preset without a CUDA device",
     fails='lightning_presets.precision("nf4-bnb")   # on a machine without a CUDA GPU',
     fixed='lightning_presets.precision("nf4-bnb")   # on a machine with an H100',
-    evidence="runtime: "
-    "tests/evidence/test_fails_precision.py::test_lp603_lp606_lightning_refuses_bitsandbytes_off_cuda (the Trainer "
-    "raises RuntimeError 'Bitsandbytes is only supported on CUDA GPUs')",
+    evidence="runtime: the Trainer raises RuntimeError 'Bitsandbytes is only supported on CUDA GPUs'",
     setting=NO_GPU,
     fixed_setting=Setting(),
 )  # fmt: skip
@@ -53,8 +51,7 @@ def needs_cuda_device(ctx: PrecisionContext) -> Problem | None:
     "LP604", "error", "options", "a GPU whose compute capability is below what the precision needs",
     fails='lightning_presets.precision("fp8-te")   # on an A100 (capability 8.0)',
     fixed='lightning_presets.precision("bf16-fp32-reduce")   # on an A100; FP8 needs an H100/L4/RTX 4090 (8.9+)',
-    evidence="gpu: benchmarks/gpu/gpu_checks.py::proof_lp604_fp8_below_capability (torch._scaled_mm refuses the GPU; "
-    "runs on GPUs below 8.9 only, not run yet)",
+    evidence="gpu: torch._scaled_mm refuses the GPU; runs on GPUs below 8.9 only, not run yet",
     setting=A100,
 )  # fmt: skip
 def capability_sufficient(ctx: PrecisionContext) -> Problem | None:
@@ -176,9 +173,7 @@ def half_weights_have_a_scaler(ctx: Context) -> Problem | None:
     "LP606", "error", "construction", "a CUDA-only precision preset with another accelerator",
     fails='Trainer(strategy="fsdp2", accelerator="cpu", devices=2, plugins=[lightning_presets.precision("fp8-te")])',
     fixed='Trainer(strategy="fsdp2", accelerator="cpu", devices=2, precision="bf16-mixed")',
-    evidence="runtime: "
-    "tests/evidence/test_fails_precision.py::test_lp603_lp606_lightning_refuses_bitsandbytes_off_cuda (the Trainer "
-    "raises RuntimeError 'Bitsandbytes is only supported on CUDA GPUs')",
+    evidence="runtime: the Trainer raises RuntimeError 'Bitsandbytes is only supported on CUDA GPUs'",
     setting=TRANSFORMER_ENGINE,
 )  # fmt: skip
 def precision_preset_on_cuda(ctx: Context) -> Problem | None:
@@ -186,7 +181,7 @@ def precision_preset_on_cuda(ctx: Context) -> Problem | None:
     if preset is None or not preset.needs_cuda or ctx.accelerator == "cuda":
         return None
     return Problem(
-        f"`{ctx.caller}(strategy={ctx.preset!r}, accelerator={ctx.accelerator!r}, plugins=[lightning_presets."
+        f"`{ctx.constructor}(strategy={ctx.preset!r}, accelerator={ctx.accelerator!r}, plugins=[lightning_presets."
         f"precision({preset.name!r})])`: the {preset.name!r} precision works only on CUDA devices",
         f"use accelerator='cuda', or drop the plugin and pass a precision= that {ctx.accelerator!r} supports",
     )
@@ -198,17 +193,15 @@ def precision_preset_on_cuda(ctx: Context) -> Problem | None:
     '"bf16-fp32-reduce")])',
     fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", plugins=[lightning_presets.precision('
     '"bf16-fp32-reduce")])',
-    evidence="runtime: "
-    "tests/evidence/test_fails_precision.py::test_lp607_torchao_float8_after_fully_shard_fails_at_the_first_step "
-    "(fit of fsdp2 with fp8-torchao: torchao raises RuntimeError mixing Tensor and DTensor)",
+    evidence="runtime: fit of fsdp2 with fp8-torchao: torchao raises RuntimeError mixing Tensor and DTensor",
 )  # fmt: skip
 def precision_preset_fits_strategy(ctx: Context) -> Problem | None:
     preset = ctx.precision_preset
-    reason = preset.incompatibility(ctx.family, ctx.preset, ctx.caller) if preset is not None else None
+    reason = preset.incompatibility(ctx.family, ctx.preset, ctx.kind) if preset is not None else None
     if preset is None or reason is None:
         return None
     return Problem(
-        f"`{ctx.caller}(strategy={ctx.preset!r}, plugins=[lightning_presets.precision({preset.name!r})])`: "
+        f"`{ctx.constructor}(strategy={ctx.preset!r}, plugins=[lightning_presets.precision({preset.name!r})])`: "
         f"this combination is known not to work: {reason}",
         f"use {preset.name!r} with another strategy, or keep strategy={ctx.preset!r} with a precision= it supports",
     )

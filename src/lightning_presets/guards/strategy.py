@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from lightning_presets.core import hardware
 from lightning_presets.core.context import Context, Options, accelerator_name
 from lightning_presets.core.findings import report
-from lightning_presets.core.mixins import Next
 from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Rule, Stage, conditional_findings, run_rules
@@ -19,6 +18,7 @@ from lightning_presets.guards.failures import explained, explaining
 from lightning_presets.guards.launch_rules import LAUNCH_RULES
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 from lightning_presets.registry import compat
+from lightning_presets.registry.private import LauncherHook, start_method_of, trainer_of
 
 if TYPE_CHECKING:
     from torch.nn import Module
@@ -44,11 +44,7 @@ def environment_refusal(strategy: Any, devices: int, nodes: int) -> str | None:
     script launcher (start method ``popen``, every preset family's but XLA's) launches ``fit``; ``None`` when it
     accepts the job or no such launcher will ask it."""
     environment = getattr(strategy, "cluster_environment", None)
-    if (
-        environment is None
-        or getattr(strategy, "_start_method", "popen") != "popen"
-        or accelerator_name(strategy.accelerator) == "xla"
-    ):
+    if environment is None or start_method_of(strategy) != "popen" or accelerator_name(strategy.accelerator) == "xla":
         return None
     try:
         environment.validate_settings(num_devices=devices, num_nodes=nodes)
@@ -63,14 +59,14 @@ def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mappi
     devices = getattr(strategy, "parallel_devices", None)
     environment = getattr(strategy, "cluster_environment", None)
     accelerator = accelerator_name(strategy.accelerator)
-    arguments = call_arguments(namespace.caller)
+    arguments = call_arguments(namespace.kind)
     devices_per_node = len(devices) if devices else 1
     num_nodes = int(getattr(strategy, "num_nodes", 1) or 1)
     accumulation = arguments.get("accumulate_grad_batches")
     return Context(
         preset=preset.name,
         target=namespace.target,
-        caller=namespace.caller,
+        kind=namespace.kind,
         accelerator=accelerator,
         devices_per_node=devices_per_node,
         num_nodes=num_nodes,
@@ -100,7 +96,7 @@ def device_indices(devices: Sequence[Any] | None) -> tuple[int, ...] | None:
     return indices if indices and all(type(index) is int for index in indices) else None  # type: ignore[return-value]
 
 
-class Guarded(Next):
+class Guarded(LauncherHook):
     """Runs the preset's rules at the last step of ``Trainer``/``Fabric`` construction.
 
     Lightning's connector sets accelerator, precision, devices, number of nodes and cluster
@@ -120,7 +116,7 @@ class Guarded(Next):
 
     @classmethod
     def _lp_usage(cls, preset: Preset, namespace: Namespace) -> str:
-        return f"{namespace.caller}(strategy={preset.name!r})"
+        return f"{namespace.constructor}(strategy={preset.name!r})"
 
     @classmethod
     def _lp_options_context(
@@ -143,12 +139,14 @@ class Guarded(Next):
 
     # --- Lightning hooks ----------------------------------------------------------------------------------
 
-    def _configure_launcher(self) -> None:
+    def _lp_before_launcher(self) -> None:
+        """Lightning's ``_configure_launcher`` (``registry.private.LauncherHook``): the snapshot and the construction
+        rules, then the family mixins' additions."""
         context = snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
         self._lp_context = context
         findings = run_rules(self._construction_rules(context), "construction", context)
         report([*findings, *conditional_findings(self._lp_preset.rules, context)])
-        super()._configure_launcher()
+        super()._lp_before_launcher()
 
     def setup_environment(self) -> None:
         """Lightning forms the process group here, in every family (Trainer and Fabric): the runtime guards watch the
@@ -240,7 +238,7 @@ class GuardedTrainerStrategy(Guarded):
     """Trainer side: the model is known in ``connect``, which runs in every process before setup."""
 
     def connect(self, model: Module) -> None:
-        self._lp_check_trainer(getattr(model, "_trainer", None))
+        self._lp_check_trainer(trainer_of(model))
         self._lp_check_model(model)
         super().connect(model)
 
@@ -250,7 +248,7 @@ class GuardedTrainerStrategy(Guarded):
 
     def load_checkpoint(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
         """``fit``/``validate``/``test``/``predict`` with ``ckpt_path``: the resume rules first."""
-        trainer = getattr(getattr(self, "lightning_module", None), "_trainer", None)
+        trainer = trainer_of(getattr(self, "lightning_module", None))
         state = getattr(getattr(trainer, "state", None), "fn", None)
         function = str(getattr(state, "value", state) or "fit")
         self._lp_check_resume(checkpoint_path, how=f"{function}(ckpt_path=...)", restores_optimizer=function == "fit")
@@ -301,9 +299,11 @@ if TYPE_CHECKING:
     PresetHooks = Guarded
 else:
 
-    class PresetHooks:
+    class PresetHooks(LauncherHook):
         """Base of a family's mixin (``Preset.mixins``). The head comes first in the composed class, so at run time
-        this is a plain class; the type checker sees the head's attributes and hooks through it."""
+        this is a plain class over ``LauncherHook`` (which then follows every family mixin in the composed class's
+        order, so their ``_lp_before_launcher`` run before Lightning's hook); the type checker sees the head's
+        attributes and hooks through it."""
 
 
 HEADS: Heads = MappingProxyType({"trainer": GuardedTrainerStrategy, "fabric": GuardedFabricStrategy})

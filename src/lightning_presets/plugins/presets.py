@@ -44,8 +44,7 @@ def _dtype(name: Any) -> Any:
     "LP613", "error", "options", "a dtype name the precision preset does not take",
     fails='lightning_presets.precision("nf4-bnb", dtype="bf16")',
     fixed='lightning_presets.precision("nf4-bnb", dtype="bfloat16")',
-    evidence="runtime: tests/evidence/test_fails_precision.py::test_lp613_torch_has_no_dtype_called_bf16 (torch "
-    "raises AttributeError for torch.bf16)",
+    evidence="runtime: torch raises AttributeError for torch.bf16",
 )  # fmt: skip
 def dtype_names_known(ctx: PrecisionContext) -> Problem | None:
     bad = [key for key in ("weights_dtype", "dtype") if key in ctx.values and ctx.values[key] not in DTYPES]
@@ -77,9 +76,7 @@ def nf4_dtype_supported(ctx: PrecisionContext) -> Problem | None:
     "LP612", "error", "options", "an unknown torchao float8 recipe",
     fails='lightning_presets.precision("fp8-torchao", recipe="rowwize")',
     fixed='lightning_presets.precision("fp8-torchao", recipe="rowwise")',
-    evidence="runtime: "
-    "tests/evidence/test_fails_precision.py::test_lp612_torchao_refuses_an_unknown_recipe_when_the_model_is_converted "
-    "(torchao asserts the recipe name)",
+    evidence="runtime: torchao asserts the recipe name",
 )  # fmt: skip
 def float8_recipe_known(ctx: PrecisionContext) -> Problem | None:
     recipe = ctx.values.get("recipe", "tensorwise")
@@ -173,7 +170,6 @@ FP8_TE = PrecisionPreset(
         construction="the Trainer on 8 simulated CUDA devices against a stand-in transformer_engine module: "
         "Lightning's TransformerEnginePrecision with the weights dtype asked (Transformer Engine needs CUDA to "
         "install)",
-        construction_test="tests/test_precision_presets.py::test_fp8_te_builds_lightnings_plugin",
     ),
 )
 
@@ -201,7 +197,6 @@ FP8_TORCHAO = PrecisionPreset(
         "construction (simulated CUDA); float8 conversion of Linear layers run on CPU, no float8 matmul run",
         construction="the plugin on a simulated CUDA device of capability 9.0 with torchao 0.18.0: the float8 "
         "conversion of the divisible Linear layers run on CPU (no float8 matmul: that needs compute capability 8.9)",
-        construction_test="tests/test_precision_presets.py::test_fp8_torchao_converts_divisible_linears_and_names_the_rest",
         torch="2.13.0, 2.15.0",  # torchao 0.18.0 does not import on torch 2.7.0 (no torch.nn.functional.ScalingType)
         torchao="0.18.0",
     ),
@@ -225,7 +220,6 @@ NF4_BNB = PrecisionPreset(
         "construction (simulated CUDA, bitsandbytes 0.50.2 installed on CPU)",
         construction="the Trainer on a simulated CUDA device with bitsandbytes 0.50.2 installed: the NF4 plugin with "
         "double quantization is built (quantization itself needs CUDA)",
-        construction_test="tests/test_precision_presets.py::test_nf4_bnb_builds_double_quantized_nf4",
         bitsandbytes="0.50.2",
     ),
 )
@@ -249,6 +243,5 @@ BF16_FP32_REDUCE = PrecisionPreset(
         "construction (simulated CUDA); the FSDP policy object is checked on CPU",
         construction="the Trainer with fsdp_offload_ckpt on 8 simulated CUDA devices: FSDP's MixedPrecision policy "
         "with bf16 parameters, fp32 reduction and buffers",
-        construction_test="tests/test_precision_presets.py::test_bf16_fp32_reduce_is_accepted_by_the_fsdp_preset",
     ),
 )

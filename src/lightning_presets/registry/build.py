@@ -76,7 +76,8 @@ def no_form(preset: AnyPreset, namespace: Namespace) -> PresetConfigError:
     return PresetConfigError(
         [
             codes.NO_FORM_FOR_TARGET.finding(
-                f"{preset.TYPE.label} {preset.name!r} has no {namespace.caller} form (target={namespace.target!r})",
+                f"{preset.TYPE.label} {preset.name!r} has no {namespace.constructor} form "
+                f"(target={namespace.target!r})",
                 f"use it with one of its targets: {', '.join(preset.targets)}",
             )
         ]

@@ -62,7 +62,7 @@ def lightning_class(preset: AnyPreset, namespace: Namespace) -> type:
     source = f" from {preset.distribution} {preset.version}" if preset.distribution else ""
     owner = f"{kind.label} {preset.name!r}{source} ({namespace.kind} {kind.noun} class)"
     if spec is None:
-        raise TypeError(f"{owner}: the preset has no {namespace.caller} form")
+        raise TypeError(f"{owner}: the preset has no {namespace.constructor} form")
     return resolve_class(spec, f"{namespace.package}.{kind.module}", kind.base, owner, preset.distribution)
 
 

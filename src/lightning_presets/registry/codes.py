@@ -10,17 +10,14 @@ NAME_NOT_LOWER_CASE = Code(
     fails='[project.entry-points."lightning_presets.strategies"]\n'
     'FSDP_Fast = "acme_presets:FSDP_FAST_UPPER"   # Preset(name="FSDP_Fast", ...)',
     fixed='[project.entry-points."lightning_presets.strategies"]\nfsdp_fast = "acme_presets:FSDP_FAST"',
-    evidence="runtime: tests/evidence/test_fails_registry.py::test_lp001_lightning_lower_cases_the_name_it_looks_up "
-    "(Lightning lower-cases the requested name: the Trainer raises ValueError 'invalid strategy name')",
+    evidence="runtime: Lightning lower-cases the requested name: the Trainer raises ValueError 'invalid strategy name'",
 )  # fmt: skip
 
 NAME_OF_LIGHTNING = Code(
     code="LP002", stage="catalog", severity="error", title="a preset name that Lightning already uses",
     fails='[project.entry-points."lightning_presets.strategies"]\nddp = "acme_presets:DDP"',
     fixed='[project.entry-points."lightning_presets.strategies"]\nacme_ddp = "acme_presets:ACME_DDP"',
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp002_lp003_lightnings_registry_refuses_a_name_it_already_holds "
-    "(Lightning's registry raises ValueError 'already present in the registry')",
+    evidence="runtime: Lightning's registry raises ValueError 'already present in the registry'",
 )  # fmt: skip
 
 NAME_DECLARED_TWICE = Code(
@@ -28,27 +25,21 @@ NAME_DECLARED_TWICE = Code(
     fails='# acme-presets and other-presets both declare:\n[project.entry-points."lightning_presets.strategies"]\n'
     'fsdp_fast = "acme_presets:FSDP_FAST"',
     fixed="LIGHTNING_PRESETS_DENY=other-presets python train.py   # only acme-presets' fsdp_fast loads",
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp002_lp003_lightnings_registry_refuses_a_name_it_already_holds "
-    "(the second registration raises ValueError 'already present in the registry')",
+    evidence="runtime: the second registration raises ValueError 'already present in the registry'",
 )  # fmt: skip
 
 ENTRY_POINT_FAILED = Code(
     code="LP004", stage="catalog", severity="error", title="an entry point that fails to import or raises",
     fails='fsdp_fast = "acme_presets.missing_module:FSDP_FAST"',
     fixed='fsdp_fast = "acme_presets:FSDP_FAST"',
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp004_an_entry_point_whose_module_is_missing_cannot_be_loaded "
-    "(EntryPoint.load raises ModuleNotFoundError)",
+    evidence="runtime: EntryPoint.load raises ModuleNotFoundError",
 )  # fmt: skip
 
 NOT_A_PRESET = Code(
     code="LP005", stage="catalog", severity="error", title="an entry point that gives something other than a preset",
     fails='fsdp_fast = "acme_presets:make_dict"   # returns a dict',
     fixed='fsdp_fast = "acme_presets:FSDP_FAST"   # a lightning_presets.Preset',
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp005_something_other_than_a_preset_cannot_build_a_strategy "
-    "(Lightning's registry raises TypeError calling it)",
+    evidence="runtime: Lightning's registry raises TypeError calling it",
 )  # fmt: skip
 
 UNKNOWN_OVERRIDE = Code(
@@ -56,9 +47,8 @@ UNKNOWN_OVERRIDE = Code(
     fails='lightning_presets.strategy("fsdp_offload_ckpt", sharding_stratgy="FULL_SHARD")',
     fixed='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARD")',
     stage="options",
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp006_lp715_an_unknown_keyword_fails_when_ddp_wraps (Lightning's "
-    "DDPStrategy passes it to DistributedDataParallel in fit: TypeError 'unexpected keyword argument')",
+    evidence="runtime: Lightning's DDPStrategy passes it to DistributedDataParallel in fit: TypeError 'unexpected "
+    "keyword argument'",
 )  # fmt: skip
 
 MISSING_DEPENDENCY = Code(
@@ -66,8 +56,8 @@ MISSING_DEPENDENCY = Code(
     fails='Trainer(strategy="deepspeed_zero2_offload")   # deepspeed not installed',
     fixed="Trainer(strategy=\"deepspeed_zero2_offload\")  # after pip install --no-build-isolation deepspeed",
     stage="options",
-    evidence="runtime: tests/evidence/test_fails_registry.py::test_lp007_lightning_needs_deepspeed_installed "
-    "(Lightning's DeepSpeedStrategy raises MisconfigurationException; its availability flag set as without deepspeed)",
+    evidence="runtime: Lightning's DeepSpeedStrategy raises MisconfigurationException; its availability flag set as "
+    "without deepspeed",
 )  # fmt: skip
 
 NO_FORM_FOR_TARGET = Code(
@@ -75,18 +65,14 @@ NO_FORM_FOR_TARGET = Code(
     fails='lightning_presets.strategy("xla_fsdp_ckpt", target="trainer")',
     fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric")',
     stage="options",
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp008_lp011_the_trainer_refuses_a_strategy_class_of_another_kind "
-    "(the Trainer raises ValueError for a Fabric strategy)",
+    evidence="runtime: the Trainer raises ValueError for a Fabric strategy",
 )  # fmt: skip
 
 ENTRY_POINT_MISNAMED = Code(
     code="LP009", stage="catalog", severity="error", title="an entry point whose name differs from its preset's name",
     fails='fsdp_fast = "acme_presets:FSDP_QUICK"   # Preset(name="fsdp_quick", ...)',
     fixed='fsdp_quick = "acme_presets:FSDP_QUICK"',
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp009_lp010_a_name_nothing_registered_fails_in_the_trainer (the "
-    "Trainer raises ValueError 'invalid strategy name' for the entry point's name)",
+    evidence="runtime: the Trainer raises ValueError 'invalid strategy name' for the entry point's name",
 )  # fmt: skip
 
 UNKNOWN_PRESET = Code(
@@ -94,28 +80,22 @@ UNKNOWN_PRESET = Code(
     fails='lightning_presets.strategy("fsdp_ofload_ckpt")',
     fixed='lightning_presets.strategy("fsdp_offload_ckpt")',
     stage="options",
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp009_lp010_a_name_nothing_registered_fails_in_the_trainer (the "
-    "Trainer raises ValueError 'invalid strategy name')",
+    evidence="runtime: the Trainer raises ValueError 'invalid strategy name'",
 )  # fmt: skip
 
 MALFORMED_PRESET = Code(
     code="LP011", stage="catalog", severity="error", title="a preset whose fields, class or rules are malformed",
     fails='acme_fsdp = "acme_presets:ACME_FSDP_BAD_RULE"   # a rule declared with code "ACME1"',
     fixed='acme_fsdp = "acme_presets:ACME_FSDP"   # its rule declared with code "LP901"',
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp008_lp011_the_trainer_refuses_a_strategy_class_of_another_kind "
-    "(the Trainer raises ValueError for a class that is not a Trainer strategy)",
+    evidence="runtime: the Trainer raises ValueError for a class that is not a Trainer strategy",
 )  # fmt: skip
 
 NAMELESS_DISTRIBUTION = Code(
     code="LP013", stage="catalog", severity="error", title="an installed distribution whose metadata has no name",
     fails='lightning_presets.presets()   # acme_presets-1.0.dist-info/METADATA has no "Name:" line',
     fixed="lightning_presets.presets()   # after pip install --force-reinstall acme-presets",
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp013_a_distribution_without_a_name_cannot_be_looked_up "
-    "(importlib.metadata raises ValueError: the publisher of its entry points cannot be found, so neither attributed "
-    "nor trusted)",
+    evidence="runtime: importlib.metadata raises ValueError: the publisher of its entry points cannot be found, so "
+    "neither attributed nor trusted",
 )  # fmt: skip
 
 SLOW_ENTRY_POINT = Code(
@@ -129,8 +109,7 @@ DENIED_PRESET = Code(
     fails='lightning_presets.strategy("fsdp2")   # with LIGHTNING_PRESETS_DENY=lightning-presets',
     fixed='lightning_presets.strategy("fsdp2")   # LIGHTNING_PRESETS_DENY unset, in every process of the job',
     stage="options",
-    evidence="runtime: tests/evidence/test_fails_registry.py::test_lp015_a_denied_preset_is_an_unknown_name (a fresh "
-    "process: the Trainer raises ValueError 'invalid strategy name')",
+    evidence="runtime: a fresh process: the Trainer raises ValueError 'invalid strategy name'",
 )  # fmt: skip
 
 DEEPSPEED_BROKEN = Code(
@@ -138,8 +117,7 @@ DEEPSPEED_BROKEN = Code(
     code="LP401", severity="error", title="DeepSpeed is installed but fails to import",
     fails='Trainer(strategy="deepspeed_zero2_offload")   # import deepspeed raises',
     fixed='Trainer(strategy="deepspeed_zero2_offload")   # after pip install --force-reinstall deepspeed',
-    evidence="runtime: tests/evidence/test_fails_deepspeed.py::test_lp401_lightning_imports_a_broken_deepspeed (the "
-    "broken import raises from DeepSpeedStrategy(...))",
+    evidence="runtime: the broken import raises from DeepSpeedStrategy(...)",
 )  # fmt: skip
 
 DEEPSPEED_TORCH_PAIR = Code(
@@ -147,9 +125,7 @@ DEEPSPEED_TORCH_PAIR = Code(
     code="LP402", severity="error", title="a torch / DeepSpeed version pair known not to work",
     fails='Trainer(strategy="deepspeed_zero2_offload")   # torch 2.6 with deepspeed 0.15.4',
     fixed="Trainer(strategy=\"deepspeed_zero2_offload\")   # after pip install -U 'deepspeed>=0.16'",
-    evidence="runtime: "
-    "tests/evidence/test_fails_deepspeed.py::test_lp402_lightning_refuses_deepspeed_below_0_16_with_this_torch "
-    "(Lightning raises ImportError; deepspeed 0.15 stood in by Lightning's version flag)",
+    evidence="runtime: Lightning raises ImportError; deepspeed 0.15 stood in by Lightning's version flag",
 )  # fmt: skip
 
 TORCH_XLA_BROKEN = Code(
@@ -157,9 +133,7 @@ TORCH_XLA_BROKEN = Code(
     code="LP501", severity="error", title="torch_xla is installed but fails to import",
     fails='Fabric(strategy="xla_fsdp_ckpt")   # import torch_xla raises',
     fixed="Fabric(strategy=\"xla_fsdp_ckpt\")   # after pip install --force-reinstall 'torch_xla[tpu]'",
-    evidence="runtime: "
-    "tests/evidence/test_fails_xla.py::test_lp501_lightning_cannot_build_xla_fsdp_on_a_broken_torch_xla (Lightning "
-    "raises ModuleNotFoundError)",
+    evidence="runtime: Lightning raises ModuleNotFoundError",
 )  # fmt: skip
 
 TORCH_XLA_TORCH_PAIR = Code(
@@ -177,9 +151,7 @@ PRECISION_DEPENDENCY_BROKEN = Code(
     fails='lightning_presets.precision("fp8-te")   # import transformer_engine raises',
     fixed="lightning_presets.precision(\"fp8-te\")   # after pip install --force-reinstall "
     "'transformer_engine[pytorch]'",
-    evidence="runtime: "
-    "tests/evidence/test_fails_precision.py::test_lp601_lp602_transformer_engine_must_import_and_be_recent (the "
-    "broken import raises from TransformerEnginePrecision(...))",
+    evidence="runtime: the broken import raises from TransformerEnginePrecision(...)",
 )  # fmt: skip
 
 PRECISION_DEPENDENCY_VERSION = Code(
@@ -187,9 +159,7 @@ PRECISION_DEPENDENCY_VERSION = Code(
     code="LP602", severity="error", title="a precision preset's dependency in a version known not to work",
     fails='lightning_presets.precision("fp8-te")   # transformer_engine 0.10',
     fixed="lightning_presets.precision(\"fp8-te\")   # after pip install -U 'transformer_engine[pytorch]>=0.11'",
-    evidence="runtime: "
-    "tests/evidence/test_fails_precision.py::test_lp601_lp602_transformer_engine_must_import_and_be_recent "
-    "(Lightning raises ModuleNotFoundError below 0.11.0)",
+    evidence="runtime: Lightning raises ModuleNotFoundError below 0.11.0",
 )  # fmt: skip
 
 CODES: tuple[Code, ...] = (

@@ -2,7 +2,7 @@
 
 Each difference is read from Lightning itself (a signature, an attribute, a function that exists or not), never
 from a version number, so a patch release that backports a change is handled the way it behaves. Every item has
-a test in ``tests/test_compat.py`` that CI runs on each Lightning release it installs (``.ci/run``).
+a compatibility test that CI runs on each Lightning release it installs (``.ci/run``).
 
 What differs (checked in the 2.5.0–2.5.6 and 2.6.6 wheels):
 
@@ -14,7 +14,7 @@ What differs (checked in the 2.5.0–2.5.6 and 2.6.6 wheels):
   create the model, hence FSDP's sharded master weights and the optimizer state, in bf16
   (:func:`fsdp_module_init_context` gives 2.6's behaviour on both).
 - **DDP with ``static_graph=True`` and manual optimization**: Lightning 2.5 never all-reduces the gradients
-  (Lightning issue #18086; reproduced on CPU with 2 processes, ``tests/test_compat.py``), 2.6 flushes the first
+  (Lightning issue #18086; reproduced on CPU with 2 processes by the compatibility tests), 2.6 flushes the first
   backward in ``DDPStrategy.post_backward`` (PR #21251). :func:`flush_static_graph_first_backward` does that flush
   on releases whose strategy does not.
 - **Connector order**: 2.5.0–2.5.5 call ``_register_external_accelerators_and_strategies()`` at the start of the
@@ -36,10 +36,11 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from lightning_presets.registry import private
+
 HABANA_STRATEGY_NAMES = ("hpu_parallel", "hpu_single")
 """The names Lightning 2.5.0–2.5.5's Trainer connector registers when lightning-habana is installed."""
 _TRAINER_CONNECTOR = "accelerator_connector"
-_EXTERNAL_REGISTRATION = "_register_external_accelerators_and_strategies"
 
 
 def takes_scheduler(method: Callable[..., Any]) -> bool:
@@ -70,7 +71,7 @@ def fsdp_module_init_context(plugin: Any) -> AbstractContextManager[Any]:
 def lightning_flushes_static_graph(strategy: Any) -> bool:
     """Whether Lightning's own ``DDPStrategy`` all-reduces a static graph's first manual backward (2.6 keeps the
     ``_pl_static_graph_delay_done`` flag for it; 2.5 has neither the flag nor the flush)."""
-    return hasattr(strategy, "_pl_static_graph_delay_done")
+    return private.flushes_static_graph(strategy)
 
 
 def flush_static_graph_first_backward(strategy: Any) -> bool:
@@ -100,4 +101,4 @@ def connector_registers_strategies(package: str = "lightning.pytorch") -> bool:
     """Whether this release's Trainer connector registers strategies itself while a Trainer is built (2.5.0–2.5.5:
     lightning-habana's ``hpu_parallel``/``hpu_single``, if installed and if the names are free)."""
     module = importlib.import_module(f"{package}.trainer.connectors.{_TRAINER_CONNECTOR}")
-    return hasattr(module, _EXTERNAL_REGISTRATION)
+    return hasattr(module, private.EXTERNAL_REGISTRATION)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torch import nn
@@ -9,9 +10,10 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compr
 
 from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
+from lightning_presets.core.findings import report
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset
-from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.core.rules import Problem, Rule, rule, run_rules
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import one_device
 from lightning_presets.guards.models import batch_norm_layers
@@ -24,16 +26,13 @@ _LOW_PRECISION_WEIGHTS = ("bf16-true", "16-true")
 TESTED_WITH_STATIC_GRAPH = tested(
     "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA",
     construction="Trainer, Fabric and the standalone packages on CPU",
-    construction_test="tests/test_ddp.py::test_static_graph_constructs_in_every_namespace",
     runtime_cpu="Trainer.fit and a Fabric loop on 2 processes (gloo): static_graph and gradient_as_bucket_view in "
     "torch's DDP, each rank its own batches, identical weights after",
-    runtime_cpu_test="tests/test_ddp.py::test_static_graph_fit_on_two_processes",
 )
 TESTED_WITH_BF16_COMPRESS = tested(
     "construction on simulated CUDA (Trainer and Fabric); never run on a GPU",
     construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices: the Trainer's DDPStrategy "
     "holds the bf16 hook, Fabric's preset keeps it to register after wrapping",
-    construction_test="tests/test_ddp.py::test_bf16_compress_constructs_on_simulated_cuda",
 )
 
 
@@ -62,13 +61,12 @@ NCCL_FOR_BF16 = (2, 10)
     fails='Fabric(strategy="ddp_bf16_compress", accelerator="cpu", devices=2)   # a CPU-only build of torch',
     fixed='Fabric(strategy="ddp_static_graph", accelerator="cpu", devices=2)   # a CPU-only build of torch',
     setting=Setting(gpus=0, simulated=("cpu_only_torch",)),
-    evidence="runtime: tests/evidence/test_fails_ddp.py::test_lp303_bf16_compression_off_cuda_is_ignored_or_refused "
-    "(with Fabric a CPU build of torch raises TypeError when the hook is registered)",
+    evidence="runtime: with Fabric a CPU build of torch raises TypeError when the hook is registered",
 )  # fmt: skip
 def bf16_compress_supported(ctx: Context) -> Problem | None:
     """Fabric registers the DDP comm hook on any device, and torch takes it from a build with CUDA (or ROCm) and NCCL
     2.10+, whatever the backend. A job on CUDA runs where such a build is installed; the Trainer off CUDA is LP311."""
-    if ctx.accelerator == "cuda" or ctx.options.get("ddp_comm_hook") is None or ctx.caller == "Trainer":
+    if ctx.accelerator == "cuda" or ctx.options.get("ddp_comm_hook") is None or ctx.kind == "trainer":
         return None
     build = ctx.torch_build
     nccl = build.get("nccl")
@@ -91,7 +89,7 @@ def bf16_compress_supported(ctx: Context) -> Problem | None:
 def bf16_compress_applied(ctx: Context) -> Problem | None:
     """Lightning's Trainer registers a DDP comm hook only on CUDA devices: on CPU it trains plain DDP (legal, and
     what the user asked for is silently left out)."""
-    if ctx.caller != "Trainer" or ctx.accelerator == "cuda" or ctx.options.get("ddp_comm_hook") is None:
+    if ctx.kind != "trainer" or ctx.accelerator == "cuda" or ctx.options.get("ddp_comm_hook") is None:
         return None
     return Problem(
         f"{ctx.call('accelerator')}: Lightning's Trainer registers DDP communication hooks on CUDA devices only, "
@@ -104,13 +102,20 @@ def bf16_compress_applied(ctx: Context) -> Problem | None:
     "LP308", "error", "construction", "gradient accumulation in the Trainer with DDP's static graph",
     fails='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, accumulate_grad_batches=2)',
     fixed='Trainer(strategy="ddp", accelerator="cpu", devices=2, accumulate_grad_batches=2)',
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp308_static_graph_with_accumulation_fails_in_backward "
-    "(torch's reducer: 'expect_autograd_hooks_ INTERNAL ASSERT FAILED' on every rank)",
+    evidence="runtime: torch's reducer: 'expect_autograd_hooks_ INTERNAL ASSERT FAILED' on every rank",
 )  # fmt: skip
 def static_graph_without_accumulation(ctx: Context) -> Problem | None:
     accumulation = ctx.accumulate_grad_batches
-    if ctx.caller != "Trainer" or ctx.options.get("static_graph") is not True or not accumulation or accumulation < 2:
+    if ctx.options.get("static_graph") is not True or not accumulation or accumulation < 2:
         return None
+    if ctx.kind == "fabric":  # Fabric has no such argument: the guarded no_sync (below) decides at the user's call
+        return Problem(
+            f"{ctx.call()}: `fabric.no_backward_sync(model, enabled=True)` skips DDP's gradient synchronisation for "
+            "this backward, but DDP with static_graph=True expects every backward to synchronise: every rank fails "
+            "in this backward with torch's 'expect_autograd_hooks_ INTERNAL ASSERT FAILED'",
+            "use strategy='ddp' (or lightning_presets.strategy(..., static_graph=False, target='fabric')) to "
+            "accumulate gradients with no_backward_sync, or synchronise every backward (no no_backward_sync)",
+        )
     return Problem(
         f"{ctx.call('accumulate_grad_batches')}: DDP with static_graph=True expects every backward to synchronise "
         f"gradients, but the Trainer skips the synchronisation on the {accumulation - 1} accumulating step(s) of "
@@ -197,8 +202,7 @@ def compression_hook_kept(options: Options) -> Problem | None:
     fixed="from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_localSGD\n"
     'lightning_presets.strategy("ddp_static_graph", ddp_comm_state=post_localSGD.PostLocalSGDState(None, None, 8), '
     "ddp_comm_hook=post_localSGD.post_localSGD_hook, model_averaging_period=4)",
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp309_post_local_sgd_needs_an_averaging_period "
-    "(DDPStrategy._enable_model_averaging raises ValueError when `fit` sets the optimizers up)",
+    evidence="runtime: DDPStrategy._enable_model_averaging raises ValueError when `fit` sets the optimizers up",
 )  # fmt: skip
 def model_averaging_has_a_period(options: Options) -> Problem | None:
     state = options.values.get("ddp_comm_state")
@@ -217,8 +221,8 @@ def model_averaging_has_a_period(options: Options) -> Problem | None:
     'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, sync_batchnorm=True).fit(model)',
     fixed="model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n"
     'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model)',
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp310_ddp_refuses_sync_batchnorm_on_cpu "
-    "(DistributedDataParallel raises ValueError 'SyncBatchNorm layers only work with GPU modules' when it wraps)",
+    evidence="runtime: DistributedDataParallel raises ValueError 'SyncBatchNorm layers only work with GPU modules' "
+    "when it wraps",
     unless="the model has no batch norm layers",
     when=lambda ctx: ctx.sync_batchnorm and ctx.accelerator != "cuda", shows=("accelerator", "sync_batchnorm"),
     consequence="DistributedDataParallel refuses the converted SyncBatchNorm layers on CPU when it wraps the model",
@@ -258,7 +262,26 @@ BF16_COMPRESS_RULES: tuple[Rule, ...] = (
 )
 
 
-class CommHookFabricHooks(PresetHooks):
+class StaticGraphFabricHooks(PresetHooks):
+    """Fabric: ``fabric.no_backward_sync(model, enabled=True)`` enters the wrapped module's ``no_sync``, which a static
+    graph cannot take (LP308): the wrapped module's ``no_sync`` refuses first, at the user's call."""
+
+    def setup_module(self, module: Any) -> Any:
+        wrapped = super().setup_module(module)
+        context = self._lp_context
+        if context is not None and context.options.get("static_graph") is True and hasattr(wrapped, "no_sync"):
+            unguarded = wrapped.no_sync
+
+            def no_sync() -> Any:
+                skipping = dataclasses.replace(context, accumulate_grad_batches=2)  # a backward without its sync
+                report(run_rules((static_graph_without_accumulation,), "construction", skipping))
+                return unguarded()
+
+            wrapped.no_sync = no_sync
+        return wrapped
+
+
+class CommHookFabricHooks(StaticGraphFabricHooks):
     """Fabric's DDPStrategy has no ``ddp_comm_hook`` argument: register the hook once the module is wrapped."""
 
     def setup_module(self, module: Any) -> Any:
@@ -293,7 +316,7 @@ DDP_STATIC_GRAPH = Preset(
     strategy={"trainer": "DDPStrategy", "fabric": "DDPStrategy"},
     init_params={"static_graph": True, "gradient_as_bucket_view": True},
     rules=STATIC_GRAPH_RULES,
-    mixins={"trainer": StaticGraphTrainerHooks},
+    mixins={"trainer": StaticGraphTrainerHooks, "fabric": StaticGraphFabricHooks},
     tested_with=TESTED_WITH_STATIC_GRAPH,
 )
 

@@ -16,6 +16,7 @@ from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, needs_cuda, one
 from lightning_presets.guards.hooks import overrides
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
+from lightning_presets.registry import private
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
 STATE_DICT_TYPES = ("full", "sharded")
@@ -29,8 +30,7 @@ fsdp_needs_cuda = needs_cuda(
     "strategy='tp2d_hybrid' (tensor parallel and FSDP2) or strategy='ddp'",
     fails='Trainer(strategy="fsdp_offload_ckpt", accelerator="cpu", devices=2)',
     fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8)',
-    evidence="runtime: tests/evidence/test_fails_fsdp.py::test_lp101_fsdp_on_cpu_fails_when_the_model_is_wrapped "
-    "(fit on CPU: torch raises RuntimeError 'FSDP needs a non-CPU accelerator device')",
+    evidence="runtime: fit on CPU: torch raises RuntimeError 'FSDP needs a non-CPU accelerator device'",
 )  # fmt: skip
 
 
@@ -38,9 +38,7 @@ fsdp_needs_cuda = needs_cuda(
     "LP104", "error", "options", "unknown sharding_strategy",
     fails='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARDED")',
     fixed='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARD")',
-    evidence="runtime: "
-    "tests/evidence/test_fails_fsdp.py::test_lp104_an_unknown_sharding_strategy_fails_in_lightnings_constructor "
-    "(KeyError from ShardingStrategy[...])",
+    evidence="runtime: KeyError from ShardingStrategy[...]",
 )  # fmt: skip
 def sharding_strategy_known(options: Options) -> Problem | None:
     value = options.values.get("sharding_strategy", "FULL_SHARD")
@@ -56,9 +54,7 @@ def sharding_strategy_known(options: Options) -> Problem | None:
     "LP105", "error", "options", "unknown state_dict_type",
     fails='lightning_presets.strategy("fsdp_offload_ckpt", state_dict_type="sharding")',
     fixed='lightning_presets.strategy("fsdp_offload_ckpt", state_dict_type="sharded")',
-    evidence="runtime: "
-    "tests/evidence/test_fails_fsdp.py::test_lp105_an_unknown_state_dict_type_fails_at_the_first_checkpoint "
-    "(Lightning raises ValueError 'Unknown state_dict_type')",
+    evidence="runtime: Lightning raises ValueError 'Unknown state_dict_type'",
 )  # fmt: skip
 def state_dict_type_known(options: Options) -> Problem | None:
     value = options.values.get("state_dict_type", "full")
@@ -85,9 +81,7 @@ def _two_dimensional(mesh: Any) -> bool:
     "LP117", "error", "options", "a 2-D device_mesh with a sharding strategy that is not hybrid",
     fails='lightning_presets.strategy("fsdp_grad_op", device_mesh=(2, 8))',
     fixed='lightning_presets.strategy("fsdp_hybrid_shard", device_mesh=(2, 8))',
-    evidence="runtime: "
-    "tests/evidence/test_fails_fsdp.py::test_lp117_a_2d_mesh_without_hybrid_sharding_reduces_over_dim_0 (2 "
-    "processes: torch's FSDP init reduces each rank's gradients over itself alone)",
+    evidence="runtime: 2 processes: torch's FSDP init reduces each rank's gradients over itself alone",
 )  # fmt: skip
 def mesh_needs_hybrid_sharding(options: Options) -> Problem | None:
     mesh = options.values.get("device_mesh")
@@ -130,8 +124,7 @@ repeated_block_found = repeated_block(
     ".fit(nn.Linear(64, 64))",
     fixed='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, gradient_clip_val=1.0, '
     'gradient_clip_algorithm="value").fit(nn.Linear(64, 64))',
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp118_fsdp_precision_refuses_clipping_by_norm "
-    "(FSDPPrecision.clip_grad_by_norm raises MisconfigurationException at the first optimizer step)",
+    evidence="runtime: FSDPPrecision.clip_grad_by_norm raises MisconfigurationException at the first optimizer step",
     unless="your LightningModule overrides configure_gradient_clipping",
     when=lambda ctx: ctx.clips_by_norm, shows=("gradient_clip_val",),
     consequence="the first optimizer step raises on every rank (FSDP's precision plugin refuses to clip by norm; clip "
@@ -185,13 +178,12 @@ class FSDPHooks(PresetHooks):
     """Wraps the repeated blocks it finds (and checkpoints them, for presets that do), unless the user passed
     a policy."""
 
-    _activation_checkpointing_kwargs: dict[str, Any]
-
     @property
     def _lp_fsdp_kwargs(self) -> dict[str, Any]:
         """The keyword arguments Lightning passes to FSDP: ``kwargs`` on the Trainer's class, ``_fsdp_kwargs`` on
         Fabric's."""
-        fsdp_kwargs: dict[str, Any] = vars(self)["kwargs" if self._lp_namespace.kind == "trainer" else "_fsdp_kwargs"]
+        trainer = self._lp_namespace.kind == "trainer"
+        fsdp_kwargs: dict[str, Any] = vars(self)["kwargs"] if trainer else private.fabric_fsdp_kwargs(self)
         return fsdp_kwargs
 
     def _lp_apply_blocks(self, model: nn.Module) -> None:
@@ -211,16 +203,15 @@ class FSDPHooks(PresetHooks):
             options.get("activation_checkpointing") is None
         )
         if no_checkpointing and self._lp_preset.activation_checkpointing:
-            self._activation_checkpointing_kwargs = {"auto_wrap_policy": ModuleWrapPolicy(blocks)}
+            private.set_activation_checkpointing_kwargs(self, {"auto_wrap_policy": ModuleWrapPolicy(blocks)})
         self.lp_blocks = blocks
 
 
-class FSDPTrainerHooks(FSDPHooks):
-    """Trainer side of the FSDP presets."""
+class FSDPTrainerHooks(FSDPHooks, private.SetupModelHook):
+    """Trainer side of the FSDP presets: the blocks are wrapped where Lightning wraps the model (``_setup_model``)."""
 
-    def _setup_model(self, model: nn.Module) -> nn.Module:
+    def _lp_before_setup_model(self, model: nn.Module) -> None:
         self._lp_apply_blocks(model)
-        return cast(nn.Module, super()._setup_model(model))
 
 
 class FSDPFabricHooks(FSDPHooks):
@@ -253,6 +244,5 @@ FSDP_OFFLOAD_CKPT = Preset(
         "block detection and activation checkpointing run on CPU; FSDP1 needs CUDA and never ran on a GPU here",
         construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices: each namespace's own "
         "FSDPStrategy and FSDPPrecision, FULL_SHARD with parameters offloaded (FSDP1 needs CUDA to run)",
-        construction_test="tests/test_fsdp_offload_ckpt.py::test_constructs_on_simulated_cuda_in_every_namespace",
     ),
 )

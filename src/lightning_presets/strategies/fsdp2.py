@@ -7,6 +7,7 @@ repeated blocks it finds and to the root, over a 1-D data-parallel mesh of the w
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, one_device, rep
 from lightning_presets.guards.hooks import overrides
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
+from lightning_presets.registry import private
 from lightning_presets.strategies.model_parallel import (
     anomaly_detection_without_tensor_parallel,
     batch_norm_synchronised,
@@ -40,19 +42,15 @@ from lightning_presets.strategies.model_parallel import (
 TESTED_WITH = tested(
     "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA",
     construction="Trainer, Fabric and the standalone packages on CPU: data parallel over the whole world",
-    construction_test="tests/test_fsdp2.py::test_data_parallel_is_the_whole_world_in_every_namespace",
     runtime_cpu="Trainer.fit on 2 processes (gloo): the losses equal ddp_static_graph's on the same model, data and "
     "seed",
-    runtime_cpu_test="tests/test_fsdp2.py::test_fsdp2_trainer_fit_computes_the_losses_of_ddp",
 )
 TESTED_WITH_OFFLOAD = tested(
     "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, offload policy without pinned memory and "
     "activation checkpointing; construction on simulated CUDA",
     construction="the Trainer on 2 simulated nodes of 8 CUDA devices: data parallel over all 16",
-    construction_test="tests/test_fsdp2.py::test_data_parallel_spans_nodes_on_simulated_cuda",
     runtime_cpu="Trainer.fit on 2 processes (gloo), bf16-mixed: half of the parameters on each rank, CPUOffloadPolicy "
     "on the root, every block run twice per step (activation checkpointing), losses within 2% of fp32's",
-    runtime_cpu_test="tests/test_fsdp2.py::test_fsdp2_offload_ckpt_trainer_fit_offloads_and_recomputes",
 )
 # The modules this preset sharded itself (their root needs the steps routed through it); never kept alive.
 _SHARDED_BY_PRESET: weakref.WeakSet[nn.Module] = weakref.WeakSet()
@@ -92,9 +90,7 @@ data_parallel_is_world = sizes_cover_world(
     fails='Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=4), accelerator="cpu", devices=2)',
     fixed='Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=1, tensor_parallel_size=2), '
     'accelerator="cpu", devices=2)',
-    evidence="runtime: "
-    "tests/evidence/test_fails_model_parallel.py::test_lp211_fsdp2_data_parallel_size_fails_in_the_mesh (fit: "
-    "Lightning raises RuntimeError 'multiplied should equal the world size')",
+    evidence="runtime: fit: Lightning raises RuntimeError 'multiplied should equal the world size'",
 )  # fmt: skip
 
 
@@ -249,16 +245,13 @@ def _sharded_by_preset() -> None:
 class _DataParallelWorld(PresetHooks):
     """``data_parallel_size='auto'`` means the whole world here (Lightning's own 'auto' means nodes)."""
 
-    _data_parallel_size: Any
-    _tensor_parallel_size: Any
-
-    def _configure_launcher(self) -> None:
+    def _lp_before_launcher(self) -> None:
         context = self._lp_context
-        if context is not None and self._data_parallel_size == "auto":
-            self._data_parallel_size = context.world_size
-        if self._tensor_parallel_size == "auto":
-            self._tensor_parallel_size = 1
-        super()._configure_launcher()
+        data, tensor = private.parallel_sizes_of(self)
+        if context is not None and data == "auto":
+            data = context.world_size
+        private.set_parallel_sizes(self, data, 1 if tensor == "auto" else tensor)
+        super()._lp_before_launcher()
 
 
 class FSDP2TrainerHooks(_DataParallelWorld):
@@ -273,7 +266,6 @@ class FSDP2TrainerHooks(_DataParallelWorld):
     lightning_module: Any
     device_mesh: Any
     precision_plugin: Any
-    _forward_redirection: Any
 
     @property
     def _lp_sharded_root(self) -> bool:
@@ -303,7 +295,7 @@ class FSDP2TrainerHooks(_DataParallelWorld):
             return getattr(super(), name)(*args, **kwargs)
         module = self.lightning_module
         with getattr(self.precision_plugin, _STEPS[name])():
-            return self._forward_redirection(module, module, name, *args, **kwargs)
+            return private.forward_redirection_of(self)(module, module, name, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         return self._lp_step("training_step", *args, **kwargs)
@@ -321,18 +313,17 @@ class FSDP2TrainerHooks(_DataParallelWorld):
 class FSDP2FabricHooks(_DataParallelWorld):
     """Fabric side: the preset's ``parallelize_fn`` shards as the preset says; its setup rules run just before."""
 
-    _parallelize_fn: Any
-
-    def _configure_launcher(self) -> None:
-        if self._parallelize_fn is shard_by_preset:
+    def _lp_before_launcher(self) -> None:
+        if private.parallelize_fn_of(self) is shard_by_preset:
             preset = self._lp_preset
-            self._parallelize_fn = functools.partial(
-                parallelize, offload=preset.cpu_offload, checkpoint=preset.activation_checkpointing
+            private.set_parallelize_fn(
+                self,
+                functools.partial(parallelize, offload=preset.cpu_offload, checkpoint=preset.activation_checkpointing),
             )
-        super()._configure_launcher()
+        super()._lp_before_launcher()
 
     def setup_module(self, module: nn.Module) -> nn.Module:
-        function = self._parallelize_fn
+        function = private.parallelize_fn_of(self)
         if isinstance(function, functools.partial) and function.func is parallelize and not is_parallelized(module):
             self._lp_check_setup(module)
         return cast(nn.Module, super().setup_module(module))
@@ -352,17 +343,12 @@ FSDP2 = Preset(
     tested_with=TESTED_WITH,
 )
 
-FSDP2_OFFLOAD_CKPT = Preset(
+FSDP2_OFFLOAD_CKPT = dataclasses.replace(
+    FSDP2,
     name="fsdp2_offload_ckpt",
     description="fsdp2 plus CPU offload of the sharded parameters, gradients and optimizer step, and "
     "activation checkpointing of every repeated block. For models that do not fit even sharded.",
-    family="model_parallel",
-    strategy={"trainer": "ModelParallelStrategy", "fabric": "ModelParallelStrategy"},
-    init_params={"data_parallel_size": "auto", "tensor_parallel_size": 1},
     rules=OFFLOAD_RULES,
-    mixins={"trainer": FSDP2TrainerHooks, "fabric": FSDP2FabricHooks},
-    prepare=fabric_parallelize_fn(shard_by_preset),
-    mesh=DATA_PARALLEL_WORLD,
     activation_checkpointing=True,
     cpu_offload=True,
     tested_with=TESTED_WITH_OFFLOAD,

@@ -22,7 +22,7 @@ from lightning_presets.guards.strategy import PresetHooks
 
 MODEL_PARALLEL_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true", "64-true")
 """What ModelParallelStrategy trains with: Lightning's own list for the strategy object, and 64-true, which Lightning's
-list leaves out but which trains (``tests/evidence/test_fails_model_parallel.py``, two steps in float64 on CPU)."""
+list leaves out but which trains (the executed evidence: two steps in float64 on CPU)."""
 MODEL_PARALLEL_ACCELERATORS = ("cpu", "cuda")
 _SIZES = ("data_parallel_size", "tensor_parallel_size")
 
@@ -59,9 +59,7 @@ def _is_size(value: Any) -> bool:
     "LP202", "error", "options", "a parallel size that is neither 'auto' nor a positive integer",
     fails='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=0)',
     fixed='lightning_presets.strategy("tp2d_hybrid", tensor_parallel_size=2)',
-    evidence="runtime: "
-    "tests/evidence/test_fails_model_parallel.py::test_lp202_a_zero_size_fails_when_the_mesh_is_built (fit: "
-    "Lightning raises RuntimeError for tensor_parallel_size=0)",
+    evidence="runtime: fit: Lightning raises RuntimeError for tensor_parallel_size=0",
 )  # fmt: skip
 def sizes_are_positive(options: Options) -> Problem | None:
     bad = [key for key in _SIZES if not _is_size(options.values.get(key, "auto"))]
@@ -102,9 +100,7 @@ sizes_match_world = sizes_cover_world(
     'tensor_parallel_size=4), accelerator="cuda", devices=4)',
     fixed='Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", data_parallel_size=1, '
     'tensor_parallel_size=4), accelerator="cuda", devices=4)',
-    evidence="runtime: "
-    "tests/evidence/test_fails_model_parallel.py::test_lp201_sizes_that_miss_the_world_fail_in_every_process (fit: "
-    "Lightning raises RuntimeError 'multiplied should equal the world size')",
+    evidence="runtime: fit: Lightning raises RuntimeError 'multiplied should equal the world size'",
 )  # fmt: skip
 
 
@@ -151,8 +147,7 @@ def tp_stays_in_node(ctx: Context) -> Problem | None:
     "LP205", "error", "construction", "precision outside what ModelParallelStrategy supports",
     fails='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, precision="16-mixed")',
     fixed='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, precision="bf16-mixed")',
-    evidence="runtime: tests/evidence/test_fails_model_parallel.py::test_lp205_lightning_refuses_the_precision "
-    "(Lightning's connector raises ValueError for the strategy object on CUDA with 16-mixed)",
+    evidence="runtime: Lightning's connector raises ValueError for the strategy object on CUDA with 16-mixed",
 )  # fmt: skip
 def model_parallel_precision(ctx: Context) -> Problem | None:
     if ctx.precision in MODEL_PARALLEL_PRECISIONS:
@@ -172,9 +167,7 @@ model_parallel_accelerator = needs_accelerator(
     hint="use accelerator='cuda' on GPUs, or accelerator='cpu' to test the sharding on a laptop",
     fails='Trainer(strategy="tp2d_hybrid", accelerator="mps", devices=1)',
     fixed='Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2)',
-    evidence="runtime: "
-    "tests/evidence/test_fails_model_parallel.py::test_lp206_lightning_refuses_a_parallel_strategy_on_mps (Lightning "
-    "raises ValueError for the strategy object on a simulated MPS device)",
+    evidence="runtime: Lightning raises ValueError for the strategy object on a simulated MPS device",
     setting=Setting(simulated=("mps",)),
 )  # fmt: skip
 
@@ -185,12 +178,10 @@ model_parallel_accelerator = needs_accelerator(
     fixed="def parallelize(module, device_mesh):\n    return module   # apply tensor parallelism and fully_shard\n"
     'Fabric(strategy=lightning_presets.strategy("tp2d_hybrid", target="fabric", '
     'parallelize_fn=parallelize), accelerator="cpu", devices=2)',
-    evidence="runtime: "
-    "tests/evidence/test_fails_model_parallel.py::test_lp207_fabrics_model_parallel_strategy_requires_a_parallelize_fn "
-    "(Lightning's signature raises TypeError without parallelize_fn)",
+    evidence="runtime: Lightning's signature raises TypeError without parallelize_fn",
 )  # fmt: skip
 def fabric_has_parallelize_fn(ctx: Context) -> Problem | None:
-    if ctx.caller != "Fabric" or ctx.options.get("parallelize_fn") is not None:
+    if ctx.kind != "fabric" or ctx.options.get("parallelize_fn") is not None:
         return None
     return Problem(
         f"{ctx.call()}: Fabric's ModelParallelStrategy needs a parallelize_fn(module, device_mesh) that applies "
@@ -209,12 +200,10 @@ def fabric_has_parallelize_fn(ctx: Context) -> Problem | None:
     "class Model(LightningModule):\n    def configure_model(self):\n"
     "        ...   # tensor parallelism and fully_shard with self.device_mesh\n\n"
     'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8).fit(Model())',
-    evidence="runtime: "
-    "tests/evidence/test_fails_model_parallel.py::test_lp208_a_module_without_configure_model_fails_after_launch "
-    "(fit: Lightning raises TypeError in setup)",
+    evidence="runtime: fit: Lightning raises TypeError in setup",
 )  # fmt: skip
 def model_has_configure_model(ctx: Context, model: nn.Module) -> Problem | None:
-    if ctx.caller != "Trainer" or overrides(model, "configure_model"):
+    if ctx.kind != "trainer" or overrides(model, "configure_model"):
         return None
     return Problem(
         f"{ctx.call()}: {type(model).__name__} does not override configure_model(), so nothing would apply "
@@ -230,8 +219,8 @@ def model_has_configure_model(ctx: Context, model: nn.Module) -> Problem | None:
     'Trainer(strategy="fsdp2", accelerator="cpu", devices=2, sync_batchnorm=True).fit(model)',
     fixed="model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))\n"
     'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model)',
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp217_model_parallel_ignores_sync_batchnorm "
-    "(ModelParallelStrategy.setup never converts BatchNorm: after setup the layers are still BatchNorm1d)",
+    evidence="runtime: ModelParallelStrategy.setup never converts BatchNorm: after setup the layers are still "
+    "BatchNorm1d",
     unless="the model has no batch norm layers, or configure_model converts them to SyncBatchNorm",
     when=lambda ctx: ctx.sync_batchnorm and ctx.world_size > 1, shows=("sync_batchnorm",),
     consequence="each rank normalises over its own batch, silently (ModelParallelStrategy never applies it)",
@@ -278,9 +267,8 @@ def _tensor_parallel(ctx: Context) -> bool:
     + 'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, gradient_clip_val=1.0).fit(Model())',
     fixed=TWO_MESHES + 'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, gradient_clip_val=1.0, '
     'gradient_clip_algorithm="value").fit(Model())',
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp215_clipping_by_norm_stacks_norms_of_two_meshes "
-    "(torch.nn.utils.clip_grad_norm_ raises RuntimeError 'All operands in aten.stack.default must have the same "
-    "mesh')",
+    evidence="runtime: torch.nn.utils.clip_grad_norm_ raises RuntimeError 'All operands in aten.stack.default must "
+    "have the same mesh'",
     unless="configure_model leaves every trainable parameter on one device mesh, or your LightningModule overrides "
     "configure_gradient_clipping",
     when=lambda ctx: ctx.clips_by_norm and _tensor_parallel(ctx), shows=("gradient_clip_val",),
@@ -305,8 +293,8 @@ def clipping_by_norm_on_one_mesh(ctx: Context, model: nn.Module) -> Problem | No
     "LP216", "error", "construction", "detect_anomaly with tensor parallelism",
     fails='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8, detect_anomaly=True)',
     fixed='Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8)',
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp216_anomaly_mode_has_no_dtensor_kernel (DTensor "
-    "raises NotImplementedError for aten._is_any_true, which anomaly mode calls on every gradient)",
+    evidence="runtime: DTensor raises NotImplementedError for aten._is_any_true, which anomaly mode calls on every "
+    "gradient",
 )  # fmt: skip
 def anomaly_detection_without_tensor_parallel(ctx: Context) -> Problem | None:
     _, tensor = resolved_sizes(ctx)
@@ -379,9 +367,7 @@ TP2D_HYBRID = Preset(
         "CUDA",
         construction="Trainer (by name) and Fabric (with a parallelize_fn) in the four namespaces on 8 simulated CUDA "
         "devices: the (1, 8) mesh of one node",
-        construction_test="tests/test_tp2d_hybrid.py::test_constructs_in_every_namespace_on_simulated_cuda",
         runtime_cpu="Trainer.fit by name on 2 processes (gloo), registered by the start-up hook alone: a 1×2 mesh, "
         "DTensor shards on each rank, decreasing losses",
-        runtime_cpu_test="tests/test_tp2d_hybrid.py::test_trainer_by_name_trains_tensor_parallel_1x2_with_autoload_only",
     ),
 )

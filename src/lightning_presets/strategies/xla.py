@@ -7,7 +7,7 @@ imported here; the registry probes it first.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 from torch import nn
 
@@ -20,6 +20,7 @@ from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, needs_accelerator, one_device, repeated_block
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 from lightning_presets.guards.strategy import PresetHooks
+from lightning_presets.registry import private
 
 TORCH_XLA = Requirement(module="torch_xla", extra="xla")
 XLA = Setting(gpus=0, simulated=("torch_xla",))
@@ -51,8 +52,7 @@ xla_fsdp_has_peers = one_device(
     hint="use all devices of each TPU host (devices='auto'), or strategy='single_xla' for one device",
     fails='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=1, num_nodes=4)',
     fixed='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices="auto", num_nodes=4)',
-    evidence="runtime: tests/evidence/test_fails_xla.py::test_lp504_xla_fsdp_refuses_a_single_device "
-    "(XLAFSDPStrategy.setup_environment raises NotImplementedError)",
+    evidence="runtime: XLAFSDPStrategy.setup_environment raises NotImplementedError",
     setting=XLA,
 )  # fmt: skip
 
@@ -63,9 +63,7 @@ xla_fsdp_has_peers = one_device(
     "activation_checkpointing_policy=[nn.TransformerEncoderLayer])",
     fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", '
     "activation_checkpointing_policy={nn.TransformerEncoderLayer})",
-    evidence="runtime: "
-    "tests/evidence/test_fails_xla.py::test_lp505_lp506_lightning_refuses_the_checkpointing_arguments (Lightning "
-    "raises TypeError for a list)",
+    evidence="runtime: Lightning raises TypeError for a list",
     setting=XLA,
 )  # fmt: skip
 def checkpointing_policy_is_set(options: Options) -> Problem | None:
@@ -86,9 +84,7 @@ def checkpointing_policy_is_set(options: Options) -> Problem | None:
     'lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", auto_wrapper_callable=my_wrapper)',
     fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", '
     "activation_checkpointing_policy={nn.TransformerEncoderLayer})",
-    evidence="runtime: "
-    "tests/evidence/test_fails_xla.py::test_lp505_lp506_lightning_refuses_the_checkpointing_arguments (Lightning "
-    "raises ValueError for both)",
+    evidence="runtime: Lightning raises ValueError for both",
     setting=XLA,
 )  # fmt: skip
 def one_auto_wrapper(options: Options) -> Problem | None:
@@ -109,8 +105,7 @@ XLA_STATE_DICT_TYPES = ("sharded", "full")
     "LP509", "error", "options", "an unknown state_dict_type for XLA FSDP",
     fails='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", state_dict_type="consolidated")',
     fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", state_dict_type="full")',
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp509_xla_fsdp_refuses_an_unknown_state_dict_type "
-    "(XLAFSDPStrategy.save_checkpoint/load_checkpoint raise ValueError 'Unknown state_dict_type')",
+    evidence="runtime: XLAFSDPStrategy.save_checkpoint/load_checkpoint raise ValueError 'Unknown state_dict_type'",
     setting=XLA,
 )  # fmt: skip
 def xla_state_dict_type_known(options: Options) -> Problem | None:
@@ -151,16 +146,14 @@ RULES: tuple[Rule, ...] = (
 class XLAFSDPFabricHooks(PresetHooks):
     """Wraps and checkpoints the model's repeated blocks when no policy was given."""
 
-    _auto_wrap_policy: Any
-    _activation_checkpointing_policy: Any
-
     def setup_module(self, module: nn.Module) -> nn.Module:
         self._lp_check_setup(module)
         blocks = find_repeated_blocks(module)
-        if blocks and self._activation_checkpointing_policy is None:
-            self._activation_checkpointing_policy = set(blocks)
-            if self._auto_wrap_policy is None:
-                self._auto_wrap_policy = set(blocks)
+        auto_wrap, checkpointing = private.xla_fsdp_policies(self)
+        if blocks and checkpointing is None:
+            private.set_xla_fsdp_policies(
+                self, auto_wrap=set(blocks) if auto_wrap is None else auto_wrap, checkpointing=set(blocks)
+            )
         return cast(nn.Module, super().setup_module(module))
 
 
@@ -185,7 +178,6 @@ XLA_FSDP_CKPT = Preset(
         construction="Fabric on a real torch_xla 2.9.0 (PJRT on CPU devices): guards, XLA FSDP units with "
         "checkpointing, one forward and backward on one XLA CPU device outside Lightning's launcher; on torch 2.13 "
         "against a stand-in torch_xla module",
-        construction_test="tests/test_xla_torch_xla.py::test_xla_fsdp_ckpt_builds_guards_and_wraps_on_real_torch_xla",
         torch="2.9.0, 2.13.0",
         torch_xla="2.9.0",
     ),

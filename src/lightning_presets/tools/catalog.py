@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightning_presets.core.environment import normalize_distribution
-from lightning_presets.core.namespaces import NAMESPACES
+from lightning_presets.core.namespaces import NAMESPACES, constructor
 from lightning_presets.registry import catalog
 from lightning_presets.registry.build import accepted_overrides
 from lightning_presets.registry.catalog import Entry
@@ -30,7 +30,7 @@ class Listed:
     kind: str
     """``strategy`` or ``precision``."""
     entry: Any
-    """The catalog's :class:`~lightning_presets._catalog.Entry`."""
+    """The catalog's :class:`~lightning_presets.registry.catalog.Entry`."""
 
     @property
     def item(self) -> Any:
@@ -104,7 +104,7 @@ def find(name: str) -> Listed | None:
 
 # --- show ------------------------------------------------------------------------------------------------------
 
-_PACKAGES = {"trainer": ("lightning.pytorch", "Trainer"), "fabric": ("lightning.fabric", "Fabric")}
+_PACKAGES = {"trainer": "lightning.pytorch", "fabric": "lightning.fabric"}
 
 
 def _literal(value: Any) -> str:
@@ -149,7 +149,7 @@ def plain_code(item: Any, kind: str) -> str | None:
     spec = specs.get(kind)
     if spec is None:
         return None
-    package, caller = _PACKAGES[kind]
+    package, built_by = _PACKAGES[kind], constructor(kind)
     import_line, class_name = _class_spec(spec, f"{package}.{subpackage}")
     values = dict(getattr(item, "init_params", {}) or {})
     prepare = getattr(item, "prepare", None)
@@ -166,14 +166,14 @@ def plain_code(item: Any, kind: str) -> str | None:
         f"{key}={key.removesuffix('_fn') if key in functions else _literal(value)}" for key, value in shown.items()
     )
     uses_torch = any(type(value).__module__ == "torch" for value in shown.values())
-    lines = [*(["import torch"] if uses_torch else []), f"from {package} import {caller}", import_line, ""]
+    lines = [*(["import torch"] if uses_torch else []), f"from {package} import {built_by}", import_line, ""]
     lines += [f"# {key.removesuffix('_fn')}: your function (see the preset's description)" for key in functions]
     variable, argument = (
         ("strategy", "strategy=strategy") if subpackage == "strategies" else ("plugin", "plugins=[plugin]")
     )
     lines += [
         f"{variable} = {class_name}({arguments})",
-        f"{caller.lower()} = {caller}({argument})  # and your other arguments",
+        f"{built_by.lower()} = {built_by}({argument})  # and your other arguments",
     ]
     return "\n".join(lines)
 

@@ -35,7 +35,7 @@ from lightning_presets.core.environment import (
     skipped_rules,
 )
 from lightning_presets.core.findings import Finding, PresetWarning
-from lightning_presets.core.namespaces import NAMESPACES, Namespace
+from lightning_presets.core.namespaces import NAMESPACES, Namespace, constructor
 from lightning_presets.core.versions import LIGHTNING_TESTED
 from lightning_presets.core.versions import SUPPORTED_LIGHTNING as _SUPPORTED_RANGE
 from lightning_presets.registry import bridge, catalog, requirements
@@ -113,13 +113,26 @@ def torch_section() -> dict[str, Any]:
     return info
 
 
+def gpus_section() -> dict[str, Any]:
+    """The GPUs this process would use (``CUDA_VISIBLE_DEVICES``) as the driver names them, read through NVML (no CUDA
+    context), and the ``--gpu-type`` of ``plan``'s table they are, when they are all one known type."""
+    from lightning_presets.core import hardware
+    from lightning_presets.tools.plan.hardware import machine_gpu_type
+
+    gpus = hardware.nvml_gpus()
+    if gpus is None:
+        return {"read": False, "count": 0, "names": [], "memory_bytes": None, "gpu_type": None}
+    return {"read": True, "count": gpus.count, "names": list(gpus.names), "memory_bytes": gpus.memory_bytes,
+            "gpu_type": machine_gpu_type()}  # fmt: skip
+
+
 UNSUPPORTED_LIGHTNING = Code(
     stage="doctor",
     code="LP720", severity="error", title="a Lightning package outside the supported range",
     fails=f"{DOCTOR}   # with lightning 2.4.0 installed",
     fixed=f"{DOCTOR}   # after pip install 'lightning{RANGE}'",
     evidence="source: lightning_presets/guards/strategy.py hooks Lightning's private _configure_launcher, whose "
-    f"contract is verified on Lightning {' and '.join(LIGHTNING_TESTED)} (tests/test_compat.py; pyproject requires "
+    f"contract is verified on Lightning {' and '.join(LIGHTNING_TESTED)} (the compatibility tests; pyproject requires "
     f"lightning{RANGE})",
 )  # fmt: skip
 
@@ -128,9 +141,7 @@ NO_LIGHTNING = Code(
     code="LP721", severity="error", title="no Lightning package installed",
     fails=f"{DOCTOR}   # neither lightning nor pytorch-lightning installed",
     fixed=f"{DOCTOR}   # after pip install 'lightning{RANGE}'",
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp016_lp721_without_an_importable_lightning_there_is_no_trainer "
-    "(importing pytorch_lightning raises ImportError)",
+    evidence="runtime: importing pytorch_lightning raises ImportError",
 )  # fmt: skip
 
 NOT_REGISTERED = Code(
@@ -138,9 +149,7 @@ NOT_REGISTERED = Code(
     code="LP724", severity="error", title="a preset missing from an importable Lightning registry",
     fails=f"{DOCTOR}   # fsdp2 absent from lightning.pytorch.strategies.StrategyRegistry",
     fixed=f"{DOCTOR}   # after `import lightning_presets` or {REINSTALL}",
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp724_a_preset_missing_from_the_registry_is_an_unknown_name (the "
-    "Trainer raises ValueError 'invalid strategy name')",
+    evidence="runtime: the Trainer raises ValueError 'invalid strategy name'",
 )  # fmt: skip
 
 LIGHTNING_BROKEN = Code(
@@ -148,9 +157,7 @@ LIGHTNING_BROKEN = Code(
     code="LP016", severity="error", title="an installed Lightning package that fails to import",
     fails=f"{DOCTOR}   # `import lightning.pytorch.strategies` raises ImportError (a broken install)",
     fixed=f"{DOCTOR}   # after pip install --force-reinstall 'lightning{RANGE}'",
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp016_lp721_without_an_importable_lightning_there_is_no_trainer "
-    "(importing Lightning's strategies raises ImportError)",
+    evidence="runtime: importing Lightning's strategies raises ImportError",
 )  # fmt: skip
 
 CODES: tuple[Code, ...] = (
@@ -257,7 +264,7 @@ def registration_finding(namespace: Namespace, missing: list[str]) -> Finding | 
         return None
     return NOT_REGISTERED.finding(
         f"{len(missing)} preset(s) are not registered in {namespace.strategies_module}."
-        f"{namespace.registry_attr}: {', '.join(missing)}; `{namespace.caller}(strategy='{missing[0]}')` "
+        f"{namespace.registry_attr}: {', '.join(missing)}; `{namespace.constructor}(strategy='{missing[0]}')` "
         "would fail as an unknown strategy",
         "run `lightning-presets list` for the preset's status and any warning printed at import; "
         f"`import lightning_presets` registers explicitly; if that does not help, {REINSTALL}",
@@ -268,7 +275,7 @@ def unimportable_finding(namespace: Namespace, error: BaseException) -> Finding:
     """LP016: a Lightning package that is installed but fails to import, so no preset can be registered into it."""
     return LIGHTNING_BROKEN.finding(
         f"{namespace.strategies_module} is installed but fails to import ({type(error).__name__}: "
-        f"{error}): `{namespace.caller}(...)` cannot run in this environment, with or without a preset",
+        f"{error}): `{namespace.constructor}(...)` cannot run in this environment, with or without a preset",
         f"reinstall a supported Lightning (pip install --force-reinstall '{namespace.package.split('.')[0]}"
         f"{SUPPORTED_LIGHTNING}') and check that `python -c 'import {namespace.strategies_module}'` works",
     )  # fmt: skip
@@ -334,8 +341,8 @@ def _users(module: str) -> list[tuple[str, Any, str]]:
     for name, preset in catalog.strategy_catalog().presets.items():
         for requirement in preset.requires:
             if requirement.module == module:
-                caller = "Trainer" if "trainer" in preset.strategy else "Fabric"
-                users.append((name, requirement, f"{caller}(strategy='{name}')"))
+                kind = "trainer" if "trainer" in preset.strategy else "fabric"
+                users.append((name, requirement, f"{constructor(kind)}(strategy='{name}')"))
     for name, plugin in catalog.precision_catalog().presets.items():
         for requirement in getattr(plugin, "requires", ()):
             if requirement.module == module:
@@ -405,6 +412,7 @@ def _diagnose(*, import_optional: bool) -> Report:
     report = Report()
     report.sections["python"] = python_section()
     report.sections["torch"] = torch_section()
+    report.sections["gpus"] = gpus_section()
     for name, section in (("lightning", lightning_section), ("autoload", autoload_section),
                           ("registries", registries_section), ("catalog", catalog_section)):  # fmt: skip
         info, found = section()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_presets.core.namespaces import Kind, constructor
 from lightning_presets.tools import check as _check
 from lightning_presets.tools.check.construct import session
 from lightning_presets.tools.check.names import registered_strategies
@@ -74,7 +75,7 @@ def strategies(mode: str) -> list[str]:
     return ["auto", *sorted(registered_strategies(package))]
 
 
-def requests(modes: Iterable[_check.Mode] = ("trainer", "fabric")) -> Iterator[_check.CheckRequest]:
+def requests(modes: Iterable[Kind] = ("trainer", "fabric")) -> Iterator[_check.CheckRequest]:
     for mode in modes:
         for strategy in strategies(mode):
             for topology in TOPOLOGIES:
@@ -111,7 +112,7 @@ def _row(report: _check.CheckReport) -> dict[str, Any]:
 
 
 def compute(
-    modes: Iterable[_check.Mode] = ("trainer", "fabric"), progress: Callable[[str, int, int], None] | None = None
+    modes: Iterable[Kind] = ("trainer", "fabric"), progress: Callable[[str, int, int], None] | None = None
 ) -> tuple[list[dict[str, Any]], float]:
     """Every row of the matrix, and the seconds the checks took (imports excluded).
 
@@ -179,8 +180,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         mode_rows = [row for row in rows if row["mode"] == mode]
         if not mode_rows:
             continue
-        caller = "Trainer" if mode == "trainer" else "Fabric"
-        lines += ["", f"## {caller}", "", "| strategy | " + " | ".join(t.label for t in TOPOLOGIES) + " |"]
+        lines += ["", f"## {constructor(mode)}", "", "| strategy | " + " | ".join(t.label for t in TOPOLOGIES) + " |"]
         lines.append("|---|" + "---|" * len(TOPOLOGIES))
         names = list(dict.fromkeys(row["strategy"] for row in mode_rows))
         for name in names:

@@ -84,6 +84,9 @@ def main() -> None:
             fsdp_groups(scenario, shape, sharding)
         except Exception as error:  # what torch raised is the finding
             report(scenario, error)
+        # Rank 0 hosts the store: a rank that is done (lp112 raises before touching it) must not move on, or destroy
+        # the group and its store, while the other is still connecting this scenario's subgroups over that store.
+        dist.barrier()
     dist.destroy_process_group()
     elastic_job()
     if dist.is_initialized():

@@ -15,11 +15,10 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from lightning_presets.guards.failures.model import Match, matches
-from lightning_presets.guards.failures.probes import run_probe
-from lightning_presets.guards.failures.signatures import SIGNATURES
+if TYPE_CHECKING:
+    from lightning_presets.guards.failures.model import Match
 
 MARK = "lightning-presets explain"
 """Every note starts with it; an exception that has one is not annotated twice."""
@@ -44,6 +43,12 @@ def _text(exception: BaseException) -> str:
 def explanation(exception: BaseException, original: str | None = None) -> list[str]:
     """The notes :func:`annotate` would add: one per signature that matches the exception (or ``original``, the text
     it had before something rewrote it), with what the signature's probe found on this machine."""
+    # The signatures load here, when an exception is explained, not when a guard head is defined: they are most of
+    # what `import lightning_presets` would otherwise spend on this package.
+    from lightning_presets.guards.failures.model import matches
+    from lightning_presets.guards.failures.probes import run_probe
+    from lightning_presets.guards.failures.signatures import SIGNATURES
+
     text = _text(exception) + ("\n" + original if original else "")
     found: list[Match] = []
     for match in matches(text, SIGNATURES):

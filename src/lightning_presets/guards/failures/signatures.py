@@ -1,7 +1,7 @@
 """The failure signatures: one declaration each, in the order they are tried (the most specific first).
 
 Every signature quotes the error text of the public thread it comes from (or of the CPU reproduction that produced
-it); ``tests/test_explain_signatures.py`` matches each quote and checks the category. Codes LP040-LP089.
+it); the signature tests match each quote and check the category. Codes LP040-LP089.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ GLOO_TIMEOUT = Signature(
     "took another code path",
     fix="look for the first failure on the other ranks; the timeout itself is `timeout=` of init_process_group "
     "(Lightning: the strategy's `timeout`)",
-    source="CPU reproduction: tests/scripts/explain_rank1_raises.py (tests/test_explain_run.py)",
+    source="CPU reproduction: a run whose rank 1 raises, in the explain tests",
     quote="RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
     "waiting 3000ms for recv operation to complete",
 )  # fmt: skip
@@ -133,7 +133,7 @@ GLOO_PEER_CLOSED = Signature(
     pattern=r"gloo/transport/tcp/pair\.cc:\d+\] (?:Connection closed by peer|Connection reset by peer|Read error)",
     cause="another rank closed its connection in the middle of a collective: it crashed or exited first",
     fix="read the first failure (the other rank's error) and fix that",
-    source="CPU reproduction: tests/scripts/explain_rank1_raises.py when rank 1 exits at once (tests/test_explain.py)",
+    source="CPU reproduction: a run whose rank 1 exits at once, in the explain tests",
     quote="RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
     "peer [127.0.0.1]:5277. This is typically caused by a remote worker crashing.",
 )  # fmt: skip
@@ -179,7 +179,7 @@ SLURM_TASKS_MISMATCH = Signature(
     "a world size that differs from the processes SLURM launched",
     fix="make them equal: #SBATCH --ntasks-per-node=<devices> --nodes=<num_nodes> (one task per GPU), or the same "
     "numbers in the Trainer",
-    source="CPU reproduction: tests/test_explain_signatures.py (SLURMEnvironment.validate_settings raises it); "
+    source="CPU reproduction: SLURMEnvironment.validate_settings raises it, in the signature tests; "
     "thread: https://github.com/Lightning-AI/pytorch-lightning/issues/20391",
     quote="ValueError: You set `devices=2` in Lightning, but the number of tasks per node configured in SLURM "
     "`--ntasks-per-node=1` does not match. HINT: Set `devices=1`.",
@@ -400,7 +400,7 @@ UNKNOWN_EXCEPTION = Signature(
     pattern=r"(?!x)x",  # never matches text: explain reports each unrecognised traceback's exception with this code
     cause="an error no signature knows: {exception}",
     fix="read that rank's traceback: it is the failure to fix; the other ranks' errors follow from it",
-    source="CPU reproduction: tests/scripts/explain_rank1_raises.py (tests/test_explain_run.py)",
+    source="CPU reproduction: a run whose rank 1 raises, in the explain tests",
     quote="ValueError: the batch of rank 1 has 0 samples",
     fails="lightning-presets explain run.log   # run.log: a traceback ending in ValueError: the batch of rank 1 has 0 "
     "samples",

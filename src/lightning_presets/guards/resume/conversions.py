@@ -1,9 +1,8 @@
 """Conversions as values: the steps that make a checkpoint loadable, with its real paths.
 
 A :class:`Conversion` is a tuple of steps (a :class:`Command` line or a line of :class:`Python`) and the checkpoint
-they write. The resume rules' hints show it through :func:`render`; the resume matrix benchmark
-(``benchmarks/bench_resume_matrix.py``) runs the same object's steps through :func:`command_line`, so what a hint says
-is what was run.
+they write. The resume rules' hints show it through :func:`render`; the resume matrix benchmark runs the same
+object's steps through :func:`command_line`, so what a hint says is what was run.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ CPU_NODE = Setting(gpus=0)
 CUDA looks available, and the simulated GPUs are not real."""
 FULL = (
     "optimizer = torch.optim.Adam(model.parameters())   # a single-file checkpoint, as DDP writes\n"
-    "torch.save({'state_dict': model.state_dict(), 'optimizer_states': [optimizer.state_dict()], 'loops': {}, "
-    "'pytorch-lightning_version': '2.6.6'}, 'run.ckpt')\n"
+    "torch.save({'state_dict': model.state_dict(), 'optimizer_states': [optimizer.state_dict()], "
+    "'lr_schedulers': [], 'pytorch-lightning_version': '2.6.6'}, 'run.ckpt')\n"
 )
 
 
@@ -25,7 +25,7 @@ def trainer_folder(key: str) -> str:
         "optimizer = torch.optim.Adam(model.parameters())\n"
         f"dcp.save({{{key!r}: model.state_dict(), 'optimizer_0': get_optimizer_state_dict(model, optimizer)}}, "
         "checkpoint_id='run.ckpt')\n"
-        "torch.save({'loops': {}, 'pytorch-lightning_version': '2.6.6'}, 'run.ckpt/meta.pt')\n"
+        "torch.save({'lr_schedulers': [], 'pytorch-lightning_version': '2.6.6'}, 'run.ckpt/meta.pt')\n"
     )
 
 
@@ -35,7 +35,7 @@ def deepspeed_folder(stage: int, data_parallel: int) -> str:
         f"import os   # run.ckpt: the files of a ZeRO-{stage} checkpoint Lightning wrote on {data_parallel} GPUs\n"
         "os.makedirs('run.ckpt/checkpoint'); open('run.ckpt/latest', 'w').write('checkpoint')\n"
         f"torch.save({{'module': {{}}, 'dp_world_size': {data_parallel}, 'mp_world_size': 1, 'ds_config': "
-        f"{{'zero_optimization': {{'stage': {stage}}}}}, 'loops': {{}}, 'pytorch-lightning_version': '2.6.6'}}, "
+        f"{{'zero_optimization': {{'stage': {stage}}}}}, 'lr_schedulers': [], 'pytorch-lightning_version': '2.6.6'}}, "
         "'run.ckpt/checkpoint/mp_rank_00_model_states.pt')\n"
         f"for rank in range({data_parallel}):\n"
         "    torch.save({}, f'run.ckpt/checkpoint/bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt')\n"

@@ -31,7 +31,7 @@ def _job(ctx: Context, resume: Resume) -> str:
 
 
 def _resume_from(ctx: Context, path: str) -> str:
-    return f"fit(model, ckpt_path={path!r})" if ctx.caller == "Trainer" else f"fabric.load({path!r}, state)"
+    return f"fit(model, ckpt_path={path!r})" if ctx.kind == "trainer" else f"fabric.load({path!r}, state)"
 
 
 def _first(file: Conversion) -> str:
@@ -41,7 +41,7 @@ def _first(file: Conversion) -> str:
 def _weights_only(ctx: Context, file: Conversion) -> str:
     """Load only the weights of ``file`` and start training afresh."""
     first = _first(file)
-    if ctx.caller == "Trainer":
+    if ctx.kind == "trainer":
         weights = f"torch.load({file.result!r}, weights_only=False)" + (f"[{file.key!r}]" if file.key else "")
         return (
             f"{first}load its weights with `model.load_state_dict({weights})` and call fit without ckpt_path (the "
@@ -98,8 +98,8 @@ def _target(ctx: Context) -> str:
     'devices=2).fit(model, ckpt_path="run.ckpt")',
     fixed=MODEL + trainer_folder("state_dict") + 'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, '
     'ckpt_path="run.ckpt")',
-    evidence="runtime: tests/evidence/test_fails_resume.py::test_lp801_sharded_folder_into_ddp_fails_in_torch_load "
-    "(DDP's torch.load of an fsdp2 folder: IsADirectoryError; each such cell of the resume matrix fails too)",
+    evidence="runtime: DDP's torch.load of an fsdp2 folder: IsADirectoryError; each such cell of the resume matrix "
+    "fails too",
     setting=CPU_NODE,
 )  # fmt: skip
 def format_is_loadable(ctx: Context, resume: Resume) -> Problem | None:
@@ -123,7 +123,7 @@ def format_is_loadable(ctx: Context, resume: Resume) -> Problem | None:
     + 'Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8).fit(model, ckpt_path="run.ckpt")',
     evidence="source: deepspeed/runtime/engine.py, DeepSpeedEngine._load_zero_checkpoint raises ZeRORuntimeException "
     "'The checkpoint being loaded used a DP world size of ... but the current world size is ...' when it loads "
-    "optimizer states without load_universal (deepspeed 0.19.8); GPU check benchmarks/gpu/resume_checks.py",
+    "optimizer states without load_universal (deepspeed 0.19.8)",
 )  # fmt: skip
 def zero_shards_match_world(ctx: Context, resume: Resume) -> Problem | None:
     facts = resume.checkpoint
@@ -162,7 +162,7 @@ def zero_shards_match_world(ctx: Context, resume: Resume) -> Problem | None:
     evidence="source: deepspeed/runtime/engine.py, DeepSpeedEngine._get_ckpt_name looks for "
     "zero_pp_rank_R_mp_rank_00_model_states.pt under ZeRO-3 and mp_rank_00_model_states.pt under ZeRO-1/2, which a "
     "checkpoint of the other stage does not have; Lightning then raises 'DeepSpeed was unable to load the checkpoint' "
-    "(deepspeed 0.19.8, lightning 2.6.6); GPU check benchmarks/gpu/resume_checks.py",
+    "(deepspeed 0.19.8, lightning 2.6.6)",
 )  # fmt: skip
 def zero_stage_matches(ctx: Context, resume: Resume) -> Problem | None:
     facts = resume.checkpoint
@@ -186,14 +186,13 @@ def zero_stage_matches(ctx: Context, resume: Resume) -> Problem | None:
 
 @rule(
     "LP804", "error", "resume", "a checkpoint without optimizer state resumed with its optimizer",
-    fails=MODEL + "torch.save({'state_dict': model.state_dict(), 'loops': {}, 'pytorch-lightning_version': '2.6.6'}, "
-    "'run.ckpt')   # ModelCheckpoint(save_weights_only=True)\n"
+    fails=MODEL + "torch.save({'state_dict': model.state_dict(), 'lr_schedulers': [], "
+    "'pytorch-lightning_version': '2.6.6'}, 'run.ckpt')   # ModelCheckpoint(save_weights_only=True)\n"
     'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model, ckpt_path="run.ckpt")',
     fixed=MODEL + FULL + 'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model, '
     'ckpt_path="run.ckpt")',
-    evidence="runtime: tests/evidence/test_fails_resume.py::test_lp804_weights_only_checkpoint_fails_in_lightning "
-    "(Lightning raises "
-    "KeyError 'Trying to restore optimizer state but checkpoint contains only the model')",
+    evidence="runtime: Lightning raises KeyError 'Trying to restore optimizer state but checkpoint contains only the "
+    "model'",
     setting=CPU_NODE,
 )  # fmt: skip
 def optimizer_state_present(ctx: Context, resume: Resume) -> Problem | None:
@@ -205,7 +204,7 @@ def optimizer_state_present(ctx: Context, resume: Resume) -> Problem | None:
         or (facts.format == "file" and ctx.family == "deepspeed")
     ):
         return None
-    if ctx.caller == "Trainer":
+    if ctx.kind == "trainer":
         # the Trainer's file: Lightning fails only without the list (an empty one, or [{}] of a fit without an
         # optimizer, loads)
         listed = facts.format == "file" and "optimizer_states" in facts.top_level
@@ -237,8 +236,7 @@ def optimizer_state_present(ctx: Context, resume: Resume) -> Problem | None:
     'ckpt_path="run.ckpt")',
     fixed=MODEL + trainer_folder("state_dict") + 'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, '
     'ckpt_path="run.ckpt")',
-    evidence="runtime: tests/evidence/test_fails_resume.py::test_lp805_fsdp_layout_fails_in_fsdp2 "
-    "(ModelParallelStrategy finds no 'state_dict' entries in an FSDPStrategy folder)",
+    evidence="runtime: ModelParallelStrategy finds no 'state_dict' entries in an FSDPStrategy folder",
     setting=CPU_NODE,
 )  # fmt: skip
 def trainer_layout_matches(ctx: Context, resume: Resume) -> Problem | None:
@@ -246,7 +244,7 @@ def trainer_layout_matches(ctx: Context, resume: Resume) -> Problem | None:
     expected = TRAINER_MODEL_KEY.get(ctx.family or "")
     if (
         facts is None
-        or ctx.caller != "Trainer"
+        or ctx.kind != "trainer"
         or facts.format != "distributed"
         or facts.writer != "trainer"
         or expected is None
@@ -269,16 +267,14 @@ def trainer_layout_matches(ctx: Context, resume: Resume) -> Problem | None:
     "model(torch.ones(1, 4)).sum().backward(); optimizer.step()\n"
     "import torch.distributed.checkpoint as dcp   # a plain optimizer's state_dict(): keyed by parameter ids\n"
     "dcp.save({'state_dict': model.state_dict(), 'optimizer_0': optimizer.state_dict()}, checkpoint_id='run.ckpt')\n"
-    "torch.save({'loops': {}, 'pytorch-lightning_version': '2.6.6'}, 'run.ckpt/meta.pt')\n"
+    "torch.save({'lr_schedulers': [], 'pytorch-lightning_version': '2.6.6'}, 'run.ckpt/meta.pt')\n"
     'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, ckpt_path="run.ckpt")',
     fixed="model = nn.Linear(4, 4); optimizer = torch.optim.Adam(model.parameters())\n"
     "model(torch.ones(1, 4)).sum().backward(); optimizer.step()\n"
-    "torch.save({'state_dict': model.state_dict(), 'optimizer_states': [optimizer.state_dict()], 'loops': {}, "
+    "torch.save({'state_dict': model.state_dict(), 'optimizer_states': [optimizer.state_dict()], 'lr_schedulers': [], "
     "'pytorch-lightning_version': '2.6.6'}, 'run.ckpt')   # one file: Lightning re-keys it by name\n"
     'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, ckpt_path="run.ckpt")',
-    evidence="runtime: tests/evidence/test_fails_resume.py::test_lp806_id_keyed_sharded_optimizer_fails_in_fsdp2 "
-    "(the sharded "
-    "optimizer load finds no entries under the parameter names)",
+    evidence="runtime: the sharded optimizer load finds no entries under the parameter names",
     setting=CPU_NODE,
 )  # fmt: skip
 def sharded_optimizer_keyed_by_name(ctx: Context, resume: Resume) -> Problem | None:
@@ -332,6 +328,10 @@ def deepspeed_root_folder(ctx: Context, resume: Resume) -> Problem | None:
     )
 
 
+_VERSION = "pytorch-lightning_version"
+"""The key of every checkpoint the Trainer saves, and the first that ``fit(ckpt_path=...)`` reads."""
+
+
 @rule(
     "LP808", "error", "resume", "Trainer.fit resuming a checkpoint the Trainer did not save",
     fails=MODEL + "optimizer = torch.optim.Adam(model.parameters())   # saved by Fabric (or torch.save)\n"
@@ -339,29 +339,37 @@ def deepspeed_root_folder(ctx: Context, resume: Resume) -> Problem | None:
     'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model, ckpt_path="run.ckpt")',
     fixed=MODEL + FULL + 'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model, '
     'ckpt_path="run.ckpt")',
-    evidence="runtime: tests/evidence/test_fails_resume.py::test_lp808_fabric_checkpoint_fails_in_trainer_fit "
-    "(Lightning raises "
-    "KeyError 'pytorch-lightning_version' on every rank: a Fabric checkpoint has none of the Trainer's keys)",
+    evidence="runtime: Lightning raises KeyError 'pytorch-lightning_version' on every rank: a Fabric checkpoint has "
+    "none of the Trainer's keys",
     setting=CPU_NODE,
 )  # fmt: skip
 def saved_by_the_trainer(ctx: Context, resume: Resume) -> Problem | None:
     facts = resume.checkpoint
     if (
         facts is None
-        or ctx.caller != "Trainer"
+        or ctx.kind != "trainer"
         or not resume.how.startswith("fit")
-        or facts.writer == "trainer"
+        or _VERSION in facts.top_level  # saved by the Trainer (or as it saves): the other rules read the rest
         or facts.format not in loadable(ctx, resume)
     ):
         return None
+    # fit reads the version first (migrating the checkpoint, unconditionally), then the weights, the optimizer and
+    # the scheduler states; a sharded folder's strategy loads weights and optimizer state from its shards itself.
     needed = ("state_dict", "optimizer_states", "lr_schedulers") if facts.format == "file" else ("lr_schedulers",)
-    missing = [key for key in needed if key not in facts.top_level]
-    if not missing:  # not the Trainer's, but with what fit reads: Lightning loads it
-        return None
-    where = "its keys" if facts.format == "file" else "its meta.pt (Lightning's state beside the shards)"
+    missing = [_VERSION, *(key for key in needed if key not in facts.top_level)]
+    if facts.format == "distributed" and facts.writer == "torch":  # torch.distributed.checkpoint's own folder
+        state = "it has no meta.pt (Lightning's state beside the shards), so Lightning fails on every rank"
+    else:
+        where = {
+            "file": "its keys",
+            "distributed": "its meta.pt (Lightning's state beside the shards)",
+            "deepspeed": "its client state (the Trainer's keys DeepSpeed keeps in mp_rank_00_model_states.pt)",
+        }.get(facts.format, "its keys")
+        listed = ", ".join(map(repr, missing))
+        state = f"{where} lack {listed}, so Lightning fails on every rank (KeyError {_VERSION!r} first)"
     return Problem(
         f"{_job(ctx, resume)}: {facts.path!r} is {facts.describe()}; fit(ckpt_path=...) restores the Trainer's "
-        f"state, and {where} lack {', '.join(map(repr, missing))}, so Lightning fails on every rank",
+        f"state, and {state}",
         _weights_only(ctx, to_one_file(facts)),
     )
 

@@ -9,8 +9,8 @@ RANKS_DISAGREE = Code(
     fails='Trainer(strategy="ddp_static_graph", precision="bf16-mixed" if os.environ["LOCAL_RANK"] == "1" '
           'else "32-true")   # one rank trains in another precision',
     fixed='Trainer(strategy="ddp_static_graph", precision="bf16-mixed")   # the same precision on every rank',
-    evidence="runtime: tests/evidence/test_fails_runtime.py::test_lp030_ranks_with_different_settings_train_apart "
-    "(with the handshake off, the ranks train different weights, or torch fails in the first collective)",
+    evidence="runtime: with the handshake off, the ranks train different weights, or torch fails in the first "
+    "collective",
 )  # fmt: skip
 """Raised on every rank by the start-up handshake, before the model's first collective."""
 
@@ -32,8 +32,7 @@ RANKS_MISSING = Code(
     code="LP033", severity="error", stage="setup", title="not every rank joined the process group in time",
     fails="torchrun --nnodes=1 --nproc-per-node=1 train.py   # with WORLD_SIZE=2 forced: rank 1 never starts",
     fixed="torchrun --nnodes=1 --nproc-per-node=2 train.py",
-    evidence="runtime: tests/evidence/test_fails_runtime.py::test_lp033_a_rank_that_never_starts_stalls_the_others "
-    "(with the watchdog off, rank 0 waits in init_process_group until torch's own timeout)",
+    evidence="runtime: with the watchdog off, rank 0 waits in init_process_group until torch's own timeout",
 )  # fmt: skip
 """Printed on stderr by each waiting rank's watchdog, which then ends the process."""
 
@@ -41,8 +40,7 @@ COLLECTIVE_HANG = Code(
     code="LP034", severity="error", stage="setup", title="a collective that not every rank entered (diagnose mode)",
     fails='if self.global_rank == 0:\n    self.log("x", value, sync_dist=True)   # in on_train_epoch_end',
     fixed='self.log("x", value, sync_dist=True)   # on every rank',
-    evidence="runtime: tests/evidence/test_fails_runtime.py::test_lp034_a_collective_on_one_rank_hangs "
-    "(without diagnose mode, the rank that entered it waits until gloo's own timeout)",
+    evidence="runtime: without diagnose mode, the rank that entered it waits until gloo's own timeout",
 )  # fmt: skip
 """Printed on stderr by the rank whose collective timed out (LIGHTNING_PRESETS_DIAGNOSE=1), which then ends."""
 

@@ -21,7 +21,7 @@ from typing import Any
 from lightning_presets.core.findings import Finding, report
 from lightning_presets.guards.runtime.codes import HANDSHAKE_FAILED, RANKS_DIFFER, RANKS_DISAGREE
 from lightning_presets.guards.runtime.ranks import on_nodes
-from lightning_presets.registry import variables
+from lightning_presets.registry import private, variables
 
 PROTOCOL = 1
 """The fingerprint's layout; ranks of another layout are compared on the fields they share (their package version
@@ -114,7 +114,7 @@ def _resumed_from() -> str | None:
     stack above ``setup_environment``); ``None`` when there is none (Fabric loads later, in ``load``)."""
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name == "_run" and "ckpt_path" in frame.f_code.co_varnames:
+        if frame.f_code.co_name == private.TRAINER_RUN and "ckpt_path" in frame.f_code.co_varnames:
             path = frame.f_locals.get("ckpt_path")
             return None if path is None else str(path)
         frame = frame.f_back  # type: ignore[assignment]  # typeshed: f_back is FrameType | None
@@ -163,7 +163,7 @@ def fingerprint(strategy: Any, rank: int, environ: Mapping[str, str] | None = No
     must("devices per node", getattr(strategy, "num_processes", "?"))
     must("num_nodes", getattr(strategy, "num_nodes", "?"))
     must("accelerator", type(getattr(strategy, "accelerator", None)).__name__)
-    must("process group backend", getattr(strategy, "_process_group_backend", None))
+    must("process group backend", private.process_group_backend_of(strategy))
     arguments = dict(getattr(context, "arguments", {}) or {})
     for name in ARGUMENTS:
         if name in arguments:

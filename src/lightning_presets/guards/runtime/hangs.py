@@ -35,18 +35,13 @@ from typing import Any
 
 from lightning_presets.guards.runtime.codes import COLLECTIVE_HANG
 from lightning_presets.guards.runtime.ranks import on_nodes
-from lightning_presets.registry import variables
+from lightning_presets.registry import private, variables
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
                "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
                "all_to_all_single", "barrier", "monitored_barrier", "gather", "gather_object", "scatter",
                "scatter_object_list")  # fmt: skip
-HOOK_CALLERS = (
-    "_call_lightning_module_hook",
-    "_call_callback_hooks",
-    "_call_strategy_hook",
-    "_call_callbacks_state_dict",
-)
+HOOK_CALLERS = private.HOOK_CALLERS
 POLL_SECONDS = 0.5
 ANSWER_SECONDS = 5.0
 """How long the reporting rank waits for the others to say where they are."""
@@ -119,7 +114,7 @@ class Recorder:
             if metric is None and code.co_name == "compute":
                 owner = frame.f_locals.get("self")
                 meta = getattr(owner, "meta", None)
-                if type(owner).__name__ == "_ResultMetric" and meta is not None:
+                if private.is_result_metric(owner) and meta is not None:
                     metric = (str(getattr(meta, "fx", "")), str(getattr(meta, "name", "")))
             frame = frame.f_back
         if metric is not None and metric in self.log_sites:
@@ -215,7 +210,7 @@ def _patch_log(recorder: Recorder) -> None:
             if kwargs.get("sync_dist"):
                 try:
                     site = recorder.site(sys._getframe(1))
-                    fx = str(getattr(self, "_current_fx_name", "") or "")
+                    fx = private.current_fx_name_of(self)
                     code = site.code or f"self.log({name!r}, ..., sync_dist=True)"
                     recorder.log_sites[(fx, name)] = Site(where=site.where, code=code, hook=fx or site.hook)
                 except Exception:
@@ -393,7 +388,7 @@ def describe(
 
 
 def _timeout_seconds(strategy: Any) -> float:
-    timeout = getattr(strategy, "_timeout", None)
+    timeout = private.timeout_of(strategy)
     if isinstance(timeout, datetime.timedelta):
         return timeout.total_seconds()
     return 1800.0

@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from lightning_presets.core.context import Context
+from lightning_presets.core.namespaces import Kind
 from lightning_presets.strategies.deepspeed.parser import Parsed, parse
 
 FORCE_DS_CPU_OPTIMIZER = "zero_force_ds_cpu_optimizer"
@@ -101,8 +102,8 @@ class DeepSpeedConfigView:
     syntax-level fallback builds no strategy)."""
     passed: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     """The config Lightning will pass to ``deepspeed.initialize``, as far as construction knows it."""
-    caller: str = "Trainer"
-    """``Trainer`` or ``Fabric``."""
+    kind: Kind = "trainer"
+    """``trainer`` or ``fabric``: the Context's :attr:`~lightning_presets.core.context.Context.kind`."""
     accelerator: str = "cuda"
     world_size: int = 1
     """The job's processes (``devices × num_nodes``)."""
@@ -131,6 +132,11 @@ class DeepSpeedConfigView:
     def accumulation_steps(self) -> Any:
         """``gradient_accumulation_steps`` as written; ``None`` when absent."""
         return self.held.get("gradient_accumulation_steps")
+
+    @property
+    def gradient_clipping(self) -> Any:
+        """``gradient_clipping`` as written; ``None`` when absent (then Lightning writes the Trainer's value)."""
+        return self.held.get("gradient_clipping")
 
     @property
     def auto_keys(self) -> tuple[str, ...]:
@@ -180,7 +186,7 @@ class DeepSpeedConfigView:
         it) is left to the batch-arithmetic rules; ``aio.use_gds``, which DeepSpeed checks against the accelerator of
         the machine it parses on, is left out for a job on CUDA."""
         config = dict(self.passed)
-        if config and self.caller == "Trainer" and "train_micro_batch_size_per_gpu" not in config:
+        if config and self.kind == "trainer" and "train_micro_batch_size_per_gpu" not in config:
             config.pop("train_batch_size", None)
             config["train_micro_batch_size_per_gpu"] = 1
         aio = section(config, "aio")
@@ -223,14 +229,14 @@ def config_view(ctx: Context) -> DeepSpeedConfigView:
     ``_format_batch_size_and_grad_accum_config`` adds them. An empty view when nothing was resolved."""
     held = ctx.resolved.get(RESOLVED_KEY)
     empty = DeepSpeedConfigView(
-        caller=ctx.caller, accelerator=ctx.accelerator, world_size=ctx.world_size, world_arithmetic=ctx.world_arithmetic
+        kind=ctx.kind, accelerator=ctx.accelerator, world_size=ctx.world_size, world_arithmetic=ctx.world_arithmetic
     )
     if not isinstance(held, HeldConfig) or held.config is None or held.formatted is None:
         return empty
-    key = (ctx.caller, ctx.accelerator, ctx.world_size, ctx.world_arithmetic, ctx.accumulate_grad_batches, ctx.clipping)
+    key = (ctx.kind, ctx.accelerator, ctx.world_size, ctx.world_arithmetic, ctx.accumulate_grad_batches, ctx.clipping)
     if key not in held.views:
         passed = dict(held.formatted)
-        if ctx.caller == "Trainer":
+        if ctx.kind == "trainer":
             if "gradient_accumulation_steps" not in passed and ctx.accumulate_grad_batches is not None:
                 passed["gradient_accumulation_steps"] = ctx.accumulate_grad_batches
             passed.setdefault("gradient_clipping", ctx.clipping.value if ctx.clipping is not None else 0.0)

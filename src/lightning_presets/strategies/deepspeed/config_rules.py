@@ -4,6 +4,8 @@ accumulation, activation checkpointing, and DeepSpeed's own parser. Each reads t
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from lightning_presets.core.context import Context
 from lightning_presets.core.rules import Problem, rule
 from lightning_presets.strategies.deepspeed.config import config_view
@@ -79,9 +81,7 @@ def param_offload_needs_stage3(ctx: Context) -> Problem | None:
     'True}, "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"bf16": {"enabled": '
     'True}, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
-    evidence="runtime: "
-    "tests/evidence/test_fails_deepspeed.py::test_lp405_fp16_and_bf16_together_fail_in_deepspeeds_config "
-    "(DeepSpeedConfig asserts on the config Lightning formats)",
+    evidence="runtime: DeepSpeedConfig asserts on the config Lightning formats",
 )  # fmt: skip
 def one_half_precision(ctx: Context) -> Problem | None:
     fp16, bf16, added = config_view(ctx).half_precision(ctx.precision)
@@ -108,14 +108,12 @@ def one_half_precision(ctx: Context) -> Problem | None:
     fixed='Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config={'
     '"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), '
     'accelerator="cuda", devices=8)',
-    evidence="runtime: "
-    "tests/evidence/test_fails_deepspeed.py::test_lp406_fabrics_train_batch_size_fails_deepspeeds_batch_assertion "
-    "(DeepSpeedConfig asserts on the config Fabric formats)",
+    evidence="runtime: DeepSpeedConfig asserts on the config Fabric formats",
 )  # fmt: skip
 def fabric_batch_size_adds_up(ctx: Context) -> Problem | None:
     config = config_view(ctx)
     train_batch = config.train_batch_size
-    if ctx.caller != "Fabric" or type(train_batch) is not int:
+    if ctx.kind != "fabric" or type(train_batch) is not int:
         return None
     micro = config.micro_batch_size  # Fabric sets 1 when absent
     accumulation = config.accumulation_steps
@@ -139,14 +137,12 @@ def fabric_batch_size_adds_up(ctx: Context) -> Problem | None:
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"train_batch_size": 64, '
     '"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8, '
     "accumulate_grad_batches=2).fit(nn.Linear(64, 64))",
-    evidence="runtime: "
-    "tests/evidence/test_fails_deepspeed.py::test_lp407_the_trainers_accumulation_fails_deepspeeds_batch_assertion "
-    "(DeepSpeedConfig asserts on the config the Trainer formats)",
+    evidence="runtime: DeepSpeedConfig asserts on the config the Trainer formats",
 )  # fmt: skip
 def trainer_batch_size_adds_up(ctx: Context) -> Problem | None:
     config = config_view(ctx)
     train_batch, micro, accumulation = config.train_batch_size, config.micro_batch_size, ctx.accumulate_grad_batches
-    if ctx.caller != "Trainer" or not (type(train_batch) is type(micro) is type(accumulation) is int):
+    if ctx.kind != "trainer" or not (type(train_batch) is type(micro) is type(accumulation) is int):
         return None
     world_size = config.data_parallel_size
     if world_size is None:
@@ -176,7 +172,7 @@ def _auto_used_as_given(key: str) -> bool:
 
 
 def _auto_fixes(ctx: Context, keys: list[str]) -> str:
-    filled = _FILLED_WHEN_ABSENT["trainer" if ctx.caller == "Trainer" else "fabric"]
+    filled = _FILLED_WHEN_ABSENT[ctx.kind]
     removable = [key for key in keys if key.split(".")[0] in filled]
     to_set = [key for key in keys if key not in removable]
     fixes = []
@@ -194,9 +190,7 @@ def _auto_fixes(ctx: Context, keys: list[str]) -> str:
     '"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8)',
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
     '{"stage": 2}}), accelerator="cuda", devices=8)',
-    evidence="runtime: "
-    "tests/evidence/test_fails_deepspeed.py::test_lp408_auto_batch_values_fail_in_deepspeeds_config (DeepSpeedConfig "
-    "raises TypeError on \"auto\")",
+    evidence="runtime: DeepSpeedConfig raises TypeError on \"auto\"",
 )  # fmt: skip
 def no_auto_values(ctx: Context) -> Problem | None:
     keys = [key for key in config_view(ctx).auto_keys if _auto_used_as_given(key)]
@@ -235,18 +229,45 @@ def auto_values_defaulted(ctx: Context) -> Problem | None:
     '"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
     '"zero_optimization": {"stage": 2}}), accelerator="cuda", accumulate_grad_batches=4)',
-    evidence="runtime: "
-    "tests/evidence/test_fails_deepspeed.py::test_lp409_accumulation_steps_in_the_config_fail_in_fit (Lightning "
-    "raises MisconfigurationException)",
+    evidence="runtime: Lightning raises MisconfigurationException",
 )  # fmt: skip
 def trainer_owns_accumulation(ctx: Context) -> Problem | None:
     steps = config_view(ctx).accumulation_steps
-    if ctx.caller != "Trainer" or steps is None:
+    if ctx.kind != "trainer" or steps is None:
         return None
     return Problem(
         f"{ctx.call()}: the DeepSpeed config sets gradient_accumulation_steps={steps!r}, but with the Trainer "
         "Lightning sets it from accumulate_grad_batches and would refuse the config when `fit` starts",
         f"delete gradient_accumulation_steps from the config and pass Trainer(..., accumulate_grad_batches={steps})",
+    )
+
+
+def _number(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@rule(
+    "LP421", "error", "construction", "gradient_clipping in the config and a different gradient_clip_val",
+    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
+    '"gradient_clipping": 1.0, "zero_optimization": {"stage": 2}}), accelerator="cuda", gradient_clip_val=0.3)',
+    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
+    '"zero_optimization": {"stage": 2}}), accelerator="cuda", gradient_clip_val=0.3)',
+    evidence="runtime: Lightning's _format_batch_size_and_grad_accum_config keeps the config's gradient_clipping, "
+    "and DeepSpeed clips at it: the Trainer's gradient_clip_val is dropped without a word",
+)  # fmt: skip
+def one_clipping_threshold(ctx: Context) -> Problem | None:
+    configured = config_view(ctx).gradient_clipping
+    requested = ctx.arguments.get("gradient_clip_val")
+    if ctx.kind != "trainer" or not _number(configured) or not _number(requested):
+        return None  # a Trainer that leaves clipping to the config, or "auto" (LP408)
+    if float(configured) == float(requested):
+        return None
+    return Problem(
+        f"{ctx.call('gradient_clip_val')}: the DeepSpeed config sets gradient_clipping={configured!r}, and Lightning "
+        f"writes gradient_clip_val={requested!r} into the config only when it has none, so DeepSpeed clips the "
+        f"gradient norm at {configured!r} and gradient_clip_val is ignored",
+        f"set the threshold once: delete gradient_clipping from the config (Lightning then passes "
+        f"gradient_clip_val={requested!r}), or drop gradient_clip_val to keep the config's {configured!r}",
     )
 
 
@@ -256,9 +277,7 @@ def trainer_owns_accumulation(ctx: Context) -> Problem | None:
     'contiguous_memory_optimization=True), accelerator="cuda", devices=8)',
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero3_offload_ckpt", partition_activations=True), '
     'accelerator="cuda", devices=8)',
-    evidence="runtime: "
-    "tests/evidence/test_fails_deepspeed.py::test_lp413_contiguous_checkpointing_fails_as_lightning_configures_it "
-    "(deepspeed.checkpointing.configure asserts)",
+    evidence="runtime: deepspeed.checkpointing.configure asserts",
 )  # fmt: skip
 def contiguous_checkpointing_configurable(ctx: Context) -> Problem | None:
     checkpointing = config_view(ctx).activation_checkpointing
@@ -281,8 +300,7 @@ def contiguous_checkpointing_configurable(ctx: Context) -> Problem | None:
     '{"stage": 2, "reduce_bucket_sise": 500000000}}), accelerator="cuda", devices=8)',
     fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
     '{"stage": 2, "reduce_bucket_size": 500000000}}), accelerator="cuda", devices=8)',
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp418_the_parser_is_deepspeeds_own (DeepSpeedConfig "
-    "parses the config when the engine is created and raises)",
+    evidence="runtime: DeepSpeedConfig parses the config when the engine is created and raises",
 )  # fmt: skip
 def deepspeed_accepts_the_config(ctx: Context) -> Problem | None:
     config = config_view(ctx)

@@ -11,7 +11,7 @@ from torch import nn
 
 from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.guards.strategy import PresetHooks
-from lightning_presets.registry import compat
+from lightning_presets.registry import compat, private
 from lightning_presets.strategies.deepspeed.config import FORCE_DS_CPU_OPTIMIZER
 
 
@@ -62,18 +62,17 @@ class _DeepSpeedHooks(PresetHooks):
             self.lp_blocks = set(blocks)
 
 
-class DeepSpeedTrainerHooks(_DeepSpeedHooks):
+class DeepSpeedTrainerHooks(_DeepSpeedHooks, private.InitOptimizersHook):
     """Trainer side: the model is complete (``configure_model`` has run) when ``setup`` starts."""
 
     def setup(self, trainer: Any) -> None:
         self._lp_prepare_model(trainer.lightning_module)
         super().setup(trainer)
 
-    def _init_optimizers(self) -> tuple[Any, Any]:
-        """DeepSpeed takes the optimizer from ``configure_optimizers`` here, not in ``setup_optimizers``."""
-        optimizer, scheduler = super()._init_optimizers()
+    def _lp_after_init_optimizers(self, optimizer: Any, scheduler: Any) -> None:
+        """DeepSpeed takes the optimizer from ``configure_optimizers`` in Lightning's ``_init_optimizers``, not in
+        ``setup_optimizers``: the optimizer rules run on it there."""
         self._lp_check_optimizers(self.lightning_module, [optimizer])
-        return optimizer, scheduler
 
 
 class DeepSpeedFabricHooks(_DeepSpeedHooks):

@@ -41,8 +41,7 @@ deepspeed_needs_cuda = needs_cuda(
     show=("accelerator", "devices"),
     fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cpu", devices=2)',
     fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8)',
-    evidence="runtime: tests/evidence/test_fails_deepspeed.py::test_lp403_deepspeed_on_cpu_fails_when_fit_starts "
-    "(fit: Lightning raises RuntimeError 'only supported on CUDA GPUs')",
+    evidence="runtime: fit: Lightning raises RuntimeError 'only supported on CUDA GPUs'",
 )  # fmt: skip
 
 
@@ -50,8 +49,8 @@ deepspeed_needs_cuda = needs_cuda(
     "LP420", "error", "construction", "GPU indices other than 0..n-1, which DeepSpeed cannot map to local ranks",
     fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=[1, 3])',
     fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=2)   # CUDA_VISIBLE_DEVICES=1,3',
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp420_deepspeed_refuses_device_indices "
-    "(lightning's _validate_device_index_selection raises RuntimeError in setup_environment, when `fit` starts)",
+    evidence="runtime: lightning's _validate_device_index_selection raises RuntimeError in setup_environment, when "
+    "`fit` starts",
 )  # fmt: skip
 def devices_are_local_ranks(ctx: Context) -> Problem | None:
     indices = ctx.device_indices
@@ -68,9 +67,7 @@ def devices_are_local_ranks(ctx: Context) -> Problem | None:
     "LP410", "error", "options", "a ZeRO stage or offload device DeepSpeed does not know",
     fails='lightning_presets.strategy("deepspeed_zero2_offload", offload_optimizer_device="gpu")',
     fixed='lightning_presets.strategy("deepspeed_zero2_offload", offload_optimizer_device="cpu")',
-    evidence="runtime: "
-    "tests/evidence/test_fails_deepspeed.py::test_lp410_an_unknown_offload_device_fails_deepspeeds_config_validation "
-    "(DeepSpeedConfig raises a validation error)",
+    evidence="runtime: DeepSpeedConfig raises a validation error",
 )  # fmt: skip
 def zero_values_known(options: Options) -> Problem | None:
     bad = []
@@ -107,17 +104,16 @@ checkpoint_block_found = repeated_block(
     'Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, '
     'plugins=[MixedPrecision("bf16-mixed", "cuda")])',
     fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, precision="bf16-mixed")',
-    evidence="gpu: benchmarks/gpu/gpu_checks.py::proof_lp412_deepspeed_closure (training_step never runs; not run on "
-    "a GPU yet)",
+    evidence="gpu: training_step never runs; not run on a GPU yet",
 )  # fmt: skip
 def deepspeed_precision_plugin(ctx: Context) -> Problem | None:
     preset = ctx.precision_preset
-    if preset is not None and preset.incompatibility(ctx.family, ctx.preset, ctx.caller) is not None:
+    if preset is not None and preset.incompatibility(ctx.family, ctx.preset, ctx.kind) is not None:
         return None  # LP607 says why, in the precision preset's own words
     if ctx.precision_plugin is None or ctx.precision_is("DeepSpeedPrecision"):
         return None  # not constructed (check's syntax fallback), or DeepSpeed's own plugin
     return Problem(
-        f"`{ctx.caller}(strategy={ctx.preset!r}, plugins=[{ctx.precision_plugin}(...)])`: Lightning's DeepSpeed "
+        f"`{ctx.constructor}(strategy={ctx.preset!r}, plugins=[{ctx.precision_plugin}(...)])`: Lightning's DeepSpeed "
         f"strategy steps the optimizer through DeepSpeedPrecision; {ctx.precision_plugin} hands DeepSpeed's "
         "optimizer a closure it never calls, so the model would not train",
         f"drop the plugin and pass precision={ctx.precision!r} (DeepSpeed takes its dtypes from precision= and its "
@@ -130,8 +126,7 @@ def deepspeed_precision_plugin(ctx: Context) -> Problem | None:
     fails='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, gradient_clip_val=1.0, '
     'gradient_clip_algorithm="value")',
     fixed='Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8, gradient_clip_val=1.0)',
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp415_deepspeed_refuses_clipping_by_value "
-    "(Lightning's DeepSpeedStrategy.init_deepspeed raises MisconfigurationException in `fit`)",
+    evidence="runtime: Lightning's DeepSpeedStrategy.init_deepspeed raises MisconfigurationException in `fit`",
 )  # fmt: skip
 def clipping_by_norm_only(ctx: Context) -> Problem | None:
     if ctx.clip_algorithm_requested != "value":  # Lightning refuses the algorithm, with or without a value
@@ -141,6 +136,31 @@ def clipping_by_norm_only(ctx: Context) -> Problem | None:
         "only; Lightning refuses clipping by value when `fit` sets DeepSpeed up, after every process has started",
         "drop gradient_clip_algorithm (clipping by norm, DeepSpeed's gradient_clipping), or use a strategy that clips "
         "by value, e.g. strategy='fsdp2'",
+    )
+
+
+@rule(
+    "LP422", "error", "optimizers", "more than one optimizer, which DeepSpeed's engine cannot take",
+    fails="import torch\nmodel = nn.Linear(64, 64)\n"
+    'fabric = Fabric(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8)\n'
+    "fabric.setup(model, torch.optim.AdamW(model.parameters()), torch.optim.SGD(model.parameters()))",
+    fixed="import torch\nmodel = nn.Linear(64, 64)\n"
+    'fabric = Fabric(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8)\n'
+    "fabric.setup(model, torch.optim.AdamW(model.parameters()))",
+    evidence="runtime: Lightning's DeepSpeedStrategy._init_optimizers raises MisconfigurationException (Trainer) and "
+    "Fabric's setup_module_and_optimizers raises ValueError",
+)  # fmt: skip
+def one_optimizer(ctx: Context, model: nn.Module | None, optimizers: tuple[Any, ...]) -> Problem | None:
+    if len(optimizers) < 2:
+        return None
+    names = ", ".join(type(each).__name__ for each in optimizers)
+    where = "configure_optimizers returns" if ctx.kind == "trainer" else "fabric.setup(...) gets"
+    return Problem(
+        f"{ctx.call()}: {where} {len(optimizers)} optimizers ({names}), but a DeepSpeed engine steps exactly one "
+        "(with at most one scheduler): Lightning refuses them when the engine is set up, after every process has "
+        "started",
+        "step every parameter group with one optimizer (its param_groups can carry their own lr), or use an FSDP or "
+        "DDP preset, which take several optimizers (e.g. a GAN's)",
     )
 
 
@@ -179,8 +199,7 @@ def offload_steps_with_cpu_adam(ctx: Context, model: nn.Module | None, optimizer
     'fabric = Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config={'
     '"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "zero_force_ds_cpu_optimizer": '
     'False}), accelerator="cuda", devices=8)\nfabric.setup(model, torch.optim.AdamW(model.parameters()))',
-    evidence="runtime: tests/evidence/test_fails_job.py::test_lp417_deepspeed_refuses_a_torch_optimizer_with_offload "
-    "(DeepSpeedEngine._configure_optimizer raises ZeRORuntimeException when the engine is created)",
+    evidence="runtime: DeepSpeedEngine._configure_optimizer raises ZeRORuntimeException when the engine is created",
 )  # fmt: skip
 def offload_takes_the_optimizer(ctx: Context, model: nn.Module | None, optimizers: tuple[Any, ...]) -> Problem | None:
     config = config_view(ctx)

@@ -10,7 +10,8 @@ and the world size, and takes a world size of 1 when no process group exists. :f
 own code with ``dist`` bound, for this call only, to :class:`JobCommunicator`, which answers for the job: rank 0 of
 its world, the data-parallel group of the mesh ``deepspeed.initialize`` would build. Everything else, the
 ``sequence_parallel_size`` division of the world size included, is DeepSpeed's. Nothing here needs CUDA or a
-process group, and nothing global is patched.
+process group, and nothing global is patched. The rebinding and Lightning's ``_format_config`` are reached through
+``registry.private`` (the one door to Lightning's and DeepSpeed's internals).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import types
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from lightning_presets.registry import private
 
 
 def formatted_by_lightning(strategy: Any) -> dict[str, Any] | None:
@@ -37,7 +39,7 @@ def formatted_by_lightning(strategy: Any) -> dict[str, Any] | None:
     scratch.__dict__.update(vars(strategy))
     scratch.config = copy.deepcopy(config)
     with _quiet():
-        type(strategy)._format_config(scratch)
+        private.format_deepspeed_config(strategy, scratch)
     formatted: dict[str, Any] = scratch.config
     return formatted
 
@@ -106,14 +108,7 @@ def _mesh(config: Mapping[str, Any], world_size: int) -> JobMesh | None:
 def _constructor(world_size: int) -> Callable[..., None] | None:
     """``DeepSpeedConfig.__init__`` with its ``dist`` answering for the job; ``None`` when the installed DeepSpeed's
     constructor does not read the world size through ``dist`` (it would parse for one process: nothing is judged)."""
-    from deepspeed.runtime.config import DeepSpeedConfig
-
-    init = DeepSpeedConfig.__init__
-    code = getattr(init, "__code__", None)
-    if code is None or "dist" not in code.co_names or "dist" not in init.__globals__:
-        return None
-    scope = {**init.__globals__, "dist": JobCommunicator(world_size)}
-    return types.FunctionType(code, scope, init.__name__, init.__defaults__, init.__closure__)
+    return private.deepspeed_config_init(JobCommunicator(world_size))
 
 
 def parse(config: Mapping[str, Any], world_size: int) -> Parsed:

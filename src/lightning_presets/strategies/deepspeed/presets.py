@@ -4,6 +4,7 @@ arguments, rules, hooks, and what the guards read off the strategy (``Preset.res
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from lightning_presets.core.namespaces import Kind
@@ -22,6 +23,7 @@ from lightning_presets.strategies.deepspeed.config_rules import (
     deepspeed_takes_the_config_as_written,
     fabric_batch_size_adds_up,
     no_auto_values,
+    one_clipping_threshold,
     one_half_precision,
     param_offload_needs_stage3,
     trainer_batch_size_adds_up,
@@ -39,6 +41,7 @@ from lightning_presets.strategies.deepspeed.job_rules import (
     devices_are_local_ranks,
     offload_steps_with_cpu_adam,
     offload_takes_the_optimizer,
+    one_optimizer,
     zero_values_known,
 )
 from lightning_presets.strategies.deepspeed.parser import formatted_by_lightning
@@ -60,8 +63,10 @@ RULES: tuple[Rule, ...] = (
     deepspeed_precision_plugin,
     contiguous_checkpointing_configurable,
     clipping_by_norm_only,
+    one_clipping_threshold,
     deepspeed_accepts_the_config,
     deepspeed_takes_the_config_as_written,
+    one_optimizer,
     offload_steps_with_cpu_adam,
     offload_takes_the_optimizer,
     *PRECISION_CROSS_RULES,
@@ -86,14 +91,12 @@ TESTED_WITH_ZERO2 = tested(
     _EVIDENCE,
     construction="the Trainer on 2 simulated nodes of 4 CUDA devices, with DeepSpeed 0.19.8 installed: ZeRO stage 2 "
     "with the optimizer offloaded to CPU in the config Lightning holds (ZeRO needs CUDA to run)",
-    construction_test="tests/test_deepspeed.py::test_zero2_offload_constructs_on_simulated_cuda",
     deepspeed="0.19.8",
 )
 TESTED_WITH_ZERO3 = tested(
     _EVIDENCE,
     construction="Trainer and Fabric on 8 simulated CUDA devices, with DeepSpeed 0.19.8 installed: ZeRO stage 3 with "
     "parameters and optimizer offloaded to CPU in the config (ZeRO needs CUDA to run)",
-    construction_test="tests/test_deepspeed.py::test_zero3_offload_ckpt_constructs_for_trainer_and_fabric",
     deepspeed="0.19.8",
 )
 
@@ -116,12 +119,11 @@ DEEPSPEED_ZERO2_OFFLOAD = Preset(
     tested_with=TESTED_WITH_ZERO2,
 )
 
-DEEPSPEED_ZERO3_OFFLOAD_CKPT = Preset(
+DEEPSPEED_ZERO3_OFFLOAD_CKPT = dataclasses.replace(
+    DEEPSPEED_ZERO2_OFFLOAD,
     name="deepspeed_zero3_offload_ckpt",
     description="DeepSpeed ZeRO stage 3 with parameters and optimizer state offloaded to CPU and activation "
     "checkpointing on the model's repeated blocks. For models that do not fit in GPU memory. CUDA only.",
-    family="deepspeed",
-    strategy={"trainer": "DeepSpeedStrategy", "fabric": "DeepSpeedStrategy"},
     init_params={
         "stage": 3,
         "offload_optimizer": True,
@@ -131,12 +133,8 @@ DEEPSPEED_ZERO3_OFFLOAD_CKPT = Preset(
         "checkpoint_blocks": None,
     },
     rules=(*RULES, checkpoint_block_found),
-    requires=(DEEPSPEED,),
-    mixins={"trainer": DeepSpeedTrainerHooks, "fabric": DeepSpeedFabricHooks},
-    resolve=held_config,
     extra_keys=_PRESET_ONLY_KEYS,
     prepare=_prepare,
     activation_checkpointing=True,
-    cpu_offload=True,
     tested_with=TESTED_WITH_ZERO3,
 )

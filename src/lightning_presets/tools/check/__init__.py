@@ -16,7 +16,6 @@ from lightning_presets.tools.check.request import (
     CheckReport,
     CheckRequest,
     Evidence,
-    Mode,
     Reported,
     Source,
     parse_value,
@@ -24,7 +23,7 @@ from lightning_presets.tools.check.request import (
 
 __all__ = [
     "CODES", "FABRIC_KEYS", "SCHEMA", "SCHEMA_VERSION", "TRAINER_SETTINGS", "CheckReport", "CheckRequest",
-    "Evidence", "Mode", "Reported", "Source", "check_job", "parse_value", "run_check",
+    "Evidence", "Reported", "Source", "check_job", "parse_value", "run_check",
 ]  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from lightning_presets.tools.check.launchers import (
     undetected_launcher,
 )
 from lightning_presets.tools.check.request import COMMAND as CHECK
-from lightning_presets.tools.check.target import Target, _int
+from lightning_presets.tools.check.target import Target
 
 __all__ = ["CLUSTER_RULES", "ENVIRONMENT_RULES", "LAUNCH_ARITHMETIC_RULES", "SUPERSEDES", "Target", "cluster_findings"]
 
@@ -30,13 +30,11 @@ _SINGLE_DEVICE_STRATEGIES = ("single_device", "single_xla", "single_tpu")
     code="LP705", severity="error", stage="check", title="SLURM tasks per node differ from devices",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --cluster slurm --env SLURM_NTASKS_PER_NODE=4",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --cluster slurm --env SLURM_NTASKS_PER_NODE=4",
-    evidence="runtime: "
-    "tests/evidence/test_fails_check.py::test_lp705_lp706_slurms_own_settings_disagree_with_devices_and_nodes (fit: "
-    "Lightning's SLURM check raises ValueError)",
+    evidence="runtime: fit: Lightning's SLURM check raises ValueError",
 )  # fmt: skip
 def slurm_tasks_per_node(t: Target) -> Problem | None:
-    tasks = _int(t.env.get("SLURM_NTASKS_PER_NODE"))
-    if not t.slurm or tasks is None or t.devices is None or tasks == t.devices:
+    tasks = t.differs("SLURM_NTASKS_PER_NODE", t.devices) if t.slurm else None
+    if tasks is None:
         return None
     return Problem(
         f"{t.call(f'devices={t.devices}')}: SLURM starts --ntasks-per-node={tasks} task(s) per node but each "
@@ -49,13 +47,11 @@ def slurm_tasks_per_node(t: Target) -> Problem | None:
     code="LP706", severity="error", stage="check", title="SLURM node count differs from num_nodes",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NNODES=2",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster slurm --env SLURM_NNODES=2",
-    evidence="runtime: "
-    "tests/evidence/test_fails_check.py::test_lp705_lp706_slurms_own_settings_disagree_with_devices_and_nodes (fit: "
-    "Lightning's SLURM check raises ValueError)",
+    evidence="runtime: fit: Lightning's SLURM check raises ValueError",
 )  # fmt: skip
 def slurm_nodes(t: Target) -> Problem | None:
-    nodes = _int(t.env.get("SLURM_NNODES"))
-    if not t.slurm or nodes is None or nodes == t.num_nodes:
+    nodes = t.differs("SLURM_NNODES", t.num_nodes) if t.slurm else None
+    if nodes is None:
         return None
     return Problem(
         f"{t.call(f'num_nodes={t.num_nodes}')}: SLURM allocated --nodes={nodes}; the processes would wait for "
@@ -68,14 +64,12 @@ def slurm_nodes(t: Target) -> Problem | None:
     code="LP707", severity="error", stage="check", title="SLURM_NTASKS differs from devices × num_nodes",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=8",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=32",
-    evidence="runtime: "
-    "tests/evidence/test_fails_check.py::test_lp707_slurm_ntasks_decides_the_world_whatever_devices_and_nodes_say "
-    "(Lightning trains with SLURM's world of 1 and silently ignores devices × num_nodes = 2)",
+    evidence="runtime: Lightning trains with SLURM's world of 1 and silently ignores devices × num_nodes = 2",
 )  # fmt: skip
 def slurm_tasks(t: Target) -> Problem | None:
-    tasks = _int(t.env.get("SLURM_NTASKS"))
     world = t.world_size
-    if not t.slurm or tasks is None or world is None or tasks == world:
+    tasks = t.differs("SLURM_NTASKS", world) if t.slurm else None
+    if tasks is None:
         return None
     return Problem(
         f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: SLURM_NTASKS={tasks}, but devices="
@@ -90,14 +84,12 @@ def slurm_tasks(t: Target) -> Problem | None:
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic "
     "--env WORLD_SIZE=8",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic",
-    evidence="runtime: "
-    "tests/evidence/test_fails_check.py::test_lp708_torchelastic_world_size_disagrees_with_devices_and_nodes (fit: "
-    "Lightning raises ValueError)",
+    evidence="runtime: fit: Lightning raises ValueError",
 )  # fmt: skip
 def elastic_world_size(t: Target) -> Problem | None:
-    size = _int(t.env.get("WORLD_SIZE"))
     world = t.world_size
-    if not t.torchelastic or size is None or world is None or size == world:
+    size = t.differs("WORLD_SIZE", world) if t.torchelastic else None
+    if size is None:
         return None
     return Problem(
         f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: torchrun's WORLD_SIZE={size}, but "
@@ -113,8 +105,8 @@ def elastic_world_size(t: Target) -> Problem | None:
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --cluster torchelastic --env LOCAL_WORLD_SIZE=4",
 )  # fmt: skip
 def elastic_local_world_size(t: Target) -> Problem | None:
-    size = _int(t.env.get("LOCAL_WORLD_SIZE"))
-    if not t.torchelastic or size is None or t.devices is None or size == t.devices:
+    size = t.differs("LOCAL_WORLD_SIZE", t.devices) if t.torchelastic else None
+    if size is None:
         return None
     return Problem(
         f"{t.call(f'devices={t.devices}')}: torchrun starts LOCAL_WORLD_SIZE={size} process(es) per node, "
@@ -127,13 +119,12 @@ def elastic_local_world_size(t: Target) -> Problem | None:
     code="LP714", severity="error", stage="check", title="LSF JSM_NAMESPACE_SIZE differs from devices × num_nodes",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster lsf --env JSM_NAMESPACE_SIZE=8",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster lsf",
-    evidence="runtime: tests/evidence/test_fails_check.py::test_lp714_lsf_jsm_namespace_size_decides_the_world "
-    "(Lightning trains with LSF's world of 1 and silently ignores devices × num_nodes = 2)",
+    evidence="runtime: Lightning trains with LSF's world of 1 and silently ignores devices × num_nodes = 2",
 )  # fmt: skip
 def lsf_world_size(t: Target) -> Problem | None:
-    size = _int(t.env.get("JSM_NAMESPACE_SIZE"))
     world = t.world_size
-    if not t.lsf or size is None or world is None or size == world:
+    size = t.differs("JSM_NAMESPACE_SIZE", world) if t.lsf else None
+    if size is None:
         return None
     return Problem(
         f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: jsrun starts JSM_NAMESPACE_SIZE={size} "
@@ -146,8 +137,7 @@ def lsf_world_size(t: Target) -> Problem | None:
     code="LP710", severity="error", stage="check", title="more devices than GPUs visible",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --env CUDA_VISIBLE_DEVICES=0,1,2,3",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --env CUDA_VISIBLE_DEVICES=0,1,2,3",
-    evidence="runtime: tests/evidence/test_fails_check.py::test_lp710_more_devices_than_visible_gpus (Lightning "
-    "raises MisconfigurationException)",
+    evidence="runtime: Lightning raises MisconfigurationException",
 )  # fmt: skip
 def devices_visible(t: Target) -> Problem | None:
     if t.accelerator not in ("cuda", "gpu"):
@@ -177,9 +167,7 @@ def devices_visible(t: Target) -> Problem | None:
     code="LP711", severity="error", stage="check", title="a strategy that cannot run in an interactive session",
     fails=f"{CHECK} --accelerator cpu --devices 2 --strategy ddp --interactive",
     fixed=f"{CHECK} --accelerator cpu --devices 2 --strategy ddp_notebook --interactive",
-    evidence="runtime: "
-    "tests/evidence/test_fails_check.py::test_lp711_a_launcher_that_reruns_the_script_in_a_notebook (Lightning "
-    "raises MisconfigurationException)",
+    evidence="runtime: Lightning raises MisconfigurationException",
 )  # fmt: skip
 def interactive_session(t: Target) -> Problem | None:
     if not t.interactive or t.interactive_compatible is not False:
@@ -196,8 +184,7 @@ def interactive_session(t: Target) -> Problem | None:
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm "
     "--env SLURM_JOB_NAME=interactive",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm",
-    evidence="runtime: tests/evidence/test_fails_check.py::test_lp712_interactive_slurm_on_several_nodes_hangs (a "
-    "hang: torch's rendezvous times out, 1/2 clients joined)",
+    evidence="runtime: a hang: torch's rendezvous times out, 1/2 clients joined",
 )  # fmt: skip
 def slurm_interactive_nodes(t: Target) -> Problem | None:
     if not (t.slurm_interactive and "SLURM_NTASKS" in t.env and t.num_nodes > 1):

@@ -12,12 +12,12 @@ from typing import Any
 
 from lightning_presets.core.context import Context
 from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning
+from lightning_presets.registry import private
 from lightning_presets.tools.simulation.lightning import entry_points_scanned_once
 
 # What a check never needs, and what costs time or prints: loggers, checkpoints, progress bars, summaries.
 TRAINER_QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
                  "enable_model_summary": False}  # fmt: skip
-_CONNECTORS = ("_AcceleratorConnector", "_Connector")
 
 
 @dataclass(slots=True)
@@ -77,9 +77,9 @@ def _from_traceback(error: BaseException, outcome: Outcome) -> None:
         owner = frame.f_locals.get("self")
         if owner is None:
             continue
-        if type(owner).__name__ in _CONNECTORS and "strategy" in getattr(owner, "__dict__", {}):
+        if type(owner).__name__ in private.CONNECTOR_CLASS_NAMES and "strategy" in getattr(owner, "__dict__", {}):
             outcome.strategy = vars(owner)["strategy"]
-        elif hasattr(owner, "_lp_preset") and hasattr(owner, "_configure_launcher"):
+        elif hasattr(owner, "_lp_preset") and private.has_launcher_hook(owner):
             outcome.strategy = owner
             outcome.context = getattr(owner, "_lp_context", None) or outcome.context
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import os
 import re
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from types import MappingProxyType, SimpleNamespace
+from types import MappingProxyType
 from typing import Any
 
 from lightning_presets import _api
@@ -27,7 +26,7 @@ from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import run_rules
 from lightning_presets.guards import arguments
 from lightning_presets.guards.checkpoints import local_path
-from lightning_presets.registry import catalog
+from lightning_presets.registry import catalog, private
 from lightning_presets.registry.overrides import accepted
 from lightning_presets.registry.variables import variable_findings
 from lightning_presets.tools import simulation as _simulation
@@ -35,42 +34,25 @@ from lightning_presets.tools.check import cluster as _cluster
 from lightning_presets.tools.check import construct as _construct
 from lightning_presets.tools.check import names as _names
 from lightning_presets.tools.check import stages as _stages
-from lightning_presets.tools.check.request import COMMAND as CHECK
-from lightning_presets.tools.check.request import (
-    CheckReport,
-    CheckRequest,
-    Evidence,
-    Reported,
-    Source,
-    parse_value,
-)
+from lightning_presets.tools.check.request import CheckReport, CheckRequest, Evidence, Reported, Source, parse_value
 from lightning_presets.tools.check.resolved import Resolved, resolve
 from lightning_presets.tools.simulation.lightning import interactive_session
 
-LIGHTNING_REJECTED = Code(
-    code="LP700", severity="error", stage="check", title="Lightning rejected the configuration",
-    fails=f"{CHECK} --accelerator cpu --devices 0 --strategy ddp",
-    fixed=f"{CHECK} --accelerator cpu --devices 2 --strategy ddp",
-    evidence="runtime: "
-    "tests/evidence/test_fails_check.py::test_lp700_to_lp704_lightning_rejects_these_arguments_itself (Lightning's "
-    "own exception)",
+LIGHTNING_REJECTED = _names.lightning_refuses(
+    "LP700", "Lightning rejected the configuration", fails="--accelerator cpu --devices 0 --strategy ddp",
+    fixed="--accelerator cpu --devices 2 --strategy ddp", evidence="Lightning's own exception",
 )  # fmt: skip
 
-UNKNOWN_STRATEGY_ARGUMENT = Code(
-    code="LP715", severity="error", stage="check", title="an override key a Lightning strategy does not take",
-    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --strategy fsdp --set sharding_stratgy=FULL_SHARD",
-    fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --strategy fsdp --set sharding_strategy=FULL_SHARD",
-    evidence="runtime: "
-    "tests/evidence/test_fails_registry.py::test_lp006_lp715_an_unknown_keyword_fails_when_ddp_wraps (Lightning's "
-    "DDPStrategy passes it to DistributedDataParallel in fit: TypeError 'unexpected keyword argument')",
+UNKNOWN_STRATEGY_ARGUMENT = _names.lightning_refuses(
+    "LP715", "an override key a Lightning strategy does not take",
+    fails="--accelerator cuda --gpus 8 --devices 8 --strategy fsdp --set sharding_stratgy=FULL_SHARD",
+    fixed="--accelerator cuda --gpus 8 --devices 8 --strategy fsdp --set sharding_strategy=FULL_SHARD",
+    evidence="Lightning's DDPStrategy passes it to DistributedDataParallel in fit: TypeError 'unexpected keyword "
+    "argument'",
 )  # fmt: skip
 
 CODES: tuple[Code, ...] = (LIGHTNING_REJECTED, *_names.CODES, *_cluster.CLUSTER_RULES, UNKNOWN_STRATEGY_ARGUMENT)
 """The documented codes of the check itself (``--model``'s are ``tools.plan.fit.CODES``)."""
-_CONNECTORS = {
-    "trainer": "lightning.pytorch.trainer.connectors.accelerator_connector",
-    "fabric": "lightning.fabric.connector",
-}
 FABRIC_KEYS = ("accelerator", "strategy", "devices", "num_nodes", "precision", "plugins")
 """The arguments of ``Fabric(...)`` a check passes on (the Trainer takes many more)."""
 TRAINER_SETTINGS = ("accumulate_grad_batches",)
@@ -188,25 +170,24 @@ def _simulation_of(
 def _detected_environment(request: CheckRequest) -> str:
     """The cluster environment Lightning's connector would select in the simulated variables (its own detection order,
     run on a connector that was given no environment), by class name."""
-    module = importlib.import_module(_CONNECTORS[request.mode])
-    connector = getattr(module, "_AcceleratorConnector" if request.mode == "trainer" else "_Connector")
+    connector = private.connector_class(request.mode)
     with warnings.catch_warnings():  # SLURM's environment warns about srun; the check reports through its rules
         warnings.simplefilter("ignore")
         try:
-            chosen = connector._choose_and_init_cluster_environment(SimpleNamespace(_cluster_environment_flag=None))
+            chosen = private.choose_cluster_environment(connector)
         except Exception:  # an environment whose variables it cannot read (the cluster rules say why)
             return "LightningEnvironment"
     return type(chosen).__name__
 
 
-def _override_findings(name: str, strategy_cls: Any, overrides: Mapping[str, Any], caller: str) -> list[Finding]:
+def _override_findings(name: str, strategy_cls: Any, overrides: Mapping[str, Any], constructor: str) -> list[Finding]:
     """LP715 for each ``--set`` key a Lightning strategy does not take (the reading ``lightning_presets.strategy``
     uses for presets, ``registry.overrides``)."""
     taken = accepted(strategy_cls)
     valid = ", ".join(sorted(taken.keys))
     return [
         UNKNOWN_STRATEGY_ARGUMENT.finding(
-            f"`{caller}(strategy={name!r})` with {key}=...: {key!r} is not an argument of "
+            f"`{constructor}(strategy={name!r})` with {key}=...: {key!r} is not an argument of "
             f"{getattr(strategy_cls, '__name__', name)}",
             (f"did you mean {close!r}? " if close else "") + f"valid keys: {valid}",
         )
@@ -241,10 +222,10 @@ def _strategy_argument(request: CheckRequest, name: Any, out: _Collector) -> Any
             return None
     registry = _names.strategy_registry(request.package)
     if name not in registry:  # e.g. an unknown PL_TRAINER_STRATEGY: the names check reports it
-        out.add(_names.check_strategy(name, request.package, request.caller), "check", "syntax")
+        out.add(_names.check_strategy(name, request.package, request.constructor), "check", "syntax")
         return None
     entry: dict[str, Any] = registry[name]
-    unknown = _override_findings(name, entry["strategy"], request.overrides, request.caller)
+    unknown = _override_findings(name, entry["strategy"], request.overrides, request.constructor)
     out.add(unknown, "check", "syntax")
     if unknown:
         return None
@@ -311,7 +292,7 @@ def _syntax_guards(
     context = Context(
         preset=preset.name,
         target=request.mode,
-        caller=request.caller,
+        kind=request.mode,
         accelerator=accelerator,
         devices_per_node=devices or 1,
         num_nodes=_requested_nodes(effective),
@@ -329,14 +310,14 @@ def _syntax_guards(
 def _syntax(request: CheckRequest, arguments: Mapping[str, Any], out: _Collector) -> None:
     strategy = arguments.get("strategy")
     if isinstance(strategy, str):
-        out.add(_names.check_strategy(strategy.lower(), request.package, request.caller), "check", "syntax")
+        out.add(_names.check_strategy(strategy.lower(), request.package, request.constructor), "check", "syntax")
     if "precision" in arguments:
-        out.add(_names.check_precision(str(arguments["precision"]), request.caller), "check", "syntax")
+        out.add(_names.check_precision(str(arguments["precision"]), request.constructor), "check", "syntax")
     accelerator = arguments.get("accelerator")
     if isinstance(accelerator, str):
-        out.add(_names.check_accelerator(accelerator, request.package, request.caller), "check", "syntax")
+        out.add(_names.check_accelerator(accelerator, request.package, request.constructor), "check", "syntax")
     for name in request.plugins:
-        out.add(_names.check_plugin(name, request.caller), "check", "syntax")
+        out.add(_names.check_plugin(name, request.constructor), "check", "syntax")
 
 
 def _factory(request: CheckRequest) -> Any:
@@ -373,11 +354,11 @@ def _build(
     return _construct.construct(_factory(request), kwargs)
 
 
-def _resolved(outcome: _construct.Outcome, caller: str) -> Resolved | None:
+def _resolved(outcome: _construct.Outcome, kind: str) -> Resolved | None:
     """What Lightning resolved, once it got as far as setting the strategy up (even if it then rejected it)."""
     strategy = outcome.strategy
-    reached = outcome.built is not None or outcome.context is not None or getattr(strategy, "_launcher", None)
-    return resolve(strategy, caller) if strategy is not None and reached else None
+    reached = outcome.built is not None or outcome.context is not None or private.launcher_of(strategy)
+    return resolve(strategy, kind) if strategy is not None and reached else None
 
 
 MAX_DEVICES_PER_NODE = 4096
@@ -453,11 +434,11 @@ def check_job(request: CheckRequest) -> CheckReport:
     preset = _preset(effective.get("strategy"))
     if preset is not None and outcome.context is None and not any(e.source == "check" for e in out.items):
         out.add(_syntax_guards(request, preset, effective, accelerator, devices), "guard", "syntax")
-    resolved = _resolved(outcome, request.caller)
-    launcher = getattr(outcome.strategy, "_launcher", None)
+    resolved = _resolved(outcome, request.mode)
+    launcher = private.launcher_of(outcome.strategy)
     name = effective.get("strategy", _names.AUTO)
     target = _cluster.Target(
-        caller=request.caller,
+        kind=request.mode,
         strategy=name.lower() if isinstance(name, str) else type(name).__name__,
         accelerator=resolved.accelerator if resolved else accelerator,
         devices=resolved.devices_per_node if resolved else devices,

@@ -19,8 +19,7 @@ from lightning_presets.tools.check.target import Target, _int
     "--env NODE_RANK=2",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --env MASTER_ADDR=10.0.0.1 "
     "--env NODE_RANK=1",
-    evidence="runtime: tests/evidence/test_fails_launchers.py::test_lp717_a_node_rank_outside_the_nodes (fit: "
-    "torch's gloo process group raises `rank < size`)",
+    evidence="runtime: fit: torch's gloo process group raises `rank < size`",
 )  # fmt: skip
 def node_rank_outside(t: Target) -> Problem | None:
     return t.about(launch.node_rank_outside(t.launch), f"num_nodes={t.num_nodes}")
@@ -30,8 +29,7 @@ def node_rank_outside(t: Target) -> Problem | None:
     code="LP718", severity="error", stage="check", title="a rank outside the world the launcher sets",
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster torchelastic --env RANK=16",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster torchelastic --env RANK=15",
-    evidence="runtime: tests/evidence/test_fails_launchers.py::test_lp718_a_rank_outside_the_world (fit: torch's "
-    "gloo process group raises `rank < size`)",
+    evidence="runtime: fit: torch's gloo process group raises `rank < size`",
 )  # fmt: skip
 def rank_outside(t: Target) -> Problem | None:
     return t.about(launch.rank_outside(t.launch), f"devices={t.devices}", f"num_nodes={t.num_nodes}")
@@ -90,8 +88,8 @@ def launcher_world_size(t: Target) -> Problem | None:
 )  # fmt: skip
 def lightning_rank_differs(t: Target) -> Problem | None:
     computed = launch.lightning_rank(t.launch)
-    given = _int(t.env.get("RANK"))
-    if computed is None or given is None or computed == given:
+    given = t.differs("RANK", computed)
+    if given is None:
         return None
     node = launch.lightning_node_rank(t.launch)
     node_text = f"{node[0]}={node[1]}" if node else "node rank 0"
@@ -139,8 +137,7 @@ def nested_launchers(t: Target) -> Problem | None:
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --env SLURM_JOB_ID=4242 "
     "--env SLURM_NNODES=2",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster slurm",
-    evidence="runtime: tests/evidence/test_fails_launchers.py::test_lp728_a_batch_job_started_without_srun_hangs (a "
-    "hang: torch's rendezvous times out, 1/2 clients joined)",
+    evidence="runtime: a hang: torch's rendezvous times out, 1/2 clients joined",
 )  # fmt: skip
 def batch_job_without_launcher(t: Target) -> Problem | None:
     variable = launch.batch_job_without_launcher(t.launch)

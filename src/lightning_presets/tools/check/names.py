@@ -9,46 +9,39 @@ from typing import Any, get_args
 
 from lightning_presets.core.codes import Code
 from lightning_presets.core.findings import Finding
-from lightning_presets.registry import catalog
+from lightning_presets.registry import catalog, private
 from lightning_presets.tools.check.request import COMMAND as CHECK
 
 AUTO = "auto"
-_PRECISION_MODULE = "lightning.fabric.plugins.precision.precision"
 
-UNKNOWN_STRATEGY = Code(
-    code="LP701", severity="error", stage="check", title="an unknown strategy name",
-    fails=f"{CHECK} --strategy fsdp_ofload_ckpt",
-    fixed=f"{CHECK} --strategy fsdp_offload_ckpt",
-    evidence="runtime: "
-    "tests/evidence/test_fails_check.py::test_lp700_to_lp704_lightning_rejects_these_arguments_itself (the Trainer "
-    "raises ValueError 'invalid strategy name')",
+
+def lightning_refuses(code: str, title: str, *, fails: str, fixed: str, evidence: str) -> Code:
+    """A code of ``check`` for a value Lightning itself refuses: an error, shown as ``check`` command lines (``fails``
+    and ``fixed`` are the flags) with Lightning's own exception as the evidence."""
+    return Code(
+        code=code, severity="error", stage="check", title=title, fails=f"{CHECK} {fails}", fixed=f"{CHECK} {fixed}",
+        evidence=f"runtime: {evidence}",
+    )  # fmt: skip
+
+
+UNKNOWN_STRATEGY = lightning_refuses(
+    "LP701", "an unknown strategy name", fails="--strategy fsdp_ofload_ckpt", fixed="--strategy fsdp_offload_ckpt",
+    evidence="the Trainer raises ValueError 'invalid strategy name'",
 )  # fmt: skip
 
-UNKNOWN_PRECISION = Code(
-    code="LP702", severity="error", stage="check", title="an unknown precision value",
-    fails=f"{CHECK} --precision bf16-mix",
-    fixed=f"{CHECK} --precision bf16-mixed",
-    evidence="runtime: "
-    "tests/evidence/test_fails_check.py::test_lp700_to_lp704_lightning_rejects_these_arguments_itself (the Trainer "
-    "raises ValueError for the precision)",
+UNKNOWN_PRECISION = lightning_refuses(
+    "LP702", "an unknown precision value", fails="--precision bf16-mix", fixed="--precision bf16-mixed",
+    evidence="the Trainer raises ValueError for the precision",
 )  # fmt: skip
 
-UNKNOWN_ACCELERATOR = Code(
-    code="LP703", severity="error", stage="check", title="an unknown accelerator name",
-    fails=f"{CHECK} --accelerator cdua",
-    fixed=f"{CHECK} --accelerator cuda --gpus 8",
-    evidence="runtime: "
-    "tests/evidence/test_fails_check.py::test_lp700_to_lp704_lightning_rejects_these_arguments_itself (the Trainer "
-    "raises ValueError 'invalid accelerator name')",
+UNKNOWN_ACCELERATOR = lightning_refuses(
+    "LP703", "an unknown accelerator name", fails="--accelerator cdua", fixed="--accelerator cuda --gpus 8",
+    evidence="the Trainer raises ValueError 'invalid accelerator name'",
 )  # fmt: skip
 
-UNKNOWN_PRECISION_PRESET = Code(
-    code="LP704", severity="error", stage="check", title="an unknown precision preset",
-    fails=f"{CHECK} --plugin fp8_everything",
-    fixed=f"{CHECK} --precision bf16-mixed",
-    evidence="runtime: "
-    "tests/evidence/test_fails_check.py::test_lp700_to_lp704_lightning_rejects_these_arguments_itself (the Trainer "
-    "refuses the name as a plugin)",
+UNKNOWN_PRECISION_PRESET = lightning_refuses(
+    "LP704", "an unknown precision preset", fails="--plugin fp8_everything", fixed="--precision bf16-mixed",
+    evidence="the Trainer refuses the name as a plugin",
 )  # fmt: skip
 
 CODES: tuple[Code, ...] = (UNKNOWN_STRATEGY, UNKNOWN_PRECISION, UNKNOWN_ACCELERATOR, UNKNOWN_PRECISION_PRESET)
@@ -68,8 +61,7 @@ def _literal_values(annotation: Any) -> list[str]:
 
 def precision_values() -> tuple[str, ...]:
     """Every value ``precision=`` accepts, as Lightning spells them (aliases and integers included)."""
-    module = importlib.import_module(_PRECISION_MODULE)
-    return tuple(dict.fromkeys(_literal_values(module._PRECISION_INPUT)))
+    return tuple(dict.fromkeys(_literal_values(private.precision_input())))
 
 
 def strategy_registry(package: str) -> Any:
@@ -88,7 +80,7 @@ def accelerator_names(package: str) -> list[str]:
     return sorted({*registry.available_accelerators(), AUTO, "gpu"})
 
 
-def check_strategy(name: str, package: str, caller: str) -> list[Finding]:
+def check_strategy(name: str, package: str, constructor: str) -> list[Finding]:
     """LP701 for a name neither Lightning nor a trusted preset registered (with the catalog's reason)."""
     registered = registered_strategies(package)
     if name == AUTO or name in registered:
@@ -103,11 +95,11 @@ def check_strategy(name: str, package: str, caller: str) -> list[Finding]:
         )
         return [
             *entry.findings,
-            _unknown(UNKNOWN_STRATEGY, caller, "strategy", name, f"{reason}, so it is not registered", hint),
+            _unknown(UNKNOWN_STRATEGY, constructor, "strategy", name, f"{reason}, so it is not registered", hint),
         ]
     return [
         _unknown(
-            UNKNOWN_STRATEGY, caller, "strategy", name,
+            UNKNOWN_STRATEGY, constructor, "strategy", name,
             "it is neither a Lightning strategy nor a registered preset",
             (_maybe(name, registered) or "Lightning's own include 'ddp', 'fsdp' and 'deepspeed'; ")
             + "`lightning-presets list` shows the presets",
@@ -115,46 +107,46 @@ def check_strategy(name: str, package: str, caller: str) -> list[Finding]:
     ]  # fmt: skip
 
 
-def check_precision(value: str, caller: str) -> list[Finding]:
+def check_precision(value: str, constructor: str) -> list[Finding]:
     allowed = precision_values()
     if value in allowed:
         return []
     return [
         _unknown(
-            UNKNOWN_PRECISION, caller, "precision", value, "Lightning does not accept it",
+            UNKNOWN_PRECISION, constructor, "precision", value, "Lightning does not accept it",
             f"{_maybe(value, allowed)}valid values: {', '.join(allowed)}",
         )
     ]  # fmt: skip
 
 
-def check_accelerator(value: str, package: str, caller: str) -> list[Finding]:
+def check_accelerator(value: str, package: str, constructor: str) -> list[Finding]:
     names = accelerator_names(package)
     if value.lower() in names:
         return []
     return [
         _unknown(
-            UNKNOWN_ACCELERATOR, caller, "accelerator", value, "Lightning has no accelerator of that name",
+            UNKNOWN_ACCELERATOR, constructor, "accelerator", value, "Lightning has no accelerator of that name",
             f"{_maybe(value.lower(), names)}valid names: {', '.join(names)}",
         )
     ]  # fmt: skip
 
 
-def _unknown(code: Code, caller: str, argument: str, value: str, why: str, hint: str) -> Finding:
+def _unknown(code: Code, constructor: str, argument: str, value: str, why: str, hint: str) -> Finding:
     shown = f"[lightning_presets.precision({value!r})]" if argument == "plugins" else repr(value)
-    return code.finding(f"`{caller}({argument}={shown})`: {why}", hint)
+    return code.finding(f"`{constructor}({argument}={shown})`: {why}", hint)
 
 
 def precision_preset_names() -> list[str]:
     return sorted(catalog.precision_catalog().presets)
 
 
-def check_plugin(name: str, caller: str) -> list[Finding]:
+def check_plugin(name: str, constructor: str) -> list[Finding]:
     names = precision_preset_names()
     if name in names:
         return []
     return [
         _unknown(
-            UNKNOWN_PRECISION_PRESET, caller, "plugins", name, "no precision preset has that name",
+            UNKNOWN_PRECISION_PRESET, constructor, "plugins", name, "no precision preset has that name",
             f"{_maybe(name, names)}available precision presets: {', '.join(names) or 'none installed'}; "
             "or pass a Lightning precision with --precision",
         )

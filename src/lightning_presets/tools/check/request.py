@@ -10,13 +10,13 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from lightning_presets.core.findings import Finding
+from lightning_presets.core.namespaces import Kind, constructor
 from lightning_presets.registry import catalog
 from lightning_presets.tools.check.resolved import Resolved
 
 COMMAND = "lightning-presets check"
 SCHEMA = "lightning-presets/check"
 SCHEMA_VERSION = 1
-Mode = Literal["trainer", "fabric"]
 Evidence = Literal["import", "syntax", "construction"]
 Source = Literal["guard", "lightning", "check", "catalog"]
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -33,7 +33,8 @@ class _Source(str):
 class CheckRequest:
     """A job to validate: Trainer/Fabric arguments, preset overrides and the simulated target."""
 
-    mode: Mode = "trainer"
+    mode: Kind = "trainer"
+    """The kind of job (``--mode``): ``trainer`` or ``fabric``."""
     arguments: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     """Trainer/Fabric arguments given explicitly (flags over the config file); nothing else is passed."""
     plugins: tuple[str, ...] = ()
@@ -56,12 +57,14 @@ class CheckRequest:
     """A checkpoint the job resumes from (``fit(ckpt_path=...)``, ``Fabric.load``): the preset's resume rules read
     its facts (never its tensors) against the constructed job."""
     model: str | None = None
-    """``MODULE:FACTORY``: the model whose memory ``tools.check_memory.run_check`` plans under the job's preset
-    against ``gpu_memory`` (LP730-LP731); :func:`run_check` itself does not read it."""
+    """``MODULE:FACTORY``: the model the preset's model-stage rules decide on (``tools.check.stages``) and whose
+    memory :func:`~lightning_presets.tools.check.run_check` plans under the job's preset against ``gpu_memory``
+    (``tools.plan.fit``: LP730-LP731)."""
 
     @property
-    def caller(self) -> str:
-        return "Trainer" if self.mode == "trainer" else "Fabric"
+    def constructor(self) -> str:
+        """``Trainer`` or ``Fabric``: :attr:`mode` as messages write it."""
+        return constructor(self.mode)
 
     @property
     def package(self) -> str:
@@ -80,7 +83,7 @@ class CheckRequest:
         if self.plugins:
             plugins = ", ".join(f"lightning_presets.precision({name!r})" for name in self.plugins)
             parts.append(f"plugins=[{plugins}]")
-        return f"{self.caller}({', '.join(parts)})"
+        return f"{self.constructor}({', '.join(parts)})"
 
     def as_dict(self) -> dict[str, Any]:
         data = {

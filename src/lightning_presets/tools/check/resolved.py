@@ -7,6 +7,7 @@ from typing import Any
 
 from lightning_presets.core.context import accelerator_name
 from lightning_presets.core.mesh import HYBRID_SHARD, MODEL_PARALLEL, MeshSpec
+from lightning_presets.registry import private
 
 _LIGHTNING_PACKAGES = ("lightning.", "pytorch_lightning.", "lightning_fabric.")
 
@@ -52,13 +53,11 @@ def _mesh_of(strategy: Any) -> tuple[MeshSpec, dict[str, Any]] | None:
         return preset.mesh, options
     names = {klass.__name__ for klass in type(strategy).__mro__}
     if "ModelParallelStrategy" in names:
-        sizes = {
-            "data_parallel_size": strategy._data_parallel_size,
-            "tensor_parallel_size": strategy._tensor_parallel_size,
-        }
+        data, tensor = private.parallel_sizes_of(strategy)
+        sizes = {"data_parallel_size": data, "tensor_parallel_size": tensor}
         return MODEL_PARALLEL, sizes
     if "FSDPStrategy" in names:
-        fsdp_kwargs = getattr(strategy, "kwargs", None) or getattr(strategy, "_fsdp_kwargs", None) or {}
+        fsdp_kwargs = getattr(strategy, "kwargs", None) or private.fabric_fsdp_kwargs(strategy) or {}
         mesh = fsdp_kwargs.get("device_mesh") if isinstance(fsdp_kwargs, dict) else None
         sharding = getattr(getattr(strategy, "sharding_strategy", None), "name", None)
         if mesh is not None or sharding in _HYBRID_SHARDING:
@@ -73,14 +72,14 @@ def device_mesh(strategy: Any, devices: int, num_nodes: int) -> dict[str, int]:
     return mesh if mesh is not None else {"data_parallel": devices * num_nodes}
 
 
-def resolve(strategy: Any, caller: str) -> Resolved:
+def resolve(strategy: Any, kind: str) -> Resolved:
     """Read the final configuration off a strategy Lightning has finished setting up."""
-    plugin = getattr(strategy, "precision_plugin" if caller == "Trainer" else "precision", None)
+    plugin = getattr(strategy, "precision_plugin" if kind == "trainer" else "precision", None)
     devices_list = getattr(strategy, "parallel_devices", None)
     devices = len(devices_list) if devices_list else 1
     num_nodes = int(getattr(strategy, "num_nodes", 1) or 1)
     environment = getattr(strategy, "cluster_environment", None)
-    launcher = getattr(strategy, "_launcher", None)
+    launcher = private.launcher_of(strategy)
     accelerator = getattr(strategy, "accelerator", None)
     klass = _lightning_class(strategy)
     preset = getattr(getattr(strategy, "_lp_preset", None), "name", None)

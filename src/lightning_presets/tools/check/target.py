@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from lightning_presets.core.namespaces import Kind, constructor
 from lightning_presets.core.rules import Problem
 from lightning_presets.guards import launch_rules as launch
 
@@ -18,8 +19,8 @@ _INTERACTIVE_JOB_NAMES = ("bash", "interactive")
 class Target:
     """The job as ``check`` sees it, once the simulated environment is in place."""
 
-    caller: str
-    """``Trainer`` or ``Fabric``."""
+    kind: Kind
+    """``trainer`` or ``fabric`` (the request's ``mode``)."""
     strategy: str
     """The strategy name as passed (lower case), or the class name for an instance."""
     accelerator: str
@@ -42,7 +43,7 @@ class Target:
     SLURM variable under torchrun is not a SLURM job."""
 
     def call(self, *parts: str) -> str:
-        return f"`{self.caller}({', '.join(parts)})`"
+        return f"`{constructor(self.kind)}({', '.join(parts)})`"
 
     @property
     def world_size(self) -> int | None:
@@ -64,6 +65,12 @@ class Target:
     @property
     def lsf(self) -> bool:
         return self.environment == "LSFEnvironment"
+
+    def differs(self, variable: str, expected: int | None) -> int | None:
+        """The launcher's ``variable`` as a number when it says other than ``expected`` (what devices and nodes make);
+        ``None`` when it agrees, is unset or not a number, or nothing is expected."""
+        found = _int(self.env.get(variable))
+        return None if found is None or expected is None or found == expected else found
 
     @property
     def launch(self) -> launch.Launch:

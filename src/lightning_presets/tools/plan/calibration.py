@@ -2,13 +2,13 @@
 
 **The measurement** (the only one fitted on): torchtitan's Llama 3.1 8B on 8 × H100, FSDP, bf16, local batch 2,
 sequence 8,192, selective (per-operator) activation checkpointing, eager: **5,762 tokens/s per GPU**
-(``benchmarks/llama3_h100_202412_torchtitan.md`` in pytorch/torchtitan, Table 1, December 2024:
+(torchtitan's published Llama 3 H100 benchmark, Table 1, December 2024:
 https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_h100_202412_torchtitan.md). Its H100s are
 96 GB HBM2e parts at 2.4 TB/s, power-capped to 500 W (:data:`..hardware.CALIBRATION_GPU`), whose peak FLOP/s
 torchtitan does not know; the fitted efficiency is relative to H100-SXM's datasheet peak, so it absorbs the
 power cap: on a 700 W H100-SXM the estimate is likely low.
 
-How it is fitted (``python benchmarks/bench_throughput.py --calibrate``): ``llama3_8b`` (the same shapes) is
+How it is fitted (the throughput benchmark's ``--calibrate``): ``llama3_8b`` (the same shapes) is
 traced under the ``fsdp2`` preset for 8 GPUs with and without full activation checkpointing; the difference
 in backward is what recomputation runs. torchtitan's selective policy recomputes every operator of a block but
 the matmuls it saves (all but every second ``mm``: in a Llama block ``wk``, ``wo`` and ``w3``, 36.5 % of the
@@ -23,7 +23,7 @@ reaches: nccl-tests' bus bandwidth on NVLink and InfiniBand is typically 75-85 %
 ``launch_s`` (eager PyTorch's CPU cost per operator), ``latency_s`` (a collective's fixed cost),
 ``cpu_bandwidth`` (what ``torch.optim``'s step on CPU tensors reaches of a two-socket node's memory
 bandwidth). ``judged_error`` is the ``range`` of an estimate on the calibrated GPU type: the largest error on
-the published rows ``benchmarks/bench_throughput.py`` judges (none of them fitted on: 6.5 %, the compiled
+the published rows the throughput benchmark judges (none of them fitted on: 6.5 %, the compiled
 8-GPU row), widened to 15 % because every judged row is the same model from the same source.
 """
 
@@ -55,7 +55,7 @@ class Calibration:
 
 
 CALIBRATION = Calibration(matmul_efficiency=0.6550)
-"""``matmul_efficiency`` as ``python benchmarks/bench_throughput.py --calibrate`` fits it (its output says the
+"""``matmul_efficiency`` as the throughput benchmark's ``--calibrate`` fits it (its output says the
 value; the test of the calibration row checks the two agree)."""
 
 

@@ -196,8 +196,8 @@ class OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
 
     def counts(self) -> StepCounts:
         ops = tuple(
-            OpCost(name, phase, dtype, calls, flops, moved, pointwise, fused)
-            for (name, phase, dtype, _, pointwise), (calls, flops, moved, fused) in self._ops.items()
+            OpCost(name, phase, dtype, calls, flops, moved, pointwise, fused, hash(shapes))
+            for (name, phase, dtype, shapes, pointwise), (calls, flops, moved, fused) in self._ops.items()
         )
         collectives = tuple(
             Collective(kind, group, crosses, size, calls, phase, overlaps)

@@ -49,10 +49,14 @@ class OpCost:
     fused_bytes: int
     """Bytes left when consecutive pointwise operators are fused (inputs made by a pointwise operator are read
     from registers, not memory): ``torch.compile``'s Inductor fusion, as modelled."""
+    shape_key: int = 0
+    """Which input shapes this class is (a hash of them; 0: not known, -1: several summed): two traces' classes
+    are matched by it (:mod:`lightning_presets.tools.plan.depth`)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "phase": self.phase, "dtype": self.dtype, "calls": self.calls, "flops": self.flops,
-                "bytes": self.bytes, "pointwise": self.pointwise, "fused_bytes": self.fused_bytes}  # fmt: skip
+                "bytes": self.bytes, "pointwise": self.pointwise, "fused_bytes": self.fused_bytes,
+                "shape_key": self.shape_key}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,7 +96,7 @@ class StepCounts:
         """Every count times ``factor`` (rounded): a step repeated, or the counts of a model ``factor`` as deep."""
         return StepCounts(
             ops=tuple(OpCost(op.name, op.phase, op.dtype, op.calls, round(op.flops * factor), round(op.bytes * factor),
-                             op.pointwise, round(op.fused_bytes * factor)) for op in self.ops),
+                             op.pointwise, round(op.fused_bytes * factor), op.shape_key) for op in self.ops),
             collectives=tuple(Collective(c.kind, c.group_size, c.crosses_nodes, round(c.bytes * factor), c.calls,
                                          c.phase,
                                          c.overlaps)

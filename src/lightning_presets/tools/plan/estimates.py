@@ -211,7 +211,7 @@ def traced_estimate(
         on_gpu = 0 if traced.offloaded else 1
         how = "DDP replica: the module traced unwrapped, with DDP's gradient buckets held between steps" if (
             layout.kind == "replica") else "the preset's own wrapping, traced"  # fmt: skip
-        estimate = finish(layout, request, reasons=reasons, install=install, evidence="traced",
+        estimate = finish(layout, request, reasons=reasons, install=install, evidence=_evidence("traced", traced),
                           parameters=traced.parameters * on_gpu, gradients=traced.gradients * on_gpu,
                           optimizer=traced.optimizer * on_gpu, activations=traced.activations,
                           total_peak=traced.peak, offloaded_per_gpu=host, cpu_per_node=host * request.gpus_per_node,
@@ -221,7 +221,7 @@ def traced_estimate(
         return replace(estimate, rank_peak=traced.peak_all, offloaded=offloaded, step=traced.step, throughput=speed)
     states_ = layouts.model_states(layout, _sizes(request, traced.facts.numel, traced.facts))
     estimate = finish(layout, request, reasons=reasons, install=install,
-                      evidence="arithmetic + traced activations", parameters=states_.parameters,
+                      evidence=_evidence("arithmetic + traced activations", traced), parameters=states_.parameters,
                       gradients=states_.gradients, optimizer=states_.optimizer, activations=traced.activations,
                       total_peak=states_.gpu + states_.working_set + traced.transient_peak,
                       offloaded_per_gpu=states_.cpu_per_node / request.gpus_per_node,
@@ -229,6 +229,12 @@ def traced_estimate(
                       formula=f"{states_.formula}; + traced activations and temporaries of the model unwrapped",
                       notes=traced.notes, batch=traced.batch)  # fmt: skip
     return replace(estimate, step=traced.step, throughput=speed)
+
+
+def _evidence(kind: str, traced: Any) -> str:
+    """``traced``, or ``traced, 3 and 4 of 80 blocks extrapolated`` (:mod:`lightning_presets.tools.plan.depth`)."""
+    extrapolated = getattr(traced, "depth", None)
+    return f"{kind}, {extrapolated}" if extrapolated else kind
 
 
 def with_max_batch(estimate: Estimate, batch: int | None, note: str | None) -> Estimate:

@@ -154,6 +154,16 @@ _NAME_PATTERNS = (  # (what the driver's name contains, the table's name), most 
 )  # fmt: skip
 
 
+def machine_gpu_type() -> str | None:
+    """The table's GPU type of the GPUs this process would use (``CUDA_VISIBLE_DEVICES``), read through NVML (no
+    CUDA context); ``None`` without NVML, without GPUs, or when they are not all one known type."""
+    from lightning_presets.core import hardware
+
+    gpus = hardware.nvml_gpus()
+    types = {gpu_type_of(name) for name in gpus.names} if gpus is not None else set()
+    return types.pop() if len(types) == 1 else None
+
+
 def gpu_type_of(device_name: str) -> str | None:
     """The table's GPU type for a driver's device name (NVML's ``nvmlDeviceGetName``: ``NVIDIA H100 80GB HBM3``,
     ``NVIDIA A100-SXM4-40GB``; AMD SMI's market name: ``AMD Instinct MI300X``), or ``None`` when none matches."""

@@ -9,7 +9,9 @@ Two ways in:
   for the presets whose strategy needs CUDA to wrap (FSDP1, DeepSpeed) the model states come from a named
   formula and the activations from a trace of the model unwrapped: evidence ``arithmetic + traced
   activations``. Each preset's step time comes from the same trace (``tools/plan/speed.py``,
-  ``tools/plan/throughput.py``) on the ``--gpu-type`` (``tools/plan/hardware.py``).
+  ``tools/plan/throughput.py``) on the ``--gpu-type`` (``tools/plan/hardware.py``). A model of many identical
+  blocks is traced with 3 and 4 of them and every figure extrapolated to all (``tools/plan/depth.py``): the
+  evidence then says so (``traced, 3 and 4 of 80 blocks extrapolated``).
 * ``--params COUNT`` is arithmetic over a bare parameter count: model states only (``tools/plan/layouts.py``),
   with a share of each GPU set aside for what is not modelled (activations), and no step time. Evidence
   ``arithmetic``.

@@ -241,6 +241,13 @@ def llama3_70b() -> LlamaModule:
     return LlamaModule(vocab=128_256, dim=8192, heads=64, kv_heads=8, hidden=28_672, layers=80, sequence=8192, batch=1)
 
 
+def llama_12_small() -> LlamaModule:
+    """A Llama of 12 layers of width 256 (16 heads, 8 key-value), MLP 640, vocabulary 512, 2 rows of 128 tokens: deep
+    enough to be extrapolated from 3 and 4 of its blocks, small enough to trace in full (the check of one against
+    the other in the plan benchmark)."""
+    return LlamaModule(vocab=512, dim=256, heads=16, kv_heads=8, hidden=640, layers=12, sequence=128, batch=2)
+
+
 def llama_tiny() -> LlamaModule:
     """A Llama of 2 layers of width 128 (16 heads, 8 key-value), MLP 320, vocabulary 256, 2 rows of 32 tokens: tests
     (tensor parallel up to 8)."""

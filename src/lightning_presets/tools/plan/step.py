@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
+from lightning_presets.registry import private
 from lightning_presets.tools.plan import user_model
 from lightning_presets.tools.plan.user_model import Batch
 
@@ -80,10 +81,9 @@ def loss(model: nn.Module, batch: Batch, *, through_root: bool, spec: str) -> to
         args, kwargs = user_model.as_arguments(batch.value)
         return scalar_loss(model(*args, **kwargs))
     from lightning.pytorch.loops.optimization.automatic import ClosureResult
-    from lightning.pytorch.strategies.strategy import _ForwardRedirection
 
     if through_root:
-        output = _ForwardRedirection()(model, model, "training_step", batch.value, 0)
+        output = private.forward_redirection()(model, model, "training_step", batch.value, 0)
     else:
         output = cast(Any, model).training_step(batch.value, 0)
     try:

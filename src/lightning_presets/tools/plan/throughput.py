@@ -25,7 +25,7 @@ measurement named there; the others are priors, stated, not fitted. ``compile=Tr
 two things: pointwise operators move only what a fused kernel moves (an input a pointwise operator wrote is
 read in registers: :attr:`OpCost.fused_bytes`) and launch once per matmul (Inductor fuses the rest into few
 kernels); FLOPs and communication are unchanged. That is a model of Inductor's fusion, judged (not fitted)
-against torchtitan's compiled rows in ``benchmarks/bench_throughput.py``.
+against torchtitan's compiled rows in the throughput benchmark.
 """
 
 from __future__ import annotations

@@ -32,8 +32,9 @@ from torch.utils._pytree import tree_map_only
 
 from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.guards.hooks import overrides
+from lightning_presets.registry import private
 from lightning_presets.strategies import fsdp2
-from lightning_presets.tools.plan import step, tracking, user_model
+from lightning_presets.tools.plan import depth, step, tracking, user_model
 from lightning_presets.tools.plan.attention import CudaAttention
 from lightning_presets.tools.plan.counting import OpCounter
 from lightning_presets.tools.plan.counts import StepCounts
@@ -82,6 +83,11 @@ class Traced:
     step: tuple[str, ...] = field(default=())
     """How the step was traced (the loss, the precision, the optimizer, the attention kernels, eager or compiled):
     the plan's evidence."""
+    segments: tuple[tuple[str, str, int, int, int], ...] = field(default=())
+    """(phase, where in the stack, peak, peak of everything, transient peak) per moment of a shortened model's
+    step (:mod:`lightning_presets.tools.plan.depth`); empty for a full trace."""
+    depth: str | None = None
+    """``3 and 4 of 80 blocks extrapolated`` when the figures are extrapolated from shortened traces."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +98,7 @@ class Traced:
                       "block_params": self.facts.block_params, "root_params": self.facts.root_params,
                       "blocks": list(self.facts.blocks)},
             "notes": list(self.notes), "step": list(self.step), "counts": self.counts.as_dict(),
+            "segments": [list(each) for each in self.segments], "depth": self.depth,
         }  # fmt: skip
 
     @classmethod
@@ -105,6 +112,7 @@ class Traced:
                              block_params=facts["block_params"], root_params=facts["root_params"],
                              blocks=tuple(facts["blocks"])),
             notes=tuple(data["notes"]), step=tuple(data["step"]), counts=StepCounts.from_dict(data["counts"]),
+            segments=tuple(tuple(each) for each in data.get("segments", ())), depth=data.get("depth"),
         )  # fmt: skip
 
 
@@ -187,7 +195,7 @@ def build(factory: Callable[[], Any], spec: str, dtype: torch.dtype | None = Non
 def configure(model: nn.Module, spec: str, mesh: Any) -> None:
     """``configure_model()`` as the strategy calls it (with ``mesh`` as the module's ``device_mesh``)."""
     if mesh is not None:
-        object.__setattr__(model, "_device_mesh", mesh)  # what ModelParallelStrategy gives a LightningModule
+        private.set_device_mesh(model, mesh)  # what ModelParallelStrategy gives a LightningModule
     if overrides(model, "configure_model"):
         with answering_scalars(), user_model.contained(f"{spec}: configure_model()"):
             cast(Any, model).configure_model()
@@ -262,6 +270,8 @@ def trace(
     kernels: str = "cuda",
     optimize: bool = True,
     gpus_per_node: int | None = None,
+    stack: depth.Stack | None = None,
+    blocks: int | None = None,
 ) -> Traced:
     """Build the model under fake tensors, wrap it as ``layout`` says, measure one training step.
 
@@ -269,7 +279,8 @@ def trace(
     plans attention and the optimizer's default implementation as on a CUDA GPU, ``cpu`` as on the CPU.
     ``optimize=False`` leaves the optimizer out (forward and backward only: for the layouts whose model
     states come from a formula, only the activations and temporaries are used). ``gpus_per_node``: where the node
-    boundary lies, for the collectives' counts (default: one node).
+    boundary lies, for the collectives' counts (default: one node). ``stack`` and ``blocks``: trace the model with
+    only the first ``blocks`` blocks of its repeated ``stack`` (``depth``), keeping the peak per moment of the step.
 
     Needs :func:`fake_world` around it. A :class:`user_model.ModelError` is the model's own problem (the
     same for every preset: it cannot be built, given a batch, or traced); a :class:`TraceError` is this
@@ -289,6 +300,10 @@ def trace(
                 torch.Tensor, lambda t: t.to(convert) if t.is_floating_point() else t, the_batch.value))  # fmt: skip
         described = [step.describe_step(model, the_batch), context_text]
         try:
+            kept = depth.truncate(model, stack, blocks) if stack is not None and blocks is not None else ()
+        except depth.NotExtrapolable as error:
+            raise TraceError(str(error)) from None
+        try:
             wrap_notes, through_root = _wrap(model, layout, mesh, spec)
         except TraceError:
             raise
@@ -300,7 +315,8 @@ def trace(
         try:
             measured, counts, attention = _measured_step(model, optimizers, the_batch, layout, context=context,
                                                  through_root=through_root, spec=spec, kernels=kernels,
-                                                 ops=OpCounter(fake, gpus_per_node or _world()))  # fmt: skip
+                                                 ops=OpCounter(fake, gpus_per_node or _world()),
+                                                 blocks=kept)  # fmt: skip
         except (TraceError, user_model.ModelError):
             raise
         except Exception as error:
@@ -377,7 +393,8 @@ def _measured_step(
     spec: str,
     kernels: str,
     ops: OpCounter,
-) -> tuple[dict[str, int], StepCounts, str | None]:
+    blocks: tuple[nn.Module, ...] = (),
+) -> tuple[dict[str, Any], StepCounts, str | None]:
     """Create the optimizer state with one step on zero gradients (they stay alive, as a real step's do), then
     measure one training step as Lightning runs it. Returns the figures, what the step computed and moved
     (:class:`OpCounter`, innermost: it sees the operators after the trackers), and what attention was planned as."""
@@ -396,7 +413,8 @@ def _measured_step(
     for optimizer, stepper in zip(optimizers, steppers, strict=True):
         for group, twin in zip(optimizer.param_groups, stepper.optimizer.param_groups, strict=True):
             group["foreach"] = twin.get("foreach")  # for the plan's description: what ran
-    tracker = tracking.tracker(model, [stepper.optimizer for stepper in steppers], layout.offload and layout.traceable)
+    tracker = tracking.tracker(model, [stepper.optimizer for stepper in steppers], layout.offload and layout.traceable,
+                               blocks)  # fmt: skip
     if hasattr(tracker, "track_inputs"):  # FSDPMemTracker labels the inputs; MemTracker counts them as they come
         tracker.track_inputs(batch.value)
     counter = tracking.SavedBytes()
@@ -412,10 +430,10 @@ def _measured_step(
             loss = step.loss(model, batch, through_root=through_root, spec=spec)
         for optimizer in optimizers:  # Lightning's zero_grad: after the step function, before backward
             optimizer.zero_grad(set_to_none=not keep_grads)
-        ops.phase = "backward"
+        ops.phase = tracker.lp_phase = "backward"
         torch.autograd.backward(loss)
         del loss
-        ops.phase = "optimizer"
+        ops.phase = tracker.lp_phase = "optimizer"
         for stepper in steppers:
             stepper.step()
         snapshot = tracker.get_tracker_snapshot()
@@ -427,5 +445,6 @@ def _measured_step(
         "peak": tracker.lp_peak,
         "peak_all": tracker.lp_peak_all,
         "transient_peak": tracker.lp_transient,
+        "segments": tuple((*key, *value) for key, value in tracker.lp_segments.items()),
     }
     return figures, ops.counts(), planned[0].describe() if planned else None

@@ -78,17 +78,60 @@ class _Peaks:
     the transient memory, over the whole step."""
 
     _curr_mem_snap: dict[Any, dict[Any, int]]
+    _mod_tracker: Any
     lp_host: tuple[str, ...] = ()
     lp_peak = lp_peak_all = lp_transient = 0
+    lp_blocks: tuple[nn.Module, ...] = ()
+    """The repeated blocks, in order: when set, the three peaks are also kept per moment of the step
+    (``lp_segments``), for :mod:`lightning_presets.tools.plan.depth`."""
+    lp_phase = "forward"
+    lp_segments: dict[tuple[str, str], list[int]]
+    lp_seen: dict[str, set[int]]
+    lp_last: dict[str, int]
+
+    def _lp_where(self) -> list[tuple[str, str]]:
+        """The kinds of the present moment: (phase, where in the stack). Inside a block: ``first``, ``second``,
+        ``penultimate``, ``last`` (by index; a block may be two of them) or ``middle``; outside every block:
+        ``pre`` or ``post`` (before or after every block ran in this phase), else ``after-`` the kind of the block
+        that ran last."""
+        blocks, parents, phase = self.lp_blocks, self._mod_tracker.parents, self.lp_phase
+        index = next((i for i, block in enumerate(blocks) if self._mod_tracker.get_known_fqn(block) in parents), None)
+        seen = self.lp_seen.setdefault(phase, set())
+        if index is not None:
+            seen.add(index)
+            self.lp_last[phase] = index
+            return [(phase, where) for where in block_kinds(index, len(blocks))]
+        if not seen:
+            return [(phase, "pre")]
+        if len(seen) == len(blocks):
+            return [(phase, "post")]
+        return [(phase, f"after-{where}") for where in block_kinds(self.lp_last[phase], len(blocks))]
 
     def _update_peak_stats(self, peak_state: Any) -> None:
         snapshot = self._curr_mem_snap
         total = _total(snapshot)
-        if total <= min(self.lp_peak, self.lp_peak_all, self.lp_transient):
+        segments = []
+        if self.lp_blocks:
+            segments = [self.lp_segments.setdefault(where, [0, 0, 0]) for where in self._lp_where()]
+            low = min(min(each) for each in segments)
+        else:
+            low = min(self.lp_peak, self.lp_peak_all, self.lp_transient)
+        if total <= low:
             return  # each peak is at most the total: none can grow
+        peak = total - category_sum(snapshot, self.lp_host)
+        transient = total - category_sum(snapshot, STATES)
         self.lp_peak_all = max(self.lp_peak_all, total)
-        self.lp_peak = max(self.lp_peak, total - category_sum(snapshot, self.lp_host))
-        self.lp_transient = max(self.lp_transient, total - category_sum(snapshot, STATES))
+        self.lp_peak = max(self.lp_peak, peak)
+        self.lp_transient = max(self.lp_transient, transient)
+        for segment in segments:
+            segment[:] = [max(segment[0], peak), max(segment[1], total), max(segment[2], transient)]
+
+
+def block_kinds(index: int, count: int) -> list[str]:
+    """Which of ``first``, ``second``, ``penultimate``, ``last`` block ``index`` of ``count`` is (else ``middle``)."""
+    kinds = [kind for kind, at in (("first", 0), ("second", 1), ("penultimate", count - 2), ("last", count - 1))
+             if index == at]  # fmt: skip
+    return kinds or ["middle"]
 
 
 class _NestedCalls:
@@ -111,7 +154,9 @@ class _NestedCalls:
         return pre_forward
 
 
-def tracker(model: nn.Module, optimizers: list[torch.optim.Optimizer], offloaded: bool) -> Any:
+def tracker(
+    model: nn.Module, optimizers: list[torch.optim.Optimizer], offloaded: bool, blocks: tuple[nn.Module, ...] = ()
+) -> Any:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
     from torch.distributed.fsdp import FSDPModule
@@ -126,4 +171,5 @@ def tracker(model: nn.Module, optimizers: list[torch.optim.Optimizer], offloaded
         tracker = type("Peaks", (_Peaks, MemTracker), {})()
         tracker.track_external(model, *optimizers)
     tracker.lp_host = HOST_RESIDENT if offloaded else ()
+    tracker.lp_blocks, tracker.lp_segments, tracker.lp_seen, tracker.lp_last = blocks, {}, {}, {}
     return tracker

@@ -231,6 +231,7 @@ class _Tracer:
         self.done = self.total = self.traced = 0
         self.failures: list[str] = []
         self.facts: Any = None
+        self._stack: Any = None
 
     def key(self, preset: Any, layout: Any, batch: int | None) -> tuple[Any, ...]:
         """What makes two traces differ: presets with equal keys share one trace."""
@@ -249,16 +250,56 @@ class _Tracer:
             what = f"tracing {preset.name}" + (f" at batch {batch}" if batch else "")
             self.progress(what, self.done, max(self.total, self.done + 1))
             try:
-                self.cache[key] = trace.trace(self.factory, self.spec, layout, precision=self.request.precision,
-                                              optimizer=self.request.optimizer, mesh_sizes=mesh,
-                                              batch_size=batch, batch=self.request.batch,
-                                              kernels=self.request.kernels, optimize=layout.traceable,
-                                              gpus_per_node=self.request.gpus_per_node)  # fmt: skip
+                self.cache[key] = self._traced(layout, mesh, batch)
             except trace.TraceError as error:
                 self.cache[key] = error
             self.done += 1
             self.progress(what, self.done, max(self.total, self.done))
         return self.cache[key]
+
+    def _run(self, layout: Any, mesh: Any, batch: int | None, blocks: int | None = None) -> Any:
+        from lightning_presets.tools.plan import trace
+
+        return trace.trace(self.factory, self.spec, layout, precision=self.request.precision,
+                           optimizer=self.request.optimizer, mesh_sizes=mesh, batch_size=batch,
+                           batch=self.request.batch, kernels=self.request.kernels, optimize=layout.traceable,
+                           gpus_per_node=self.request.gpus_per_node, stack=self.stack() if blocks else None,
+                           blocks=blocks)  # fmt: skip
+
+    def _traced(self, layout: Any, mesh: Any, batch: int | None) -> Any:
+        """The step traced with 3 and 4 of the model's blocks and extrapolated (:mod:`.depth`) where its structure
+        allows it, else (or when the shortened model does not trace, or does not add up) in full."""
+        from dataclasses import replace
+
+        from lightning_presets.tools.plan import depth, trace, user_model
+
+        stack = self.stack()
+        why = stack if isinstance(stack, str) else None
+        if isinstance(stack, depth.Stack) and stack.count >= depth.EXTRAPOLATE_FROM:
+            try:
+                small, large = (self._run(layout, mesh, batch, blocks) for blocks in depth.TRACED_BLOCKS)
+                return depth.extrapolate(small, large, stack, self.numel())
+            except trace.NotApplicable:
+                raise
+            except (trace.TraceError, user_model.ModelError, depth.NotExtrapolable) as error:
+                why = f"extrapolating from {depth.TRACED_BLOCKS[0]} and {depth.TRACED_BLOCKS[1]} blocks failed: {error}"
+        full = self._run(layout, mesh, batch)
+        if why and self.facts.block_params and full.facts.numel >= depth.EXTRAPOLATE_FROM * self.facts.block_params:
+            return replace(full, notes=(*full.notes, f"every block traced (not extrapolated: {why})"))
+        return full
+
+    def stack(self) -> Any:
+        """The model's repeated stack (:class:`.depth.Stack`), or why it has none to extrapolate over."""
+        if self._stack is None:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            from lightning_presets.tools.plan import depth, step, trace
+            from lightning_presets.tools.simulation.tracing import as_on_a_real_run
+
+            with as_on_a_real_run(), FakeTensorMode(allow_non_fake_inputs=True), step.eager():
+                model, _ = trace.build(self.factory, self.spec)
+                self._stack = depth.repeated_stack(model)
+        return self._stack
 
     def estimate(self, preset: Any, layout: Any, reasons: list[str], install: str | None) -> Estimate:
         from lightning_presets.tools.plan import trace

@@ -9,19 +9,16 @@ from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
-_INTERACTIVE_FLAGS = ("lightning.pytorch.trainer.connectors.accelerator_connector", "lightning.fabric.connector")
+from lightning_presets.registry import private
 
 
 @contextlib.contextmanager
 def interactive_session() -> Iterator[None]:
     """Lightning believes it runs in a notebook or IPython (its launchers then refuse to re-run a script)."""
     with contextlib.ExitStack() as stack:
-        for module in _INTERACTIVE_FLAGS:
-            stack.enter_context(mock.patch(f"{module}._IS_INTERACTIVE", True))
+        for flag in private.INTERACTIVE_FLAGS:
+            stack.enter_context(mock.patch(flag, True))
         yield
-
-
-_CALLBACK_LOADERS = ("lightning.pytorch.trainer.connectors.callback_connector", "lightning.fabric.fabric")
 
 
 def _callbacks_loader(original: Any) -> Any:
@@ -48,10 +45,10 @@ def _callbacks_loader(original: Any) -> Any:
 def entry_points_scanned_once() -> Iterator[None]:
     """Lightning's external-callback loaders scan the installed distributions once while this lasts."""
     with contextlib.ExitStack() as stack:
-        for module_name in _CALLBACK_LOADERS:
+        for module_name, loader in private.EXTERNAL_CALLBACK_LOADERS:
             module = importlib.import_module(module_name)
-            original = module._load_external_callbacks
-            stack.enter_context(mock.patch.object(module, "_load_external_callbacks", new=_callbacks_loader(original)))
+            original = getattr(module, loader)
+            stack.enter_context(mock.patch.object(module, loader, new=_callbacks_loader(original)))
         yield
 
 
@@ -77,7 +74,7 @@ def _model_configured(strategy: Any, model: Any) -> Iterator[None]:
     from lightning.pytorch import LightningModule
     from lightning.pytorch.utilities.model_helpers import is_overridden
 
-    data, tensor = getattr(strategy, "_data_parallel_size", None), getattr(strategy, "_tensor_parallel_size", None)
+    data, tensor = private.parallel_sizes_of(strategy)
     configures = isinstance(model, LightningModule) and is_overridden("configure_model", model)
     if data is None or tensor is None or not configures:
         yield
@@ -94,7 +91,7 @@ def _model_configured(strategy: Any, model: Any) -> Iterator[None]:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=data * tensor)
     try:
         names = ("data_parallel", "tensor_parallel")
-        model._device_mesh = init_device_mesh("cpu", (data, tensor), mesh_dim_names=names)
+        private.set_device_mesh(model, init_device_mesh("cpu", (data, tensor), mesh_dim_names=names))
         model.configure_model()
         yield
     finally:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
+from lightning_presets.registry import private
+
 XLA_DEVICES = 8
 _XLA_MODULES = (
     "torch_xla", "torch_xla.core", "torch_xla.core.xla_model", "torch_xla.distributed", "torch_xla.distributed.fsdp",
@@ -27,7 +29,6 @@ _LIGHTNING_XLA = (
     "lightning.fabric.plugins.precision.xla", "lightning.fabric.strategies.launchers.xla",
     "lightning.fabric.strategies.xla_fsdp",
 )  # fmt: skip
-_XLA_FLAGS = ("_XLA_AVAILABLE", "_XLA_GREATER_EQUAL_2_1", "_XLA_GREATER_EQUAL_2_5")
 _MPS_MODULES = ("lightning.fabric.accelerators.mps", "lightning.pytorch.accelerators.mps")
 
 
@@ -69,7 +70,7 @@ def _torch_xla() -> Iterator[None]:
         stack.enter_context(replaced_modules(dict.fromkeys(_XLA_MODULES, torch_xla)))
         for name in _LIGHTNING_XLA:
             module = importlib.import_module(name)
-            for flag in _XLA_FLAGS:
+            for flag in private.XLA_FLAGS:
                 if hasattr(module, flag):
                     stack.enter_context(mock.patch.object(module, flag, True))
         accelerator: Any = importlib.import_module("lightning.fabric.accelerators.xla").XLAAccelerator
@@ -99,7 +100,7 @@ def _transformer_engine() -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         stack.enter_context(replaced_modules(modules))
         module = importlib.import_module("lightning.fabric.plugins.precision.transformer_engine")
-        stack.enter_context(mock.patch.object(module, "_TRANSFORMER_ENGINE_AVAILABLE", True))
+        stack.enter_context(mock.patch.object(module, private.TRANSFORMER_ENGINE_FLAG, True))
         yield
 
 
