@@ -101,6 +101,8 @@ PROOFS: dict[str, str] = {
     "LP721": "tests/evidence/test_fails_registry.py::test_lp016_lp721_without_an_importable_lightning_there_is_no_trainer",
     "LP724": "tests/evidence/test_fails_registry.py::test_lp724_a_preset_missing_from_the_registry_is_an_unknown_name",
     "LP728": "tests/evidence/test_fails_launchers.py::test_lp728_a_batch_job_started_without_srun_hangs",
+    "LP732": "tests/evidence/test_fails_check.py::test_lp732_a_parameter_without_a_gradient_fails_ddp_in_the_second_step",
+    "LP733": "tests/evidence/test_fails_check.py::test_lp733_fit_refuses_clipping_by_the_trainer_under_manual_optimization",
     "LP801": "tests/evidence/test_fails_resume.py::test_lp801_sharded_folder_into_ddp_fails_in_torch_load",
     "LP804": "tests/evidence/test_fails_resume.py::test_lp804_weights_only_checkpoint_fails_in_lightning",
     "LP805": "tests/evidence/test_fails_resume.py::test_lp805_fsdp_layout_fails_in_fsdp2",

@@ -120,6 +120,8 @@ LIGHTNING: tuple[Private, ...] = (
     *(Private(f"{_PL}.trainer.call", name, "read", _RUNTIME[1:]) for name in _HOOK_CALLERS),
     Private(f"{_PL}.trainer.connectors.logger_connector.result", "_ResultMetric", "read", _RUNTIME[1:]),
     Private(f"{_PL}.trainer.trainer:Trainer", "_run", "read", _RUNTIME[:1]),
+    Private(f"{_PL}.trainer.configuration_validator", "_verify_loop_configurations", "call",
+            ("tools.check.fit_start",)),
     Private(_CONNECTOR, "_register_external_accelerators_and_strategies", "probe", ("registry.compat",)),
     *(Private(f"{_FABRIC}.accelerators.xla", flag, "patch", ("tools.simulation.stand_ins",)) for flag in _XLA_FLAGS),
     Private(f"{_FABRIC}.plugins.precision.transformer_engine", "_TRANSFORMER_ENGINE_AVAILABLE", "patch",
@@ -263,6 +265,14 @@ def current_fx_name_of(module: Any) -> str:
 def set_device_mesh(module: Any, mesh: Any) -> None:
     """What ``ModelParallelStrategy`` gives a LightningModule as its ``device_mesh`` (``_device_mesh``)."""
     object.__setattr__(module, "_device_mesh", mesh)
+
+
+def verify_loop_configurations(trainer: Any) -> None:
+    """Lightning's ``_verify_loop_configurations``: what ``fit`` checks of the model before it runs anything (raises
+    Lightning's own ``MisconfigurationException``)."""
+    from lightning.pytorch.trainer.configuration_validator import _verify_loop_configurations
+
+    _verify_loop_configurations(trainer)
 
 
 def has_launcher_hook(owner: object) -> bool:

@@ -52,7 +52,9 @@ def _importable_from_here() -> Iterator[None]:
         sys.path[:] = saved
 
 
-def model_stage_findings(strategy: Any, spec: str, optimizer: str = "adamw") -> Decided:
+def model_stage_findings(
+    strategy: Any, spec: str, optimizer: str = "adamw", call: str = "", built: Any = None
+) -> Decided:
     """Build ``spec`` (``MODULE:FACTORY``) under fake tensors and run the preset's model-stage rules on it, the setup
     rules when nothing is left for ``configure_model`` to build, and the optimizer rules on what
     ``configure_optimizers`` returns (``optimizer`` when the model has none). ``ModelError`` (from the plan's loader)
@@ -60,6 +62,8 @@ def model_stage_findings(strategy: Any, spec: str, optimizer: str = "adamw") -> 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from lightning_presets.guards.hooks import overrides  # imports torch: only for --model
+    from lightning_presets.tools.check.fit_start import fit_start_findings
+    from lightning_presets.tools.check.unused import unused_parameter_findings
     from lightning_presets.tools.plan import user_model
 
     preset = getattr(strategy, "_lp_preset", None)
@@ -91,6 +95,12 @@ def model_stage_findings(strategy: Any, spec: str, optimizer: str = "adamw") -> 
             else:
                 findings += run_rules(rules, "optimizers", context, model, tuple(optimizers))
                 decided |= _codes(rules, "optimizers")
+        if not overrides(model, "configure_model"):  # the step needs the whole model
+            found, more = unused_parameter_findings(context, model, spec, call or f"strategy={preset.name!r}")
+            findings += found
+            notes += more
+        if not any(each.severity == "error" for each in findings):  # fit would not start with those
+            findings += fit_start_findings(built, model, spec, call or f"strategy={preset.name!r}")
     return Decided(findings=findings, decided=frozenset(decided), notes=notes)
 
 
@@ -129,7 +139,7 @@ def model_findings(request: CheckRequest, outcome: _construct.Outcome) -> Decide
     from lightning_presets.tools.plan.user_model import ModelError
 
     try:
-        return model_stage_findings(outcome.strategy, request.model)
+        return model_stage_findings(outcome.strategy, request.model, call=request.call(), built=outcome.built)
     except ModelError as error:
         text = str(error) if str(error).startswith("--model") else f"--model {request.model}: {error}"
         raise UsageError(text) from None

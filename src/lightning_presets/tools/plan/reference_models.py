@@ -130,6 +130,62 @@ def decoder_tiny() -> DecoderModule:
     return DecoderModule(vocab=64, dim=32, heads=4, layers=2, sequence=16, batch=4)
 
 
+class UnusedHeadModule(LightningModule):  # type: ignore[misc]  # Lightning is not followed by mypy (pyproject)
+    """A tiny classifier whose ``training_step`` never runs its auxiliary head (``aux``): LP732's example."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(32, 32)
+        self.head = nn.Linear(32, 2)
+        self.aux = nn.Linear(32, 2)
+        self.example_input_array = torch.zeros(4, 32)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        output: torch.Tensor = self.head(torch.relu(self.body(features)))
+        return output
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        loss: torch.Tensor = self(batch).pow(2).mean()
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+class ManualModule(LightningModule):  # type: ignore[misc]  # Lightning is not followed by mypy (pyproject)
+    """A tiny model under manual optimization that clips its own gradients in ``training_step``: LP733's example."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.layer = nn.Linear(32, 2)
+        self.example_input_array = torch.zeros(4, 32)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        output: torch.Tensor = self.layer(features)
+        return output
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        optimizer = self.optimizers()
+        optimizer.zero_grad()
+        self.manual_backward(self(batch).pow(2).mean())
+        self.clip_gradients(optimizer, gradient_clip_val=1.0, gradient_clip_algorithm="norm")
+        optimizer.step()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+def manual_tiny() -> ManualModule:
+    """66 parameters under manual optimization, clipped by the model itself."""
+    return ManualModule()
+
+
+def unused_head_tiny() -> UnusedHeadModule:
+    """1.2k parameters: a body, a head and an auxiliary head the loss never reaches (66 of them unused)."""
+    return UnusedHeadModule()
+
+
 # --------------------------------------------------------------------------------------------- Llama-shaped
 
 
