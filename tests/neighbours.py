@@ -824,6 +824,7 @@ _add(
     n(_t(_ds("{" + _Z2 + "}"), "cuda", ", gradient_clip_val=0.3"), "the Trainer's threshold, the config has none"),
     n(_t(_ds('{"gradient_clipping": 1.0, ' + _Z2 + "}")), "the config's threshold, the Trainer sets none"),
     n(_t(_ds('{"gradient_clipping": 1.0, ' + _Z2 + "}"), "cuda", ", gradient_clip_val=1"), "the same threshold twice"),
+    n(_t(_ds('{"gradient_clipping": 1.0, ' + _Z2 + "}"), "cuda", ", gradient_clip_val=0.0"), "the Trainer clips none"),
     n(
         _fabric_ds.format(_ds('{"gradient_clipping": 1.0, ' + _Z2 + "}", target=', target="fabric"'), 8),
         "Fabric: the config's threshold is the only one",

@@ -165,6 +165,33 @@ if __name__ == "__main__":
 """
 
 _UNUSED_MODEL = "lightning_presets.tools.plan.reference_models:unused_head_tiny"
+_GAN = """
+import torch
+from torch import nn
+from lightning.pytorch import LightningModule
+
+
+class Gan(LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.generator = nn.Linear(8, 32)
+        self.discriminator = nn.Linear(32, 1)  # not in forward: its own optimizer steps it in training_step
+        self.example_input_array = torch.zeros(4, 8)
+
+    def forward(self, noise):
+        return self.generator(noise)
+
+    def training_step(self, batch, index):
+        generator, discriminator = self.optimizers()
+        loss = self.discriminator(self(batch)).mean()
+        self.manual_backward(loss)
+        generator.step()
+        discriminator.step()
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.generator.parameters()), torch.optim.SGD(self.discriminator.parameters())]
+"""
 
 
 def _unused_job(tmp_path: Path, preset: str, overrides: str, *flags: str) -> Any:
@@ -176,17 +203,19 @@ def _unused_job(tmp_path: Path, preset: str, overrides: str, *flags: str) -> Any
     return run_job(script, preset, overrides, *flags, path=(here,), cwd=tmp_path, timeout=300)
 
 
-def _check_codes(preset: str, **overrides: Any) -> list[str]:
+def _check_codes(preset: str, model: str = "", **overrides: Any) -> list[str]:
     from lightning_presets.tools.check import CheckRequest, run_check
 
     request = CheckRequest(arguments={"strategy": preset, "accelerator": "cpu", "devices": 2},
-                           overrides=overrides, model=_UNUSED_MODEL)  # fmt: skip
+                           overrides=overrides, model=model or _UNUSED_MODEL)  # fmt: skip
     return list(run_check(request).codes)
 
 
 @pytest.mark.distributed
 @pytest.mark.proves("LP732")
-def test_lp732_a_parameter_without_a_gradient_fails_ddp_in_the_second_step(proof: Proof, tmp_path: Path) -> None:
+def test_lp732_a_parameter_without_a_gradient_fails_ddp_in_the_second_step(
+    proof: Proof, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """2 gloo processes: DDP without find_unused_parameters or a static graph, and a head the loss never reaches,
     fails on every rank; `check --model` says so before launch. Its neighbours train and pass the check: the static
     graph, find_unused_parameters=True, and the unused head frozen."""
@@ -203,6 +232,10 @@ def test_lp732_a_parameter_without_a_gradient_fails_ddp_in_the_second_step(proof
         assert done.stdout.count("TRAINED") == 2, done.describe()
     assert "LP732" not in _check_codes("ddp_static_graph")
     assert "LP732" not in _check_codes("ddp_static_graph", static_graph=False, find_unused_parameters=True)
+    # manual optimization: the forward alone is not the step (a GAN's discriminator is not in its forward)
+    (tmp_path / "gan_model.py").write_text(_GAN)
+    monkeypatch.chdir(tmp_path)  # `check --model` imports from the current directory, as `python -m` would
+    assert "LP732" not in _check_codes("ddp_static_graph", static_graph=False, model="gan_model:Gan")
 
 
 _MANUAL_MODEL = "lightning_presets.tools.plan.reference_models:manual_tiny"

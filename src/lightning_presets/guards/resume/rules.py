@@ -363,7 +363,7 @@ def saved_by_the_trainer(ctx: Context, resume: Resume) -> Problem | None:
         where = {
             "file": "its keys",
             "distributed": "its meta.pt (Lightning's state beside the shards)",
-            "deepspeed": "its client state (the Trainer's keys DeepSpeed keeps in mp_rank_00_model_states.pt)",
+            "deepspeed": "its client state (the Trainer's keys DeepSpeed keeps in the tag folder's *_model_states.pt)",
         }.get(facts.format, "its keys")
         listed = ", ".join(map(repr, missing))
         state = f"{where} lack {listed}, so Lightning fails on every rank (KeyError {_VERSION!r} first)"

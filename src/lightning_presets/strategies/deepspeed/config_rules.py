@@ -258,8 +258,8 @@ def _number(value: object) -> TypeGuard[float]:
 def one_clipping_threshold(ctx: Context) -> Problem | None:
     configured = config_view(ctx).gradient_clipping
     requested = ctx.arguments.get("gradient_clip_val")
-    if ctx.kind != "trainer" or not _number(configured) or not _number(requested):
-        return None  # a Trainer that leaves clipping to the config, or "auto" (LP408)
+    if ctx.kind != "trainer" or not _number(configured) or not _number(requested) or requested <= 0:
+        return None  # a Trainer that leaves clipping to the config (None or 0: it clips nothing), or "auto" (LP408)
     if float(configured) == float(requested):
         return None
     return Problem(

@@ -46,6 +46,8 @@ def fit_start_findings(trainer: Any, model: Any, spec: str, call: str) -> list[F
             trainer.strategy.connect(model)  # what fit does first: the strategy holds the model the validator reads
         except PresetConfigError:  # the model-stage guards refused it: already among the findings
             return []
+        except Exception:  # a strategy that cannot hold the fake-built model here: fit's own validation decides
+            return []
         trainer.state.fn = TrainerFn.FITTING
         try:
             private.verify_loop_configurations(trainer)

@@ -50,6 +50,9 @@ def unused_parameter_findings(context: Any, model: nn.Module, spec: str, call: s
     trained = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
     if not trained:
         return [], []
+    if not step.lightning_step(model):  # manual optimization (a GAN's two steps): only the user's step says what runs
+        return [], [f"--model {spec}: {step.why_not_lightning_step(model)}, so no step was run to find parameters "
+                    "without a gradient; DDP decides it in its second step"]  # fmt: skip
     try:
         batch = user_model.batch(model, spec)
         with user_model.contained(f"{spec}: one training step"):
