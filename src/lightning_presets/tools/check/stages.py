@@ -71,6 +71,7 @@ def model_stage_findings(
     if preset is None or context is None:
         return Decided()
     rules: tuple[Rule, ...] = preset.rules
+    call = call or f"strategy={preset.name!r}"  # the user's call, as the check's findings repeat it
     with _importable_from_here():
         factory = user_model.load_factory(spec)
     notes: list[str] = []
@@ -96,11 +97,11 @@ def model_stage_findings(
                 findings += run_rules(rules, "optimizers", context, model, tuple(optimizers))
                 decided |= _codes(rules, "optimizers")
         if not overrides(model, "configure_model"):  # the step needs the whole model
-            found, more = unused_parameter_findings(context, model, spec, call or f"strategy={preset.name!r}")
+            found, more = unused_parameter_findings(context, model, spec, call)
             findings += found
             notes += more
         if not any(each.severity == "error" for each in findings):  # fit would not start with those
-            findings += fit_start_findings(built, model, spec, call or f"strategy={preset.name!r}")
+            findings += fit_start_findings(built, model, spec, call)
     return Decided(findings=findings, decided=frozenset(decided), notes=notes)
 
 
