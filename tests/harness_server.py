@@ -8,6 +8,8 @@ by ``--reply-fd`` (its result). Standard output and error are the server's own l
 A rank is forked into a session of its own, so that killing it kills whatever it started (Lightning's launcher, a
 DataLoader worker). The server waits for the ranks with the job's timeout; once one rank has raised, the others get
 ``grace`` seconds to finish (they usually wait in a collective that will never complete) and are then killed.
+A rank still running at the timeout (with no failed peer) first writes every thread's Python stack to its log
+(``faulthandler`` on ``SIGUSR1``), so that a hang says where it hung.
 
 The server never runs a job itself and starts no thread, so that every fork starts from the same clean state.
 """
@@ -15,6 +17,7 @@ The server never runs a job itself and starts no thread, so that every fork star
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import importlib
 import json
 import os
@@ -45,6 +48,8 @@ PRELOAD = (
 """Imported once, before the first fork (a module that fails to import is skipped: the job imports it itself)."""
 
 POLL_SECONDS = 0.02
+STACKS_SECONDS = 0.5
+"""How long a hung rank is given to write its stacks before it is killed."""
 
 
 def preload() -> list[str]:
@@ -92,6 +97,7 @@ def _child(job: dict[str, Any], rank: int, reply_fd: int) -> None:
         log = os.open(os.path.join(folder, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)  # a hang's stacks (run_job)
         os.environ.clear()
         os.environ.update(_rank_environment(job, rank))
         os.chdir(job["cwd"])
@@ -196,7 +202,13 @@ def run_job(job: dict[str, Any], reply_fd: int) -> dict[str, Any]:
             raised_at = now
             deadline = min(deadline, now + float(job["grace"]))
         if now >= deadline:
-            for pid, rank in pids.items():
+            running = {pid: rank for pid, rank in pids.items() if rank not in statuses}
+            if raised_at is None:  # hung, not waiting for a failed peer: where each rank is goes to its log
+                for pid in running:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGUSR1)
+                time.sleep(STACKS_SECONDS)
+            for pid, rank in running.items():
                 if rank not in statuses:
                     _kill(pid)
                     killed.add(rank)

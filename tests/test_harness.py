@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -56,6 +57,10 @@ def test_a_job_that_hangs_is_killed_at_its_timeout_and_the_next_job_runs() -> No
     assert job.outcome == "hung", job.describe()
     assert [rank.status for rank in job.ranks] == ["hung", "hung"]
     assert all(rank.signal == signal.SIGKILL for rank in job.ranks)
+    # before the kill, each rank wrote where it hung: rank 1 in its sleep, rank 0 in the collective
+    assert re.search(r'harness_jobs\.py", line \d+ in hang_on_rank1', job.ranks[1].output), job.describe()
+    assert "time.sleep" not in job.ranks[0].output
+    assert re.search(r"line \d+ in all_reduce", job.ranks[0].output), job.describe()
     assert run_job("harness_jobs:all_reduce", path=JOBS, timeout=60).outcome == "trained"
 
 

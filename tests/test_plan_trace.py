@@ -78,12 +78,6 @@ def test_planned_peak_and_categories_match_a_real_fit_at_the_allocator(
 ) -> None:
     real = _fit(SAMPLE[0], preset)
     estimate = sample_plan[preset]
-    if abs(estimate.rank_peak - real["peak"]) > TOLERANCE * real["peak"]:
-        # The real peak is an upper bound: a copy gloo's worker thread frees unseen by the profiler counts as live
-        # until the collective that made it ends, and with DDP that end can fall after the next step began (one
-        # gradient bucket more, 12.7 MB here, in about one run in four). A second run tightens the bound.
-        again = _fit(SAMPLE[0], preset)
-        real = min(real, again, key=lambda run: run["peak"])
     assert estimate.evidence == "traced"
     planned = {"parameters": estimate.parameters, "gradients": estimate.gradients, "optimizer": estimate.optimizer,
                "activations": estimate.activations, "peak": estimate.rank_peak}  # fmt: skip
