@@ -562,3 +562,15 @@ def test_lp407_sees_accumulate_grad_batches_from_a_config_file(
 def test_accumulate_grad_batches_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     code, _ = check(capsys, "--accumulate-grad-batches 0")
     assert code == 2
+
+
+@pytest.mark.parametrize(("written", "shown"), [(-1, "devices=-1"), ("auto", "devices='auto'"), (None, "devices=0")])
+def test_launch_findings_repeat_devices_as_the_user_wrote_it(written: Any, shown: str) -> None:
+    """A SLURM job without GPUs: the launch rules count 0 devices per node, but the call they repeat is the user's."""
+    arguments: dict[str, Any] = {"strategy": "ddp_static_graph", "accelerator": "cuda"}
+    if written is not None:
+        arguments["devices"] = written
+    report = run_check(CheckRequest(arguments=arguments, gpus=0, cluster="slurm"))
+    messages = {finding.code: finding.message for finding in report.findings}
+    assert messages["LP705"].startswith(f"`Trainer({shown})`"), messages
+    assert messages["LP707"].startswith(f"`Trainer({shown}, num_nodes=1)`"), messages

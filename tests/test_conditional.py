@@ -175,7 +175,10 @@ def test_check_without_a_model_names_the_risk_and_with_one_decides_it(
 ) -> None:
     code, report = _check(capsys, [])
     assert code == 0
-    assert [(f["code"], f["severity"]) for f in report["findings"]] == [("LP118", "warning")]
+    # LP118 from the construction (the preset's condition), LP733 from check (a model that optimizes manually)
+    assert [(f["code"], f["severity"], f["source"]) for f in report["findings"]] == [
+        ("LP118", "warning", "guard"), ("LP733", "warning", "model")
+    ]  # fmt: skip
     code, report = _check(capsys, ["--model", f"{models}:Plain"])
     assert code == 1
     assert ("LP118", "error") in [(f["code"], f["severity"]) for f in report["findings"]]
@@ -192,3 +195,72 @@ def test_check_model_says_which_setup_rules_wait_for_configure_model(
     notes = " ".join(report["request"].get("notes", []) or report.get("notes", []))
     assert "configure_model" in notes
     assert "LP107" in notes
+
+
+def _model_conditions(capsys: pytest.CaptureFixture[str], line: str) -> tuple[int, list[tuple[str, str]], list[Any]]:
+    try:
+        code = main(["check", *line.split(), "--accelerator", "cuda", "--gpus", "8", "--devices", "8", "--json"])
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    report = json.loads(capsys.readouterr().out)
+    findings = report["findings"]
+    return code, [(f["code"], f["severity"]) for f in findings if f["source"] == "model"], findings
+
+
+FORCED = '{"zero_optimization":{"stage":2,"offload_optimizer":{"device":"cpu"}},"zero_force_ds_cpu_optimizer":true}'
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("--strategy ddp_bf16_compress", ["LP732"]),  # DDP waits for a gradient of every trained parameter
+        ("--strategy ddp_bf16_compress --set find_unused_parameters=True", []),
+        ("--strategy ddp_static_graph", []),  # the static graph records the unused ones in its first step
+        ("--strategy deepspeed_zero2_offload", ["LP422", "LP416"]),  # one optimizer; a torch one is slow
+        (f"--strategy deepspeed_zero2_offload --set config={FORCED}", ["LP422", "LP417"]),  # DeepSpeed refuses it
+        ("--strategy deepspeed_zero2_offload --set offload_optimizer=False", ["LP422"]),
+        ("--strategy tp2d_hybrid", ["LP208"]),  # a Trainer needs configure_model
+        ("--strategy ddp_bf16_compress --mode fabric", ["LP732"]),  # Fabric's DDP waits for every gradient too
+        ("--strategy fsdp2 --accumulate-grad-batches 4", ["LP733"]),  # refused under manual optimization
+        ("--strategy fsdp2 --accumulate-grad-batches 1", []),
+        ("--strategy fsdp2", []),
+    ],
+)
+def test_check_without_a_model_names_each_condition_of_the_model(
+    capsys: pytest.CaptureFixture[str], line: str, expected: list[str]
+) -> None:
+    code, conditions, findings = _model_conditions(capsys, line)
+    assert code == 0, findings
+    assert conditions == [(each, "warning") for each in expected], findings
+    for finding in findings:
+        if finding["source"] == "model":
+            assert ", unless " in finding["message"], finding
+            assert "--model MODULE:FACTORY" in finding["hint"], finding
+
+
+def test_the_models_conditions_are_decided_by_check_model_and_never_repeated_at_construction(
+    capsys: pytest.CaptureFixture[str], models: str
+) -> None:
+    from lightning.pytorch import Trainer
+
+    code, conditions, findings = _model_conditions(capsys, f"--strategy ddp_bf16_compress --model {models}:Plain")
+    assert (code, conditions) == (0, []), findings  # Plain uses every parameter: decided, nothing to say
+    assert "LP732" not in [f["code"] for f in findings]
+    for strategy in ("ddp_bf16_compress", "deepspeed_zero2_offload", "tp2d_hybrid"):
+        with simulated_cuda(8), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            Trainer(strategy=strategy, accelerator="cuda", devices=8, accumulate_grad_batches=4, logger=False,
+                    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+        said = [w.message.finding.code for w in caught if isinstance(w.message, PresetWarning)]
+        assert not {"LP208", "LP416", "LP417", "LP422", "LP732", "LP733"} & set(said), (strategy, said)
+
+
+def test_strict_lets_the_models_conditions_pass_but_not_other_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    code, conditions, _ = _model_conditions(capsys, "--strategy ddp_bf16_compress --strict")
+    assert conditions == [("LP732", "warning")]
+    assert code == 0  # only the model's condition: --model decides it, --strict does not refuse the job for it
+    code, conditions, findings = _model_conditions(
+        capsys, "--strategy fsdp_offload_ckpt --gradient-clip-val 1 --strict"
+    )
+    assert ("LP118", "warning") in [(f["code"], f["severity"]) for f in findings]  # the preset's own condition
+    assert code == 1  # a guard's warning, conditional or not, still rejects under --strict

@@ -6,8 +6,8 @@ LP040 NVIDIA/nccl#286, LP041 pytorch/ci-infra#490, LP042 NVIDIA/Megatron-LM#661,
 LP044 NVIDIA/Megatron-LM#1207, LP045 vllm-project/vllm#5094, LP048 pytorch/pytorch#39832,
 LP049 meta-pytorch/torchtune#392, LP051 Lightning-AI/pytorch-lightning#20690, LP052 tatsu-lab/stanford_alpaca#67,
 LP053 Lightning-AI/pytorch-lightning#16828, LP054 Lightning-AI/pytorch-lightning#7088, LP055 pytorch/pytorch#57473,
-LP056 huggingface/peft#484, LP057 deepspeedai/DeepSpeed#6914, LP058 pytorch/torchtitan#875,
-LP059 meta-pytorch/torchtune#2071, LP060 lzhxmu/CPPO#6, LP061 deepspeedai/DeepSpeed#5570,
+LP056 huggingface/peft#484, LP067 pytorch/pytorch#104690, LP057 deepspeedai/DeepSpeed#6914,
+LP058 pytorch/torchtitan#875, LP059 meta-pytorch/torchtune#2071, LP060 lzhxmu/CPPO#6, LP061 deepspeedai/DeepSpeed#5570,
 LP062 rusty1s/pytorch_scatter#133, LP063 deepspeedai/DeepSpeed#2772, LP064 Lightning-AI/pytorch-lightning#19252,
 LP065 PrateekMunjal/TorchAL#4. LP046, LP047, LP050 and LP089 come from CPU reproductions (below and
 tests/test_explain_run.py).
@@ -16,6 +16,7 @@ tests/test_explain_run.py).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,6 +38,16 @@ OTHER_THREADS = [
     # NVIDIA/nccl#1589
     ("misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory segment /dev/shm/nccl-glnlGK (size "
      "14156128), error: No such file or directory (2)", "nccl_shm"),
+    # NVIDIA/nccl#525: NCCL 2.9's shm.h names the segment without /dev/shm/ (and prints " : ")
+    ("[3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n[3] NCCL INFO "
+     "include/shm.h:41 -> 2\n[3] include/shm.h:48 NCCL WARN Error while creating shared memory segment "
+     "nccl-shm-recv-1462445a6f01cbfc-1-2-3 (size 9637888)", "nccl_shm"),
+    # NVIDIA/nccl#290
+    ("gpu2-ru7:2143:2561 [1] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n"
+     "gpu2-ru7:2143:2561 [1] NCCL INFO include/shm.h:41 -> 2", "nccl_shm"),
+    # NVIDIA/nccl#111: NCCL 2.0 prints its warnings without the `NCCL ` prefix
+    ("*server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused\nNCCL failure "
+     "*MyProgram*.cu:110 'unhandled system error'", "nccl_network"),
     # verl-project/verl#161
     ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, invalid "
      "usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.20.5\nncclInvalidUsage: This usually reflects "
@@ -78,6 +89,17 @@ OTHER_THREADS = [
     # HamPerdredes/SOOD#33
     ("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. This error "
      "indicates that your module has parameters that were not used in producing loss.", "ddp_reducer"),
+    # p0p4k/pflowtts_pytorch#8: Lightning's own wording of the same reducer error
+    ("RuntimeError: It looks like your LightningModule has parameters that were not used in producing the loss "
+     "returned by training_step. If this is intentional, you must enable the detection of unused parameters in DDP, "
+     "either by setting the string value `strategy='ddp_find_unused_parameters_true'`", "ddp_reducer"),
+    # Lightning-AI/pytorch-lightning#20685 (the title, as the reader pastes it)
+    ("RuntimeError: It looks like your LightningModule has parameters that were not used in producing the loss "
+     "returned by training_step.", "ddp_reducer"),
+    # ByteDance-Seed/Bagel#85: torch 2.x's wording
+    ("ValueError: Must flatten tensors with uniform `requires_grad` when `use_orig_params=False`", "fsdp_first_step"),
+    # huggingface/peft#1702: the title, where GitHub dropped the backticks
+    ("ValueError: Must flatten tensors with uniform requires_grad when use_orig_params=False", "fsdp_first_step"),
     # axolotl-ai-cloud/axolotl#493
     ("ValueError: `FlatParameter` requires uniform dtype but got torch.bfloat16 and torch.float32", "fsdp_first_step"),
     # bigcode-project/starcoder#77: rich wrapped the message at the terminal's width
@@ -175,6 +197,47 @@ def test_plain_logs_match_nothing() -> None:
     assert categories("rank 0 finished; exitcode: 0; signal 15 handled") == []
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # the words of old NCCL's socket warnings, from other programs: LP066 needs NCCL's `[dev] include/socket.h:N`
+        "2024-05-02 10:11:12 WARN Connection closed by remote peer 10.0.0.5:22",
+        "In file included from /usr/include/socket.h:12: warning: WARN Call to connect failed",
+        # posix_fallocate and shared memory outside NCCL: LP041 needs NCCL's warning or an `nccl-` segment
+        "fallocate: posix_fallocate failed: No space left on device",
+        "ERROR: Error while creating shared memory segment /dev/shm/torch_1234 (size 4096)",
+        # an env_error raised by other code, with a variable the rendezvous does not read
+        'raise _env_error("HOME")',
+        # frozen parameters mentioned in a normal log, not FSDP's refusal
+        "trainable params: 4,194,304 || all params: 6,742,609,920 || trainable%: 0.0622 (uniform requires_grad off)",
+    ],
+)
+def test_the_widened_patterns_leave_unrelated_logs_alone(text: str) -> None:
+    assert categories(text) == [], text
+
+
+def test_lp041_names_the_error_of_nccls_fallocate_warning() -> None:
+    text = next(text for text, _ in OTHER_THREADS if "nccl-shm-recv-1462445a6f01cbfc" in text)  # NVIDIA/nccl#525
+    found = matches(text, SIGNATURES)
+    assert [m.signature.code for m in found] == ["LP041", "LP041"]
+    assert "(No space left on device)" in found[0].cause
+
+
+def test_lp048_an_old_torch_traceback_cut_before_its_message() -> None:
+    """torch 1.x's rendezvous.py names the variable in its source line (``raise _env_error("WORLD_SIZE")``), which
+    the traceback shows as its last line when the reader pastes it without the message (no public thread but the
+    held-out case shows one, and this torch prints ``raise _env_error(env_var)``: the frame is the one torch 1.x
+    prints, with another variable)."""
+    text = (
+        '  File "/opt/conda/lib/python3.7/site-packages/torch/distributed/rendezvous.py", line 172, in '
+        "_env_rendezvous_handler\n"
+        '    raise _env_error("WORLD_SIZE")'
+    )
+    found = matches(text, SIGNATURES)
+    assert [m.signature.code for m in found] == ["LP048"]
+    assert "but WORLD_SIZE is not set" in found[0].cause
+
+
 # --- CPU reproductions: the failure is produced here and its real text matched -----------------------------------
 
 
@@ -194,6 +257,44 @@ def test_lp048_the_env_rendezvous_without_its_variables(monkeypatch: pytest.Monk
         monkeypatch.delenv(name, raising=False)
     text = _raised(lambda: dist.init_process_group("gloo", init_method="env://", rank=0, world_size=1))
     assert categories(text) == ["rendezvous_env"], text
+    assert not dist.is_initialized()
+
+
+def test_lp048_this_torchs_whole_traceback_names_the_variable_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The traceback of this torch: its frame (``raise _env_error(env_var)``) is not matched, so the message line
+    alone names the variable."""
+    import traceback
+
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match="MASTER_ADDR") as raised:
+        dist.init_process_group("gloo", init_method="env://", rank=0, world_size=1)
+    text = "".join(traceback.format_exception(raised.value))
+    assert "raise _env_error(" in text, text
+    found = matches(text, SIGNATURES)
+    assert [m.signature.code for m in found] == ["LP048"], text
+    assert "but MASTER_ADDR is not set" in found[0].cause
+
+
+@pytest.mark.filterwarnings("ignore:FSDP is switching to use `NO_SHARD`:UserWarning")  # one rank: nothing to shard
+def test_lp067_fsdp_refuses_frozen_and_trainable_parameters_in_one_unit(tmp_path: Path) -> None:
+    """FSDP1 on CPU (gloo, one rank): frozen and trainable parameters in one unit with use_orig_params=False raise
+    the error LP067 names; the fix (use_orig_params=True) wraps the same model."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    def model() -> torch.nn.Module:
+        layers = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+        layers[0].requires_grad_(False)
+        return layers
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        cpu = torch.device("cpu")
+        text = _raised(lambda: FullyShardedDataParallel(model(), use_orig_params=False, device_id=cpu))
+        assert [m.signature.code for m in matches(text, SIGNATURES)] == ["LP067"], text
+        FullyShardedDataParallel(model(), use_orig_params=True, device_id=cpu)
+    finally:
+        dist.destroy_process_group()
     assert not dist.is_initialized()
 
 

@@ -13,7 +13,7 @@ import torch
 from harness import SCRIPTS_PATH, run_job
 from lightning_presets import PresetWarning
 from lightning_presets.guards.runtime import distributed, handshake_supported
-from lightning_presets.guards.runtime.handshake import compare, handshake
+from lightning_presets.guards.runtime.handshake import _digest, compare, handshake
 from lightning_presets.guards.runtime.hangs import describe
 from lightning_presets.guards.runtime.ranks import on_nodes, spans
 from lightning_presets.registry import variables
@@ -45,12 +45,12 @@ def test_an_agreeing_fabric_job_trains_without_an_alarm() -> None:
 
 
 NEEDS_HANDSHAKE = pytest.mark.skipif(
-    not handshake_supported(), reason=f"the handshake is skipped below torch 2.13 (this is {torch.__version__})"
+    not handshake_supported(), reason=f"the handshake is skipped below torch 2.7 (this is {torch.__version__})"
 )
 
 
-def test_the_handshake_runs_from_torch_2_13_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    for version, supported in (("2.7.0+cu126", False), ("2.12.1", False), ("2.13.0+cpu", True), ("2.15.0", True)):
+def test_the_handshake_runs_from_torch_2_7_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    for version, supported in (("2.6.0+cu124", False), ("2.7.0+cu126", True), ("2.13.0+cpu", True), ("2.15.0", True)):
         monkeypatch.setattr(torch, "__version__", version)
         assert handshake_supported() is supported, version
 
@@ -166,6 +166,21 @@ def test_agreeing_fingerprints_and_a_variable_set_on_one_rank_only() -> None:
     one = [same[0], _print(1, "a", precision=("error", "32-true"), **{"$NCCL_PROTO": ("error", "LL")})]
     [finding] = compare(one)
     assert "$NCCL_PROTO: '(not set)' on rank 0 on node a but 'LL' on rank 1 on node a" in finding.message
+
+
+def test_a_function_argument_is_compared_by_its_name_not_its_address() -> None:
+    """``parallelize_fn=`` in a job that Lightning's launcher started: each process holds the function at its own
+    address, and a legal job must not be refused for that."""
+
+    def make() -> Any:
+        def parallelize(model: Any, mesh: Any) -> Any:
+            return model
+
+        return parallelize
+
+    here, there = make(), make()
+    assert repr(here) != repr(there)  # two objects, at two addresses, as in two processes
+    assert _digest({"parallelize_fn": here}) == _digest({"parallelize_fn": there})
 
 
 def test_our_own_failure_in_the_handshake_is_a_warning_never_an_error() -> None:

@@ -123,7 +123,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "plan --model`) and compare it with --gpu-memory (LP730, LP731)")  # fmt: skip
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the report as JSON (schema in docs/check-schema.json)")
-    out.add_argument("--strict", action="store_true", help="warnings reject the configuration too")
+    out.add_argument(
+        "--strict",
+        action="store_true",
+        help="warnings reject the configuration too (not the model's conditions, which --model decides)",
+    )
 
 
 def request_from(args: argparse.Namespace) -> _check.CheckRequest:

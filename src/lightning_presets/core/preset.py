@@ -20,6 +20,12 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 KINDS: tuple[Kind, ...] = ("trainer", "fabric")
 
 
+def every_kind(class_name: str) -> dict[str, str]:
+    """A preset's Lightning class for every kind (``{"trainer": name, "fabric": name}``): its ``strategy`` or
+    ``plugin`` when the Trainer and Fabric take the same class."""
+    return dict.fromkeys(KINDS, class_name)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PresetType:
     """What differs between strategy and precision presets, as data the registry reads."""
@@ -41,24 +47,11 @@ class PresetType:
     """Whether a composed class takes its mixin's name (a new plugin) or Lightning's class name (hooks)."""
 
 
-STRATEGY = PresetType(
-    noun="strategy",
-    label="preset",
-    group="lightning_presets.strategies",
-    module="strategies",
-    base="Strategy",
-    constructor_keys=True,
-    named_after_mixin=False,
-)
-PRECISION = PresetType(
-    noun="precision",
-    label="precision preset",
-    group="lightning_presets.precision",
-    module="plugins.precision",
-    base="Precision",
-    constructor_keys=False,
-    named_after_mixin=True,
-)
+STRATEGY = PresetType(noun="strategy", label="preset", group="lightning_presets.strategies", module="strategies",
+                      base="Strategy", constructor_keys=True, named_after_mixin=False)  # fmt: skip
+PRECISION = PresetType(noun="precision", label="precision preset", group="lightning_presets.precision",
+                       module="plugins.precision", base="Precision", constructor_keys=False,
+                       named_after_mixin=True)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -59,6 +59,11 @@ class Rule(Code):
     rank"``)."""
     shows: tuple[str, ...] = ()
     """The user's arguments the conditional warning repeats (``("gradient_clip_val",)``)."""
+    construction: bool = True
+    """Whether ``Trainer(...)``/``Fabric(...)`` reports the conditional warning. ``False`` for a condition on every
+    model of the preset's jobs (DeepSpeed's one optimizer): a warning each construction repeated would say what the
+    preset's description says; ``lightning-presets check`` without ``--model`` still names it, since silence there
+    reads as valid."""
 
     def __call__(self, *args: Any) -> Finding | None:
         problem = self.check(*args)
@@ -90,6 +95,7 @@ def rule(
     when: Callable[[Any], bool] | None = None,
     consequence: str = "",
     shows: tuple[str, ...] = (),
+    construction: bool = True,
 ) -> Callable[[Callable[..., Problem | None]], Rule]:
     """Turn a function returning :class:`Problem` or ``None`` into a :class:`Rule`; a rule of a model stage that
     declares ``unless`` (and ``consequence``, and ``when`` to say when it matters) reports a conditional warning until
@@ -105,7 +111,7 @@ def rule(
         return Rule(
             code=code, severity=severity, stage=stage, title=title, check=check, fails=fails, fixed=fixed,
             evidence=evidence, setting=setting, fixed_setting=fixed_setting, unless=unless, when=when,
-            consequence=consequence, shows=shows,
+            consequence=consequence, shows=shows, construction=construction,
         )  # fmt: skip
 
     return wrap
@@ -141,15 +147,30 @@ _DECIDED_AT = {
 }
 
 
-def conditional_findings(rules: Iterable[Rule], context: Any) -> list[Finding]:
+def condition(code: str, call: str, consequence: str, unless: str, decided: str) -> Finding:
+    """The conditional warning of a check that needs the model: what happens, unless what the model must do, and when
+    it is decided."""
+    return Finding(
+        code=code,
+        severity="warning",
+        conditional=True,
+        message=f"{call}: {consequence}, unless {unless}; decided {decided}",
+        hint=f"make sure {unless}, or decide it now: `lightning-presets check ... --model MODULE:FACTORY`",
+    )
+
+
+def conditional_findings(rules: Iterable[Rule], context: Any, *, construction: bool = True) -> list[Finding]:
     """What the model-stage rules with a condition (:attr:`Rule.unless`) can say before the model exists: one warning
     per rule whose :attr:`Rule.when` holds for ``context``, with the rule's own code, naming what the model must do.
     The rule itself decides when its stage comes (and ``lightning-presets check --model`` decides it before launch).
+    ``construction``: the rules whose :attr:`Rule.construction` is that (``False``: the conditions only ``check`` says).
     Skipped rules say nothing; a ``when`` that raises is that rule's LP012."""
     skipped = skipped_rules()
     findings = []
     for each in rules:
         if not each.unless or each.stage not in MODEL_STAGES or "ALL" in skipped or each.code.upper() in skipped:
+            continue
+        if each.construction != construction:
             continue
         try:
             relevant = each.when is None or bool(each.when(context))
@@ -162,15 +183,7 @@ def conditional_findings(rules: Iterable[Rule], context: Any) -> list[Finding]:
             continue
         preset = getattr(context, "preset", "?")
         call = context.call(*each.shows) if hasattr(context, "call") else f"strategy={preset!r}"
-        findings.append(
-            Finding(
-                code=each.code,
-                severity="warning",
-                conditional=True,
-                message=f"{call}: {each.consequence}, unless {each.unless}; decided {_DECIDED_AT[each.stage]}",
-                hint=f"make sure {each.unless}, or decide it now: `lightning-presets check ... --model MODULE:FACTORY`",
-            )
-        )
+        findings.append(condition(each.code, call, each.consequence, each.unless, _DECIDED_AT[each.stage]))
     return findings
 
 

@@ -1,4 +1,5 @@
-"""Rule builders for the concerns many presets share: an accelerator they need, a single device, no repeated block.
+"""Rule builders for the concerns many presets share: an accelerator they need, a single device, no repeated block, an
+option that takes one of a few values.
 
 Each returns an ordinary :class:`~lightning_presets.core.rules.Rule`; the preset supplies its own code, wording
 and examples. Messages are ``str.format`` templates over :func:`fields`.
@@ -11,7 +12,7 @@ from typing import Any
 
 from torch import nn
 
-from lightning_presets.core.context import Context
+from lightning_presets.core.context import Context, Options, PrecisionContext
 from lightning_presets.core.findings import Severity
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.guards.blocks import describe_children, find_repeated_blocks
@@ -67,17 +68,9 @@ def needs_cuda(code: str, title: str, *, why: str, hint: str, fails: str, fixed:
 
 
 def one_device(
-    code: str,
-    title: str,
-    *,
-    why: str,
-    hint: str,
-    fails: str,
-    fixed: str,
-    severity: Severity = "warning",
-    per_node: bool = False,
-    **declared: Any,
-) -> Rule:
+    code: str, title: str, *, why: str, hint: str, fails: str, fixed: str, severity: Severity = "warning",
+    per_node: bool = False, **declared: Any,
+) -> Rule:  # fmt: skip
     """Fires when the whole job has one process (``per_node``: when each node has one): a warning where it only wastes
     effort, an error where it fails."""
 
@@ -102,8 +95,7 @@ def repeated_block(
     *,
     consequence: str,
     hint: str,
-    fails: str,
-    fixed: str,
+    setup: str,
     unless_given: tuple[str, ...] = (),
     unless_model: Callable[[nn.Module], bool] | None = None,
     **declared: Any,
@@ -113,6 +105,8 @@ def repeated_block(
     It stays silent when every option in ``unless_given`` was set (the user named the blocks), or when
     ``unless_model(model)`` says the preset leaves this model alone (it shards itself). ``consequence``
     may contain ``{checkpointing}``: " and nothing is checkpointed" for presets that checkpoint activations.
+    ``setup`` is the examples' call that sets the model up: after a model without repeated blocks (:data:`NO_BLOCKS`)
+    it fails, after one with them (:data:`BLOCKS`) it is fixed.
     """
 
     def check(ctx: Context, model: nn.Module) -> Problem | None:
@@ -127,4 +121,33 @@ def repeated_block(
             hint.format(**fields(ctx)),
         )
 
-    return rule(code, "warning", "setup", title, fails=fails, fixed=fixed, **declared)(check)
+    return rule(code, "warning", "setup", title, fails=NO_BLOCKS + setup, fixed=BLOCKS + setup, **declared)(check)
+
+
+def one_of(
+    code: str,
+    title: str,
+    *,
+    key: str,
+    default: Any,
+    choices: tuple[str, ...],
+    what: str,
+    consequence: str = "",
+    accepts: Callable[[Any], bool] | None = None,
+    hint: str = "",
+    **declared: Any,
+) -> Rule:
+    """An ``options`` error unless the option ``key`` (``default`` when not given) is one of ``choices`` (or, given
+    ``accepts``, is a value it accepts): the message says ``key=value is not {what}``, then ``consequence``; the hint
+    lists the choices unless ``hint`` says otherwise."""
+
+    def check(options: Options | PrecisionContext) -> Problem | None:
+        value = options.values.get(key, default)
+        if accepts(value) if accepts is not None else value in choices:
+            return None
+        return Problem(
+            f"{options.call(key)}: {key}={value!r} is not {what}{consequence}",
+            hint or f"use one of {', '.join(map(repr, choices))}",
+        )
+
+    return rule(code, "error", "options", title, **declared)(check)

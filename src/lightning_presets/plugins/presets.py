@@ -11,9 +11,10 @@ from torch import nn
 
 from lightning_presets.core.context import PrecisionContext
 from lightning_presets.core.namespaces import Kind
-from lightning_presets.core.preset import PrecisionPreset, Requirement
+from lightning_presets.core.preset import PrecisionPreset, Requirement, every_kind
 from lightning_presets.core.rules import Problem, rule
 from lightning_presets.core.versions import tested
+from lightning_presets.guards.builders import one_of
 from lightning_presets.guards.precision_rules import HARDWARE_RULES, V100, emulates_bf16
 from lightning_presets.plugins.fsdp_reduce import BF16FP32ReducePrecision
 from lightning_presets.plugins.torchao_float8 import (
@@ -72,17 +73,13 @@ def nf4_dtype_supported(ctx: PrecisionContext) -> Problem | None:
     )
 
 
-@rule(
-    "LP612", "error", "options", "an unknown torchao float8 recipe",
+float8_recipe_known = one_of(
+    "LP612", "an unknown torchao float8 recipe", key="recipe", default="tensorwise", choices=RECIPES,
+    what="a torchao float8 recipe", hint=f"use one of {RECIPES}",
     fails='lightning_presets.precision("fp8-torchao", recipe="rowwize")',
     fixed='lightning_presets.precision("fp8-torchao", recipe="rowwise")',
     evidence="runtime: torchao asserts the recipe name",
 )  # fmt: skip
-def float8_recipe_known(ctx: PrecisionContext) -> Problem | None:
-    recipe = ctx.values.get("recipe", "tensorwise")
-    if recipe in RECIPES:
-        return None
-    return Problem(f"{ctx.call('recipe')}: recipe={recipe!r} is not a torchao float8 recipe", f"use one of {RECIPES}")
 
 
 @rule(
@@ -150,7 +147,7 @@ FP8_TE = PrecisionPreset(
     name="fp8-te",
     description="FP8 training with NVIDIA Transformer Engine (Linear and LayerNorm replaced by TE layers, "
     "bf16 weights, delayed scaling). Needs a GPU of compute capability 8.9+ (H100, L4, RTX 4090).",
-    plugin={"trainer": "TransformerEnginePrecision", "fabric": "TransformerEnginePrecision"},
+    plugin=every_kind("TransformerEnginePrecision"),
     init_params={"weights_dtype": "bfloat16", "recipe": None, "replace_layers": None, "fallback_compute_dtype": None},
     prepare=_te_prepare,
     rules=(*HARDWARE_RULES, dtype_names_known),
@@ -178,7 +175,7 @@ FP8_TORCHAO = PrecisionPreset(
     description="FP8 training with torchao: nn.Linear layers converted to float8 (tensorwise scaling by default) "
     "in convert_module, the rest under bf16 autocast. On CUDA it needs compute capability 8.9+ (on CPU it runs "
     "emulated).",
-    plugin={"trainer": "MixedPrecision", "fabric": "MixedPrecision"},
+    plugin=every_kind("MixedPrecision"),
     mixin=TorchaoFloat8Precision,
     init_params={"recipe": "tensorwise", "ignore_modules": ()},
     prepare=_torchao_prepare,
@@ -206,7 +203,7 @@ NF4_BNB = PrecisionPreset(
     name="nf4-bnb",
     description="bitsandbytes NF4 4-bit weights with double quantization (QLoRA-style), bf16 compute by default. "
     "CUDA only.",
-    plugin={"trainer": "BitsandbytesPrecision", "fabric": "BitsandbytesPrecision"},
+    plugin=every_kind("BitsandbytesPrecision"),
     init_params={"dtype": "bfloat16", "ignore_modules": None},
     prepare=_bnb_prepare,
     rules=(*HARDWARE_RULES, dtype_names_known, nf4_dtype_supported),
@@ -228,7 +225,7 @@ BF16_FP32_REDUCE = PrecisionPreset(
     name="bf16-fp32-reduce",
     description="FSDP mixed precision: parameters gathered and computed in bf16, gradients reduced and buffers "
     "kept in fp32. Numerically safer than bf16-mixed for large-scale FSDP runs. FSDP strategies only.",
-    plugin={"trainer": "FSDPPrecision", "fabric": "FSDPPrecision"},
+    plugin=every_kind("FSDPPrecision"),
     mixin=BF16FP32ReducePrecision,
     prepare=_fsdp_prepare,
     rules=HARDWARE_RULES,  # bf16 on a GPU older than Ampere is emulated, not refused: LP615 warns at construction

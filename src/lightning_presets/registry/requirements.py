@@ -54,65 +54,44 @@ def _release(version: Version) -> tuple[int, int]:
     return (version.major, version.minor)
 
 
+def _dependency(name: str, broken: Code, pair: Code, *pairs: KnownBadPair) -> Dependency:
+    """A dependency imported and published under one name."""
+    return Dependency(module=name, distribution=name, broken=broken, pair=pair, pairs=pairs)
+
+
+def _precision_dependency(name: str, *pairs: KnownBadPair) -> Dependency:
+    """A precision plugin's dependency: its findings are the precision presets' LP601 and LP602."""
+    return _dependency(name, codes.PRECISION_DEPENDENCY_BROKEN, codes.PRECISION_DEPENDENCY_VERSION, *pairs)
+
+
 DEPENDENCIES: dict[str, Dependency] = {
-    "deepspeed": Dependency(
-        module="deepspeed",
-        distribution="deepspeed",
-        broken=codes.DEEPSPEED_BROKEN,
-        pair=codes.DEEPSPEED_TORCH_PAIR,
-        pairs=(
-            # Lightning 2.6 raises ImportError for this pair in DeepSpeedStrategy.__init__: torch 2.6 made
-            # torch.load default to weights_only=True, which DeepSpeed checkpoints support from 0.16.0 on.
-            KnownBadPair(
-                applies=lambda torch, dep: _release(torch) >= (2, 6) and dep < Version("0.16.0"),
-                reason="torch 2.6 made `torch.load` default to weights_only=True, which DeepSpeed's checkpoint "
-                "loading supports only from 0.16.0 on (Lightning refuses this pair too)",
-                fix="pip install -U 'deepspeed>=0.16'",
-            ),
-        ),
-    ),
-    "torch_xla": Dependency(
-        module="torch_xla",
-        distribution="torch_xla",
-        broken=codes.TORCH_XLA_BROKEN,
-        pair=codes.TORCH_XLA_TORCH_PAIR,
-        pairs=(
-            # torch_xla wheels are built against one torch release and pin it (torch_xla 2.5 needs torch 2.5).
-            KnownBadPair(
-                applies=lambda torch, dep: _release(torch) != _release(dep),
-                reason="each torch_xla release is built against the torch release of the same major.minor "
-                "version, and its C extension fails against any other",
-                fix="install the matching pair, e.g. pip install 'torch~=2.X.0' 'torch_xla[tpu]~=2.X.0'",
-            ),
-        ),
-    ),
-    "transformer_engine": Dependency(
-        module="transformer_engine",
-        distribution="transformer_engine",
-        broken=codes.PRECISION_DEPENDENCY_BROKEN,
-        pair=codes.PRECISION_DEPENDENCY_VERSION,
-        pairs=(
-            # Lightning's TransformerEnginePrecision requires transformer_engine>=0.11.0.
-            KnownBadPair(
-                applies=lambda torch, dep: dep < Version("0.11.0"),
-                reason="Lightning's TransformerEnginePrecision needs transformer_engine>=0.11.0",
-                fix="pip install -U 'transformer_engine[pytorch]>=0.11'",
-            ),
-        ),
-    ),
-    "torchao": Dependency(
-        module="torchao",
-        distribution="torchao",
-        broken=codes.PRECISION_DEPENDENCY_BROKEN,
-        pair=codes.PRECISION_DEPENDENCY_VERSION,
-    ),
-    "bitsandbytes": Dependency(
-        module="bitsandbytes",
-        distribution="bitsandbytes",
-        broken=codes.PRECISION_DEPENDENCY_BROKEN,
-        pair=codes.PRECISION_DEPENDENCY_VERSION,
-    ),
-}
+    each.module: each
+    for each in (
+        # Lightning 2.6 raises ImportError for this pair in DeepSpeedStrategy.__init__: torch 2.6 made
+        # torch.load default to weights_only=True, which DeepSpeed checkpoints support from 0.16.0 on.
+        _dependency("deepspeed", codes.DEEPSPEED_BROKEN, codes.DEEPSPEED_TORCH_PAIR, KnownBadPair(
+            applies=lambda torch, dep: _release(torch) >= (2, 6) and dep < Version("0.16.0"),
+            reason="torch 2.6 made `torch.load` default to weights_only=True, which DeepSpeed's checkpoint "
+            "loading supports only from 0.16.0 on (Lightning refuses this pair too)",
+            fix="pip install -U 'deepspeed>=0.16'",
+        )),
+        # torch_xla wheels are built against one torch release and pin it (torch_xla 2.5 needs torch 2.5).
+        _dependency("torch_xla", codes.TORCH_XLA_BROKEN, codes.TORCH_XLA_TORCH_PAIR, KnownBadPair(
+            applies=lambda torch, dep: _release(torch) != _release(dep),
+            reason="each torch_xla release is built against the torch release of the same major.minor "
+            "version, and its C extension fails against any other",
+            fix="install the matching pair, e.g. pip install 'torch~=2.X.0' 'torch_xla[tpu]~=2.X.0'",
+        )),
+        # Lightning's TransformerEnginePrecision requires transformer_engine>=0.11.0.
+        _precision_dependency("transformer_engine", KnownBadPair(
+            applies=lambda torch, dep: dep < Version("0.11.0"),
+            reason="Lightning's TransformerEnginePrecision needs transformer_engine>=0.11.0",
+            fix="pip install -U 'transformer_engine[pytorch]>=0.11'",
+        )),
+        _precision_dependency("torchao"),
+        _precision_dependency("bitsandbytes"),
+    )
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,18 +18,20 @@ from lightning_presets.core.environment import (
 )
 from lightning_presets.core.findings import Finding
 
-UNKNOWN_VALUE = Code(
-    code="LP017", severity="warning", stage="doctor", title="a package variable set to a value it does not take",
-    fails="LIGHTNING_PRESETS_SKIP=LP3O5 lightning-presets doctor   # not a code: LP305 still runs",
-    fixed="LIGHTNING_PRESETS_SKIP=LP305 lightning-presets doctor",
-)  # fmt: skip
+
+def _reported(code: str, title: str, fails: str, fixed: str) -> Code:
+    """A warning about the package's own variables, reported by ``doctor`` (and ``check``): stage ``doctor``."""
+    return Code(code=code, severity="warning", stage="doctor", title=title, fails=fails, fixed=fixed)
+
+
+UNKNOWN_VALUE = _reported("LP017", "a package variable set to a value it does not take",
+    "LIGHTNING_PRESETS_SKIP=LP3O5 lightning-presets doctor   # not a code: LP305 still runs",
+    "LIGHTNING_PRESETS_SKIP=LP305 lightning-presets doctor")  # fmt: skip
 """Reported by ``doctor`` and ``check``, and warned once when the presets are registered."""
 
-RULES_SKIPPED = Code(
-    code="LP018", severity="warning", stage="doctor", title="rules switched off by LIGHTNING_PRESETS_SKIP",
-    fails="LIGHTNING_PRESETS_SKIP=all lightning-presets doctor   # check would show no finding of any rule",
-    fixed="lightning-presets doctor   # LIGHTNING_PRESETS_SKIP unset",
-)  # fmt: skip
+RULES_SKIPPED = _reported("LP018", "rules switched off by LIGHTNING_PRESETS_SKIP",
+    "LIGHTNING_PRESETS_SKIP=all lightning-presets doctor   # check would show no finding of any rule",
+    "lightning-presets doctor   # LIGHTNING_PRESETS_SKIP unset")  # fmt: skip
 """Reported by ``doctor`` and ``check`` (never at construction, where the skipped rules are meant to be quiet)."""
 
 

@@ -12,7 +12,7 @@ from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.findings import report
 from lightning_presets.core.namespaces import Kind
-from lightning_presets.core.preset import Preset
+from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule, run_rules
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import one_device
@@ -313,7 +313,7 @@ DDP_STATIC_GRAPH = Preset(
     description="DDP with static_graph=True and gradient_as_bucket_view=True: the graph is traced once, buckets "
     "are reused as gradients. For models that use the same parameters every step.",
     family="ddp",
-    strategy={"trainer": "DDPStrategy", "fabric": "DDPStrategy"},
+    strategy=every_kind("DDPStrategy"),
     init_params={"static_graph": True, "gradient_as_bucket_view": True},
     rules=STATIC_GRAPH_RULES,
     mixins={"trainer": StaticGraphTrainerHooks, "fabric": StaticGraphFabricHooks},
@@ -325,7 +325,7 @@ DDP_BF16_COMPRESS = Preset(
     description="DDP whose gradients travel as bf16 (torch's bf16_compress_hook), halving all-reduce traffic. "
     "CUDA and NCCL only; for bandwidth-bound multi-node data parallelism.",
     family="ddp",
-    strategy={"trainer": "DDPStrategy", "fabric": "DDPStrategy"},
+    strategy=every_kind("DDPStrategy"),
     init_params={"ddp_comm_hook": bf16_compress_hook},
     rules=BF16_COMPRESS_RULES,
     mixins={"fabric": CommHookFabricHooks},

@@ -8,11 +8,11 @@ from torch import nn
 
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import AUTO, mesh_shape
-from lightning_presets.core.preset import Preset
+from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.blocks import find_repeated_blocks
-from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, needs_cuda, one_device, repeated_block
+from lightning_presets.guards.builders import needs_cuda, one_device, one_of, repeated_block
 from lightning_presets.guards.hooks import overrides
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
@@ -34,37 +34,22 @@ fsdp_needs_cuda = needs_cuda(
 )  # fmt: skip
 
 
-@rule(
-    "LP104", "error", "options", "unknown sharding_strategy",
+sharding_strategy_known = one_of(
+    "LP104", "unknown sharding_strategy", key="sharding_strategy", default="FULL_SHARD", choices=SHARDING_STRATEGIES,
+    what="an FSDP sharding strategy",
+    accepts=lambda value: not isinstance(value, str) or value.upper() in SHARDING_STRATEGIES,
     fails='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARDED")',
     fixed='lightning_presets.strategy("fsdp_offload_ckpt", sharding_strategy="FULL_SHARD")',
     evidence="runtime: KeyError from ShardingStrategy[...]",
 )  # fmt: skip
-def sharding_strategy_known(options: Options) -> Problem | None:
-    value = options.values.get("sharding_strategy", "FULL_SHARD")
-    if not isinstance(value, str) or value.upper() in SHARDING_STRATEGIES:
-        return None
-    return Problem(
-        f"{options.call('sharding_strategy')}: sharding_strategy={value!r} is not an FSDP sharding strategy",
-        f"use one of {', '.join(map(repr, SHARDING_STRATEGIES))}",
-    )
 
-
-@rule(
-    "LP105", "error", "options", "unknown state_dict_type",
+state_dict_type_known = one_of(
+    "LP105", "unknown state_dict_type", key="state_dict_type", default="full", choices=STATE_DICT_TYPES,
+    what="a checkpoint format", consequence="; Lightning would only fail when the first checkpoint is saved",
     fails='lightning_presets.strategy("fsdp_offload_ckpt", state_dict_type="sharding")',
     fixed='lightning_presets.strategy("fsdp_offload_ckpt", state_dict_type="sharded")',
     evidence="runtime: Lightning raises ValueError 'Unknown state_dict_type'",
 )  # fmt: skip
-def state_dict_type_known(options: Options) -> Problem | None:
-    value = options.values.get("state_dict_type", "full")
-    if value in STATE_DICT_TYPES:
-        return None
-    return Problem(
-        f"{options.call('state_dict_type')}: state_dict_type={value!r} is not a checkpoint format; "
-        "Lightning would only fail when the first checkpoint is saved",
-        f"use one of {', '.join(map(repr, STATE_DICT_TYPES))}",
-    )
 
 
 HYBRID_SHARDINGS = ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
@@ -113,8 +98,7 @@ repeated_block_found = repeated_block(
     hint="pass the block class: lightning_presets.strategy({preset!r}, auto_wrap_policy={{MyBlock}}, "
     "activation_checkpointing_policy={{MyBlock}}), or hold the blocks in an nn.ModuleList",
     unless_given=("auto_wrap_policy", "activation_checkpointing_policy"),
-    fails=NO_BLOCKS + 'Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
-    fixed=BLOCKS + 'Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
+    setup='Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
 )  # fmt: skip
 
 
@@ -222,17 +206,20 @@ class FSDPFabricHooks(FSDPHooks):
         return cast(nn.Module, super().setup_module(module))
 
 
+FSDP_DEFAULTS: dict[str, Any] = {"state_dict_type": "sharded", "auto_wrap_policy": None}
+"""What every FSDP preset passes: sharded checkpoints, and the wrap policy (found from the model's repeated blocks when
+``None``)."""
+
 FSDP_OFFLOAD_CKPT = Preset(
     name="fsdp_offload_ckpt",
     description="FSDP full shard with parameters and gradients offloaded to CPU, auto-wrap and activation "
     "checkpointing on the model's repeated blocks. For models that do not fit in GPU memory even sharded.",
     family="fsdp",
-    strategy={"trainer": "FSDPStrategy", "fabric": "FSDPStrategy"},
+    strategy=every_kind("FSDPStrategy"),
     init_params={
         "sharding_strategy": "FULL_SHARD",
         "cpu_offload": True,
-        "state_dict_type": "sharded",
-        "auto_wrap_policy": None,
+        **FSDP_DEFAULTS,
         "activation_checkpointing_policy": None,
     },
     rules=RULES,

@@ -18,11 +18,11 @@ from torch import nn
 
 from lightning_presets.core.context import Context
 from lightning_presets.core.mesh import DATA_PARALLEL_WORLD
-from lightning_presets.core.preset import Preset
+from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.blocks import find_repeated_blocks
-from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, one_device, repeated_block
+from lightning_presets.guards.builders import one_device, repeated_block
 from lightning_presets.guards.hooks import overrides
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
@@ -108,8 +108,7 @@ fsdp2_found_blocks = repeated_block(
     hint="hold the repeated layers in an nn.ModuleList, or shard the model yourself in configure_model() "
     "(Trainer) / a parallelize_fn (Fabric)",
     unless_model=lambda model: is_parallelized(model),
-    fails=NO_BLOCKS + 'Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(model)',
-    fixed=BLOCKS + 'Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(model)',
+    setup='Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(model)',
 )  # fmt: skip
 
 
@@ -334,7 +333,7 @@ FSDP2 = Preset(
     description="FSDP2 (fully_shard) over every device through ModelParallelStrategy, with no change to the "
     "model: the repeated blocks and the root are sharded when the model does not shard itself.",
     family="model_parallel",
-    strategy={"trainer": "ModelParallelStrategy", "fabric": "ModelParallelStrategy"},
+    strategy=every_kind("ModelParallelStrategy"),
     init_params={"data_parallel_size": "auto", "tensor_parallel_size": 1},
     rules=RULES,
     mixins={"trainer": FSDP2TrainerHooks, "fabric": FSDP2FabricHooks},

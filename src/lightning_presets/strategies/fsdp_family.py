@@ -11,12 +11,13 @@ from typing import Any, cast
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import AUTO, HYBRID_SHARD
 from lightning_presets.core.namespaces import Kind
-from lightning_presets.core.preset import Preset
+from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
-from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, repeated_block
+from lightning_presets.guards.builders import repeated_block
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.strategies.fsdp import (
+    FSDP_DEFAULTS,
     HYBRID_SHARDINGS,
     SHARDING_STRATEGIES,
     FSDPFabricHooks,
@@ -202,8 +203,7 @@ blocks_found_to_wrap = repeated_block(
     hint="pass the block class: lightning_presets.strategy({preset!r}, auto_wrap_policy={{MyBlock}}), or hold "
     "the blocks in an nn.ModuleList",
     unless_given=("auto_wrap_policy",),
-    fails=NO_BLOCKS + 'Trainer(strategy="fsdp_grad_op", accelerator="cuda", devices=8).fit(model)',
-    fixed=BLOCKS + 'Trainer(strategy="fsdp_grad_op", accelerator="cuda", devices=8).fit(model)',
+    setup='Trainer(strategy="fsdp_grad_op", accelerator="cuda", devices=8).fit(model)',
 )  # fmt: skip
 
 
@@ -271,12 +271,11 @@ FSDP_HYBRID_SHARD = Preset(
     description="HSDP: FSDP sharding inside each node and replication across nodes (device mesh = nodes × devices "
     "per node), auto-wrap on the repeated blocks. For multi-node jobs whose inter-node network is the bottleneck.",
     family="fsdp",
-    strategy={"trainer": "FSDPStrategy", "fabric": "FSDPStrategy"},
+    strategy=every_kind("FSDPStrategy"),
     init_params={
         "sharding_strategy": "HYBRID_SHARD",
         "device_mesh": AUTO,
-        "state_dict_type": "sharded",
-        "auto_wrap_policy": None,
+        **FSDP_DEFAULTS,
     },
     rules=HYBRID_RULES,
     mixins={"trainer": HybridTrainerHooks, "fabric": HybridFabricHooks},
@@ -291,8 +290,8 @@ FSDP_GRAD_OP = Preset(
     "between forward and backward, auto-wrap on the repeated blocks. For models that fit once their optimizer "
     "state is sharded.",
     family="fsdp",
-    strategy={"trainer": "FSDPStrategy", "fabric": "FSDPStrategy"},
-    init_params={"sharding_strategy": "SHARD_GRAD_OP", "state_dict_type": "sharded", "auto_wrap_policy": None},
+    strategy=every_kind("FSDPStrategy"),
+    init_params={"sharding_strategy": "SHARD_GRAD_OP", **FSDP_DEFAULTS},
     rules=GRAD_OP_RULES,
     mixins={"trainer": FSDPTrainerHooks, "fabric": FSDPFabricHooks},
     tested_with=TESTED_WITH_GRAD_OP,

@@ -11,7 +11,7 @@ from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import MODEL_PARALLEL, MeshSpec
 from lightning_presets.core.namespaces import Kind
-from lightning_presets.core.preset import Preset
+from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import needs_accelerator
@@ -201,6 +201,9 @@ def fabric_has_parallelize_fn(ctx: Context) -> Problem | None:
     "        ...   # tensor parallelism and fully_shard with self.device_mesh\n\n"
     'Trainer(strategy="tp2d_hybrid", accelerator="cuda", devices=8).fit(Model())',
     evidence="runtime: fit: Lightning raises TypeError in setup",
+    unless="your LightningModule overrides configure_model (parallelizing with self.device_mesh)",
+    when=lambda ctx: ctx.kind == "trainer", construction=False,
+    consequence="nothing applies tensor parallelism or FSDP2, and the strategy fails after every process joined",
 )  # fmt: skip
 def model_has_configure_model(ctx: Context, model: nn.Module) -> Problem | None:
     if ctx.kind != "trainer" or overrides(model, "configure_model"):
@@ -356,7 +359,7 @@ TP2D_HYBRID = Preset(
     description="2D parallelism with ModelParallelStrategy: tensor parallel inside a node, FSDP2 data parallel "
     "across nodes (data = nodes, tensor = devices per node unless given). Runs on CUDA, and on CPU with gloo.",
     family="model_parallel",
-    strategy={"trainer": "ModelParallelStrategy", "fabric": "ModelParallelStrategy"},
+    strategy=every_kind("ModelParallelStrategy"),
     init_params={"data_parallel_size": "auto", "tensor_parallel_size": "auto"},
     rules=RULES,
     mixins={"trainer": ModelParallelTrainerHooks},

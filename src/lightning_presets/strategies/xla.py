@@ -17,7 +17,7 @@ from lightning_presets.core.preset import Preset, Requirement
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.blocks import find_repeated_blocks
-from lightning_presets.guards.builders import BLOCKS, NO_BLOCKS, needs_accelerator, one_device, repeated_block
+from lightning_presets.guards.builders import needs_accelerator, one_device, one_of, repeated_block
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.registry import private
@@ -101,22 +101,15 @@ def one_auto_wrapper(options: Options) -> Problem | None:
 XLA_STATE_DICT_TYPES = ("sharded", "full")
 
 
-@rule(
-    "LP509", "error", "options", "an unknown state_dict_type for XLA FSDP",
+xla_state_dict_type_known = one_of(
+    "LP509", "an unknown state_dict_type for XLA FSDP", key="state_dict_type", default="sharded",
+    choices=XLA_STATE_DICT_TYPES, what="a checkpoint format of XLA FSDP",
+    consequence="; Lightning would only fail when the first checkpoint is saved or loaded",
     fails='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", state_dict_type="consolidated")',
     fixed='lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", state_dict_type="full")',
     evidence="runtime: XLAFSDPStrategy.save_checkpoint/load_checkpoint raise ValueError 'Unknown state_dict_type'",
     setting=XLA,
 )  # fmt: skip
-def xla_state_dict_type_known(options: Options) -> Problem | None:
-    value = options.values.get("state_dict_type", "sharded")
-    if value in XLA_STATE_DICT_TYPES:
-        return None
-    return Problem(
-        f"{options.call('state_dict_type')}: state_dict_type={value!r} is not a checkpoint format of XLA FSDP; "
-        "Lightning would only fail when the first checkpoint is saved or loaded",
-        f"use one of {', '.join(map(repr, XLA_STATE_DICT_TYPES))}",
-    )
 
 
 xla_block_found = repeated_block(
@@ -125,8 +118,7 @@ xla_block_found = repeated_block(
     hint="pass the block class: auto_wrap_policy={{MyBlock}}, activation_checkpointing_policy={{MyBlock}}, or hold "
     "the blocks in an nn.ModuleList",
     unless_given=("activation_checkpointing_policy",),
-    fails=NO_BLOCKS + 'Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu").setup_module(model)',
-    fixed=BLOCKS + 'Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu").setup_module(model)',
+    setup='Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu").setup_module(model)',
     setting=XLA,
 )  # fmt: skip
 

@@ -44,10 +44,10 @@ from lightning_presets.registry.variables import RULES_SKIPPED, UNKNOWN_VALUE, v
 from lightning_presets.tools import catalog as catalogs
 from lightning_presets.tools.startup import (
     AUTOLOAD_OFF,
-    DOCTOR,
     NO_STARTUP_HOOK,
     REINSTALL,
     autoload_section,
+    doctor_code,
 )
 
 DOCTOR_SCHEMA = "lightning-presets/doctor"
@@ -126,39 +126,22 @@ def gpus_section() -> dict[str, Any]:
             "gpu_type": machine_gpu_type()}  # fmt: skip
 
 
-UNSUPPORTED_LIGHTNING = Code(
-    stage="doctor",
-    code="LP720", severity="error", title="a Lightning package outside the supported range",
-    fails=f"{DOCTOR}   # with lightning 2.4.0 installed",
-    fixed=f"{DOCTOR}   # after pip install 'lightning{RANGE}'",
-    evidence="source: lightning_presets/guards/strategy.py hooks Lightning's private _configure_launcher, whose "
-    f"contract is verified on Lightning {' and '.join(LIGHTNING_TESTED)} (the compatibility tests; pyproject requires "
-    f"lightning{RANGE})",
-)  # fmt: skip
-
-NO_LIGHTNING = Code(
-    stage="doctor",
-    code="LP721", severity="error", title="no Lightning package installed",
-    fails=f"{DOCTOR}   # neither lightning nor pytorch-lightning installed",
-    fixed=f"{DOCTOR}   # after pip install 'lightning{RANGE}'",
-    evidence="runtime: importing pytorch_lightning raises ImportError",
-)  # fmt: skip
-
-NOT_REGISTERED = Code(
-    stage="doctor",
-    code="LP724", severity="error", title="a preset missing from an importable Lightning registry",
-    fails=f"{DOCTOR}   # fsdp2 absent from lightning.pytorch.strategies.StrategyRegistry",
-    fixed=f"{DOCTOR}   # after `import lightning_presets` or {REINSTALL}",
-    evidence="runtime: the Trainer raises ValueError 'invalid strategy name'",
-)  # fmt: skip
-
-LIGHTNING_BROKEN = Code(
-    stage="doctor",
-    code="LP016", severity="error", title="an installed Lightning package that fails to import",
-    fails=f"{DOCTOR}   # `import lightning.pytorch.strategies` raises ImportError (a broken install)",
-    fixed=f"{DOCTOR}   # after pip install --force-reinstall 'lightning{RANGE}'",
-    evidence="runtime: importing Lightning's strategies raises ImportError",
-)  # fmt: skip
+UNSUPPORTED_LIGHTNING = doctor_code("LP720", "error", "a Lightning package outside the supported range",
+    "with lightning 2.4.0 installed", f"after pip install 'lightning{RANGE}'",
+    "source: lightning_presets/guards/strategy.py hooks Lightning's private _configure_launcher, whose contract is "
+    f"verified on Lightning {' and '.join(LIGHTNING_TESTED)} (the compatibility tests; pyproject requires "
+    f"lightning{RANGE})")  # fmt: skip
+NO_LIGHTNING = doctor_code("LP721", "error", "no Lightning package installed",
+    "neither lightning nor pytorch-lightning installed", f"after pip install 'lightning{RANGE}'",
+    "runtime: importing pytorch_lightning raises ImportError")  # fmt: skip
+NOT_REGISTERED = doctor_code("LP724", "error", "a preset missing from an importable Lightning registry",
+    "fsdp2 absent from lightning.pytorch.strategies.StrategyRegistry",
+    f"after `import lightning_presets` or {REINSTALL}",
+    "runtime: the Trainer raises ValueError 'invalid strategy name'")  # fmt: skip
+LIGHTNING_BROKEN = doctor_code("LP016", "error", "an installed Lightning package that fails to import",
+    "`import lightning.pytorch.strategies` raises ImportError (a broken install)",
+    f"after pip install --force-reinstall 'lightning{RANGE}'",
+    "runtime: importing Lightning's strategies raises ImportError")  # fmt: skip
 
 CODES: tuple[Code, ...] = (
     UNSUPPORTED_LIGHTNING,

@@ -12,7 +12,7 @@ from typing import Any
 
 from lightning_presets.core.codes import Code
 from lightning_presets.core.environment import AUTOLOAD_VARIABLE, autoload_enabled
-from lightning_presets.core.findings import Finding
+from lightning_presets.core.findings import Finding, Severity
 from lightning_presets.registry.requirements import is_importable
 
 DOCTOR = "lightning-presets doctor"
@@ -27,12 +27,16 @@ AUTOLOAD_OFF = Code(
     fixed=f"{DOCTOR}   # LIGHTNING_PRESETS_AUTOLOAD unset, or `import lightning_presets` in the script",
 )  # fmt: skip
 
-NO_STARTUP_HOOK = Code(
-    stage="doctor",
-    code="LP723", severity="warning", title="the autoload start-up hook is not installed",
-    fails=f"{DOCTOR}   # run from a source tree on PYTHONPATH: no lightning_presets_autoload.pth",
-    fixed=f"{DOCTOR}   # after {REINSTALL}",
-)  # fmt: skip
+
+def doctor_code(code: str, severity: Severity, title: str, fails: str, fixed: str, evidence: str = "") -> Code:
+    """A code of ``doctor``: its examples are the doctor command, with what the machine has (``fails``) and what it
+    has once fixed (``fixed``) as the comment."""
+    return Code(code=code, stage="doctor", severity=severity, title=title, fails=f"{DOCTOR}   # {fails}",
+                fixed=f"{DOCTOR}   # {fixed}", evidence=evidence)  # fmt: skip
+
+
+NO_STARTUP_HOOK = doctor_code("LP723", "warning", "the autoload start-up hook is not installed",
+    "run from a source tree on PYTHONPATH: no lightning_presets_autoload.pth", f"after {REINSTALL}")  # fmt: skip
 
 
 # --- autoload (LP722, LP723) -----------------------------------------------------------------------------------

@@ -28,8 +28,9 @@ NCCL_SYSTEM_ERROR = Signature(
 NCCL_SHARED_MEMORY = Signature(
     code="LP041", title="NCCL could not create its shared-memory segment in /dev/shm",
     category="nccl_shm",
-    pattern=r"(?:Error while (?:creating|attaching to) shared memory segment|failed to extend) /dev/shm/nccl-\S*"
-    r"(?:.*?error: (?P<error>[^(\n]+?)\s*(?:\(|$))?",
+    pattern=r"(?:Error while (?:creating|attaching to) shared memory segment|failed to extend) (?:/dev/shm/)?nccl-"
+    r"\S*(?:.*?error: (?P<error>[^(\n]+?)\s*(?:\(|$))?|"
+    r"NCCL WARN Call to posix_fallocate failed ?: (?P<error_b>[^\n]+?)\s*$",
     cause="NCCL could not create its shared-memory segment in /dev/shm ({error}): the container's /dev/shm is too "
     "small (docker's default is 64 MiB) or not writable",
     fix="docker run --shm-size=16g (or --ipc=host); or NCCL_SHM_DISABLE=1 to skip shared memory (slower)",
@@ -73,10 +74,12 @@ NCCL_INTERNAL_ERROR = Signature(
     code="LP066", title="NCCL failed while connecting the ranks with an internal error: usually the network setup",
     category="nccl_network",
     pattern=r"ncclInternalError|NCCL error.*internal error|NCCL WARN (?:Net|NET/\w+|Proxy)\b[^\n]*(?:Connection "
-    r"closed|failed)|NCCL WARN Could not find NET",
-    cause="NCCL hit an internal error while it connected the ranks (`ncclInternalError`, a socket or proxy "
-    "connection closed): most often the network setup, not NCCL: an interface the nodes cannot reach, IPv6 where "
-    "the peers use IPv4, an HTTP proxy in the environment, or a NET plugin that finds no usable NIC",
+    r"closed|failed)|NCCL WARN Could not find NET|\[\d+\] include/socket\.h:\d+ (?:NCCL )?WARN (?:Call to connect "
+    r"failed|Connection closed by remote peer)",
+    cause="NCCL hit an internal error while it connected the ranks (`ncclInternalError`, a socket connect that failed "
+    "or timed out, a socket or proxy connection closed): most often the network setup, not NCCL: an interface the "
+    "nodes cannot reach, IPv6 where the peers use IPv4, an HTTP proxy in the environment, or a NET plugin that finds "
+    "no usable NIC",
     fix="NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=<the interface the nodes share> torchrun ...; unset http_proxy/"
     "https_proxy for the job; try NCCL_IB_DISABLE=1 to rule out InfiniBand",
     probe="nccl_interfaces",
@@ -144,7 +147,7 @@ MASTER_VARIABLE_MISSING = Signature(
     code="LP048", title="the env:// rendezvous needs a variable that is not set",
     category="rendezvous_env",
     pattern=r"environment variable (?P<variable>MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK) expected, but "
-    r"not set",
+    r"not set|raise _env_error\(\"(?P<variable_b>MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK)\"\)",
     cause="init_process_group used the env:// rendezvous, but {variable} is not set: the script was started with "
     "plain `python` instead of a launcher, or the launcher's variables were not passed on",
     fix="torchrun --nproc-per-node N script.py (or srun under SLURM; or export MASTER_ADDR=127.0.0.1 "
@@ -244,7 +247,8 @@ FORK_AFTER_CUDA = Signature(
 DDP_UNUSED_PARAMETERS = Signature(
     code="LP055", title="DDP found parameters that received no gradient",
     category="ddp_reducer",
-    pattern=words("Expected to have finished reduction in the prior iteration before starting a new one"),
+    pattern=words("Expected to have finished reduction in the prior iteration before starting a new one")
+    + "|" + words("It looks like your LightningModule has parameters that were not used in producing the loss"),
     cause="some parameters took no part in the loss of the previous step (a branch not taken, a frozen head still "
     "requiring grad), so DDP's reducer was still waiting for their gradients",
     fix="strategy='ddp_find_unused_parameters_true' (or DDPStrategy(find_unused_parameters=True)); better: "
@@ -265,6 +269,19 @@ FSDP_MIXED_DTYPES = Signature(
     "FSDP2 `fsdp2` presets accept mixed dtypes)",
     source="https://github.com/huggingface/peft/issues/484",
     quote="[rank0]: ValueError: Must flatten tensors with uniform dtype but got torch.bfloat16 and torch.float32",
+)  # fmt: skip
+
+FSDP_MIXED_REQUIRES_GRAD = Signature(
+    code="LP067", title="FSDP cannot flatten frozen and trainable parameters into one unit",
+    category="fsdp_first_step",
+    pattern=r"(?:`?FlatParameter`? requires|Must flatten tensors with) uniform `?requires_grad`?",
+    cause="one FSDP unit holds frozen (requires_grad=False) and trainable parameters while use_orig_params=False: "
+    "FSDP1 flattens a unit into one tensor, which either requires grad or not (an adapter such as LoRA next to "
+    "frozen base weights, a partly frozen layer)",
+    fix="use_orig_params=True (Lightning's FSDPStrategy default: drop use_orig_params=False), or an "
+    "auto_wrap_policy that puts the frozen and the trainable parameters in separate units",
+    source="https://github.com/pytorch/pytorch/issues/104690",
+    quote="ValueError: `FlatParameter` requires uniform `requires_grad`",
 )  # fmt: skip
 
 DEEPSPEED_BATCH_SIZE = Signature(
@@ -426,6 +443,7 @@ SIGNATURES: tuple[Signature, ...] = (
     FORK_AFTER_CUDA,
     DDP_UNUSED_PARAMETERS,
     FSDP_MIXED_DTYPES,
+    FSDP_MIXED_REQUIRES_GRAD,
     DEEPSPEED_BATCH_SIZE,
     DTENSOR_MIXED,
     CUDA_OUT_OF_MEMORY,

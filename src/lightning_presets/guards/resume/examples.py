@@ -16,6 +16,12 @@ FULL = (
 )
 
 
+def resumes(strategy: str, accelerator: str = "cpu", *, devices: int = 2, ckpt_path: str = "run.ckpt") -> str:
+    """An example's last line: a Trainer of ``strategy`` resuming ``ckpt_path``."""
+    trainer = f'Trainer(strategy="{strategy}", accelerator="{accelerator}", devices={devices})'
+    return f'{trainer}.fit(model, ckpt_path="{ckpt_path}")'
+
+
 def trainer_folder(key: str) -> str:
     """An example's sharded checkpoint in the Trainer's layout: weights under ``key``, Lightning's ``meta.pt``."""
     owner = {"model": "FSDPStrategy", "state_dict": "ModelParallelStrategy"}[key]

@@ -20,7 +20,7 @@ from lightning_presets.guards.resume.conversions import (
     to_one_file,
     to_universal,
 )
-from lightning_presets.guards.resume.examples import CPU_NODE, FULL, MODEL, deepspeed_folder, trainer_folder
+from lightning_presets.guards.resume.examples import CPU_NODE, FULL, MODEL, deepspeed_folder, resumes, trainer_folder
 from lightning_presets.guards.resume.state import FORMAT_NAMES, FORMATS, TRAINER_MODEL_KEY, Resume, loadable
 
 # --------------------------------------------------------------------------- messages and conversions
@@ -85,6 +85,12 @@ def conversion(ctx: Context, facts: CheckpointFacts, resume: Resume) -> str:
     return f"consolidate it into one file: {render(file)}; then {_resume_from(ctx, file.result)}"
 
 
+def _deepspeed_checkpoint(ctx: Context, resume: Resume) -> CheckpointFacts | None:
+    """The checkpoint's facts when a DeepSpeed preset resumes a DeepSpeed checkpoint (LP802, LP803, LP807)."""
+    facts = resume.checkpoint
+    return facts if facts is not None and ctx.family == "deepspeed" and facts.format == "deepspeed" else None
+
+
 def _target(ctx: Context) -> str:
     return "" if ctx.target == "trainer" else f", target={ctx.target!r}"
 
@@ -94,10 +100,8 @@ def _target(ctx: Context) -> str:
 
 @rule(
     "LP801", "error", "resume", "a checkpoint format the preset's strategy cannot load",
-    fails=MODEL + trainer_folder("state_dict") + 'Trainer(strategy="ddp_static_graph", accelerator="cpu", '
-    'devices=2).fit(model, ckpt_path="run.ckpt")',
-    fixed=MODEL + trainer_folder("state_dict") + 'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, '
-    'ckpt_path="run.ckpt")',
+    fails=MODEL + trainer_folder("state_dict") + resumes("ddp_static_graph"),
+    fixed=MODEL + trainer_folder("state_dict") + resumes("fsdp2"),
     evidence="runtime: DDP's torch.load of an fsdp2 folder: IsADirectoryError; each such cell of the resume matrix "
     "fails too",
     setting=CPU_NODE,
@@ -118,19 +122,17 @@ def format_is_loadable(ctx: Context, resume: Resume) -> Problem | None:
 @rule(
     "LP802", "error", "resume", "ZeRO optimizer shards at another data-parallel size",
     fails=MODEL + deepspeed_folder(2, 8)
-    + 'Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=4).fit(model, ckpt_path="run.ckpt")',
+    + resumes("deepspeed_zero2_offload", "cuda", devices=4),
     fixed=MODEL + deepspeed_folder(2, 8)
-    + 'Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8).fit(model, ckpt_path="run.ckpt")',
+    + resumes("deepspeed_zero2_offload", "cuda", devices=8),
     evidence="source: deepspeed/runtime/engine.py, DeepSpeedEngine._load_zero_checkpoint raises ZeRORuntimeException "
     "'The checkpoint being loaded used a DP world size of ... but the current world size is ...' when it loads "
     "optimizer states without load_universal (deepspeed 0.19.8)",
 )  # fmt: skip
 def zero_shards_match_world(ctx: Context, resume: Resume) -> Problem | None:
-    facts = resume.checkpoint
+    facts = _deepspeed_checkpoint(ctx, resume)
     if (
         facts is None
-        or ctx.family != "deepspeed"
-        or facts.format != "deepspeed"
         or not resume.restores_optimizer
         or not facts.zero_stage
         or facts.data_parallel_size in (None, ctx.world_size)
@@ -155,21 +157,18 @@ def zero_shards_match_world(ctx: Context, resume: Resume) -> Problem | None:
 @rule(
     "LP803", "error", "resume", "a DeepSpeed checkpoint of another ZeRO stage",
     fails=MODEL + deepspeed_folder(2, 8)
-    + 'Trainer(strategy="deepspeed_zero3_offload_ckpt", accelerator="cuda", devices=8).fit(model, '
-    'ckpt_path="run.ckpt")',
+    + resumes("deepspeed_zero3_offload_ckpt", "cuda", devices=8),
     fixed=MODEL + deepspeed_folder(2, 8)
-    + 'Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8).fit(model, ckpt_path="run.ckpt")',
+    + resumes("deepspeed_zero2_offload", "cuda", devices=8),
     evidence="source: deepspeed/runtime/engine.py, DeepSpeedEngine._get_ckpt_name looks for "
     "zero_pp_rank_R_mp_rank_00_model_states.pt under ZeRO-3 and mp_rank_00_model_states.pt under ZeRO-1/2, which a "
     "checkpoint of the other stage does not have; Lightning then raises 'DeepSpeed was unable to load the checkpoint' "
     "(deepspeed 0.19.8, lightning 2.6.6)",
 )  # fmt: skip
 def zero_stage_matches(ctx: Context, resume: Resume) -> Problem | None:
-    facts = resume.checkpoint
+    facts = _deepspeed_checkpoint(ctx, resume)
     if (
         facts is None
-        or ctx.family != "deepspeed"
-        or facts.format != "deepspeed"
         or facts.zero_stage is None
         or resume.zero_stage is None
         or (facts.zero_stage == 3) == (resume.zero_stage == 3)
@@ -188,9 +187,8 @@ def zero_stage_matches(ctx: Context, resume: Resume) -> Problem | None:
     "LP804", "error", "resume", "a checkpoint without optimizer state resumed with its optimizer",
     fails=MODEL + "torch.save({'state_dict': model.state_dict(), 'lr_schedulers': [], "
     "'pytorch-lightning_version': '2.6.6'}, 'run.ckpt')   # ModelCheckpoint(save_weights_only=True)\n"
-    'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model, ckpt_path="run.ckpt")',
-    fixed=MODEL + FULL + 'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model, '
-    'ckpt_path="run.ckpt")',
+    + resumes("ddp_static_graph"),
+    fixed=MODEL + FULL + resumes("ddp_static_graph"),
     evidence="runtime: Lightning raises KeyError 'Trying to restore optimizer state but checkpoint contains only the "
     "model'",
     setting=CPU_NODE,
@@ -232,10 +230,8 @@ def optimizer_state_present(ctx: Context, resume: Resume) -> Problem | None:
 
 @rule(
     "LP805", "error", "resume", "the Trainer's sharded checkpoint of the other FSDP strategy",
-    fails=MODEL + trainer_folder("model") + 'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, '
-    'ckpt_path="run.ckpt")',
-    fixed=MODEL + trainer_folder("state_dict") + 'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, '
-    'ckpt_path="run.ckpt")',
+    fails=MODEL + trainer_folder("model") + resumes("fsdp2"),
+    fixed=MODEL + trainer_folder("state_dict") + resumes("fsdp2"),
     evidence="runtime: ModelParallelStrategy finds no 'state_dict' entries in an FSDPStrategy folder",
     setting=CPU_NODE,
 )  # fmt: skip
@@ -268,12 +264,12 @@ def trainer_layout_matches(ctx: Context, resume: Resume) -> Problem | None:
     "import torch.distributed.checkpoint as dcp   # a plain optimizer's state_dict(): keyed by parameter ids\n"
     "dcp.save({'state_dict': model.state_dict(), 'optimizer_0': optimizer.state_dict()}, checkpoint_id='run.ckpt')\n"
     "torch.save({'lr_schedulers': [], 'pytorch-lightning_version': '2.6.6'}, 'run.ckpt/meta.pt')\n"
-    'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, ckpt_path="run.ckpt")',
+    + resumes("fsdp2"),
     fixed="model = nn.Linear(4, 4); optimizer = torch.optim.Adam(model.parameters())\n"
     "model(torch.ones(1, 4)).sum().backward(); optimizer.step()\n"
     "torch.save({'state_dict': model.state_dict(), 'optimizer_states': [optimizer.state_dict()], 'lr_schedulers': [], "
     "'pytorch-lightning_version': '2.6.6'}, 'run.ckpt')   # one file: Lightning re-keys it by name\n"
-    'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, ckpt_path="run.ckpt")',
+    + resumes("fsdp2"),
     evidence="runtime: the sharded optimizer load finds no entries under the parameter names",
     setting=CPU_NODE,
 )  # fmt: skip
@@ -307,17 +303,16 @@ def _keyed_conversion(facts: CheckpointFacts) -> Conversion:
 @rule(
     "LP807", "error", "resume", "the tag folder inside a DeepSpeed checkpoint instead of the checkpoint",
     fails=MODEL + deepspeed_folder(2, 8)
-    + 'Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8).fit(model, '
-    'ckpt_path="run.ckpt/checkpoint")',
+    + resumes("deepspeed_zero2_offload", "cuda", devices=8, ckpt_path="run.ckpt/checkpoint"),
     fixed=MODEL + deepspeed_folder(2, 8)
-    + 'Trainer(strategy="deepspeed_zero2_offload", accelerator="cuda", devices=8).fit(model, ckpt_path="run.ckpt")',
+    + resumes("deepspeed_zero2_offload", "cuda", devices=8),
     evidence="source: deepspeed/runtime/engine.py, DeepSpeedEngine.load_checkpoint returns (None, None) without a "
     "'latest' file, and Lightning's DeepSpeedStrategy.load_checkpoint raises 'DeepSpeed was unable to load the "
     "checkpoint' (deepspeed 0.19.8, lightning 2.6.6)",
 )  # fmt: skip
 def deepspeed_root_folder(ctx: Context, resume: Resume) -> Problem | None:
-    facts = resume.checkpoint
-    if facts is None or ctx.family != "deepspeed" or facts.format != "deepspeed" or facts.tag is not None:
+    facts = _deepspeed_checkpoint(ctx, resume)
+    if facts is None or facts.tag is not None:
         return None
     parent = os.path.dirname(facts.path.rstrip("/" + os.sep)) or "."
     return Problem(
@@ -336,9 +331,8 @@ _VERSION = "pytorch-lightning_version"
     "LP808", "error", "resume", "Trainer.fit resuming a checkpoint the Trainer did not save",
     fails=MODEL + "optimizer = torch.optim.Adam(model.parameters())   # saved by Fabric (or torch.save)\n"
     "torch.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(), 'step': 100}, 'run.ckpt')\n"
-    'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model, ckpt_path="run.ckpt")',
-    fixed=MODEL + FULL + 'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2).fit(model, '
-    'ckpt_path="run.ckpt")',
+    + resumes("ddp_static_graph"),
+    fixed=MODEL + FULL + resumes("ddp_static_graph"),
     evidence="runtime: Lightning raises KeyError 'pytorch-lightning_version' on every rank: a Fabric checkpoint has "
     "none of the Trainer's keys",
     setting=CPU_NODE,
@@ -377,9 +371,8 @@ def saved_by_the_trainer(ctx: Context, resume: Resume) -> Problem | None:
 @rule(
     "LP809", "warning", "resume", "a checkpoint whose facts cannot be read",
     fails=MODEL + "import os; os.symlink('run.ckpt', 'run.ckpt')   # a symbolic link to itself\n"
-    'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, ckpt_path="run.ckpt")',
-    fixed=MODEL + trainer_folder("state_dict") + 'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model, '
-    'ckpt_path="run.ckpt")',
+    + resumes("fsdp2"),
+    fixed=MODEL + trainer_folder("state_dict") + resumes("fsdp2"),
     setting=CPU_NODE,
 )  # fmt: skip
 def checkpoint_is_readable(ctx: Context, resume: Resume) -> Problem | None:

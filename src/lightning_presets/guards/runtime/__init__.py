@@ -65,11 +65,12 @@ def around_process_group(strategy: Any) -> Iterator[None]:
         _guarded("diagnose mode", DIAGNOSE_FAILED, lambda: _diagnose(strategy))
 
 
-HANDSHAKE_FROM_TORCH = (2, 13)
-"""The oldest torch release the handshake runs on. CI runs it on 2.13 and 2.15; on torch 2.7 its gloo side group
-stalled one rank for the side group's whole timeout under Lightning's own launcher (a legal run then hung), and the
-releases between are untested, so below this release the handshake is skipped and the run goes on as plain
-Lightning's."""
+HANDSHAKE_FROM_TORCH = (2, 7)
+"""The oldest torch release the handshake runs on: every release the package supports. Below it the handshake is
+skipped and the run goes on as plain Lightning's. On torch 2.7 a rank used to hang for good in the handshake, in the
+destructor of its gloo side group (which joins the group's worker threads while holding the GIL, and a worker that
+drops the last reference to a tensor Python has let go of waits for the GIL); ``handshake.gather`` keeps its
+tensors referenced until the group is gone."""
 
 
 def handshake_supported() -> bool:

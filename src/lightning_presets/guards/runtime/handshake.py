@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
+import pickle
+import re
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -65,8 +67,13 @@ class Fingerprint:
     """Field name -> (``error`` or ``warning``: how a difference is reported, the value as text)."""
 
 
+_ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-fA-F]+")
+"""The memory address in the default repr of a function or object (``parallelize_fn=<function f at 0x7f...>``):
+it differs from process to process, so it is no part of the value the ranks compare."""
+
+
 def _digest(value: Any) -> str:
-    text = repr(sorted((str(key), repr(item)) for key, item in dict(value).items()))
+    text = repr(sorted((str(key), _ADDRESS.sub("", repr(item))) for key, item in dict(value).items()))
     return text if len(text) <= 120 else "sha1:" + hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -237,15 +244,36 @@ def _rank(dist: Any) -> int:
 
 def gather(mine: Fingerprint) -> list[dict[str, Any]]:
     """Every rank's fingerprint, over a new gloo group (the main group may be NCCL, which moves no Python objects
-    without a CUDA tensor), with a short timeout; the group is destroyed again."""
+    without a CUDA tensor), with a short timeout; the group is destroyed again.
+
+    The bytes travel as ``all_gather_object`` sends them (the sizes, then the pickles padded to the longest), but
+    every tensor the group's worker threads hold stays referenced here until the group is gone: a worker that drops
+    the last reference to a tensor Python already let go of needs the GIL, and on torch 2.7 the group's destructor
+    joins its workers while holding it, so the rank hung there for good."""
+    import torch
     import torch.distributed as dist
 
+    world = dist.get_world_size()
+    data = pickle.dumps(_payload(mine))
+    size = torch.tensor([len(data)], dtype=torch.long)
+    sizes = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
+    padded: Any = None
+    received: list[Any] = []
     group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS))
     try:
-        gathered: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, _payload(mine), group=group)
+        dist.all_gather(sizes, size, group=group)
+        longest = max(int(each.item()) for each in sizes)
+        padded = torch.zeros(longest, dtype=torch.uint8)
+        padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        received = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)]
+        dist.all_gather(received, padded, group=group)
     finally:
         dist.destroy_process_group(group)
+        del group  # the last reference: the destructor joins the workers while `sizes` and `received` still live
+    gathered = [
+        pickle.loads(bytes(tensor[: int(length.item())].tolist()))
+        for tensor, length in zip(received, sizes, strict=True)
+    ]
     return [each for each in gathered if isinstance(each, dict) and each.get("protocol") == PROTOCOL]
 
 

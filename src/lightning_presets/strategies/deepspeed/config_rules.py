@@ -55,6 +55,12 @@ def _batch_hint(micro: int, accumulation: int, world_size: int, owner: str) -> s
     )
 
 
+def _zero2(config: str, trainer: str = 'accelerator="cuda", devices=8') -> str:
+    """An example: a Trainer of ``deepspeed_zero2_offload`` given the DeepSpeed ``config`` (as written) and the
+    Trainer's other arguments ``trainer``."""
+    return f'Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={config}), {trainer})'
+
+
 @rule(
     "LP404", "warning", "construction", "parameter offload with a ZeRO stage below 3 (ignored by DeepSpeed)",
     fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", offload_parameters=True), '
@@ -77,10 +83,9 @@ def param_offload_needs_stage3(ctx: Context) -> Problem | None:
 
 @rule(
     "LP405", "error", "construction", "fp16 and bf16 enabled together",
-    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"fp16": {"enabled": '
-    'True}, "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
-    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"bf16": {"enabled": '
-    'True}, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
+    fails=_zero2('{"fp16": {"enabled": True}, "bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}',
+                 'accelerator="cuda"'),
+    fixed=_zero2('{"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}', 'accelerator="cuda"'),
     evidence="runtime: DeepSpeedConfig asserts on the config Lightning formats",
 )  # fmt: skip
 def one_half_precision(ctx: Context) -> Problem | None:
@@ -131,12 +136,10 @@ def fabric_batch_size_adds_up(ctx: Context) -> Problem | None:
 
 @rule(
     "LP407", "error", "trainer", "train_batch_size differs from micro-batch × accumulate_grad_batches × world size",
-    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"train_batch_size": 64, '
-    '"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8, '
-    "accumulate_grad_batches=1).fit(nn.Linear(64, 64))",
-    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"train_batch_size": 64, '
-    '"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8, '
-    "accumulate_grad_batches=2).fit(nn.Linear(64, 64))",
+    fails=_zero2('{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}',
+                 'accelerator="cuda", devices=8, accumulate_grad_batches=1') + ".fit(nn.Linear(64, 64))",
+    fixed=_zero2('{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}',
+                 'accelerator="cuda", devices=8, accumulate_grad_batches=2') + ".fit(nn.Linear(64, 64))",
     evidence="runtime: DeepSpeedConfig asserts on the config the Trainer formats",
 )  # fmt: skip
 def trainer_batch_size_adds_up(ctx: Context) -> Problem | None:
@@ -186,10 +189,8 @@ def _auto_fixes(ctx: Context, keys: list[str]) -> str:
 
 @rule(
     "LP408", "error", "construction", '"auto" values DeepSpeed uses as given (batch sizes, clipping, optimizer)',
-    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
-    '"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}), accelerator="cuda", devices=8)',
-    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
-    '{"stage": 2}}), accelerator="cuda", devices=8)',
+    fails=_zero2('{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}'),
+    fixed=_zero2('{"zero_optimization": {"stage": 2}}'),
     evidence="runtime: DeepSpeedConfig raises TypeError on \"auto\"",
 )  # fmt: skip
 def no_auto_values(ctx: Context) -> Problem | None:
@@ -206,10 +207,8 @@ def no_auto_values(ctx: Context) -> Problem | None:
 
 @rule(
     "LP414", "warning", "construction", '"auto" values DeepSpeed replaces with its own defaults',
-    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
-    '{"stage": 2, "reduce_bucket_size": "auto"}}), accelerator="cuda", devices=8)',
-    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
-    '{"stage": 2, "reduce_bucket_size": 500000000}}), accelerator="cuda", devices=8)',
+    fails=_zero2('{"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}'),
+    fixed=_zero2('{"zero_optimization": {"stage": 2, "reduce_bucket_size": 500000000}}'),
 )  # fmt: skip
 def auto_values_defaulted(ctx: Context) -> Problem | None:
     keys = [key for key in config_view(ctx).auto_keys if not _auto_used_as_given(key)]
@@ -225,10 +224,8 @@ def auto_values_defaulted(ctx: Context) -> Problem | None:
 
 @rule(
     "LP409", "error", "construction", "gradient_accumulation_steps in the config when the Trainer owns accumulation",
-    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
-    '"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}), accelerator="cuda")',
-    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
-    '"zero_optimization": {"stage": 2}}), accelerator="cuda", accumulate_grad_batches=4)',
+    fails=_zero2('{"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}', 'accelerator="cuda"'),
+    fixed=_zero2('{"zero_optimization": {"stage": 2}}', 'accelerator="cuda", accumulate_grad_batches=4'),
     evidence="runtime: Lightning raises MisconfigurationException",
 )  # fmt: skip
 def trainer_owns_accumulation(ctx: Context) -> Problem | None:
@@ -248,10 +245,9 @@ def _number(value: object) -> TypeGuard[float]:
 
 @rule(
     "LP421", "error", "construction", "gradient_clipping in the config and a different gradient_clip_val",
-    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
-    '"gradient_clipping": 1.0, "zero_optimization": {"stage": 2}}), accelerator="cuda", gradient_clip_val=0.3)',
-    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={'
-    '"zero_optimization": {"stage": 2}}), accelerator="cuda", gradient_clip_val=0.3)',
+    fails=_zero2('{"gradient_clipping": 1.0, "zero_optimization": {"stage": 2}}',
+                 'accelerator="cuda", gradient_clip_val=0.3'),
+    fixed=_zero2('{"zero_optimization": {"stage": 2}}', 'accelerator="cuda", gradient_clip_val=0.3'),
     evidence="runtime: Lightning's _format_batch_size_and_grad_accum_config keeps the config's gradient_clipping, "
     "and DeepSpeed clips at it: the Trainer's gradient_clip_val is dropped without a word",
 )  # fmt: skip
@@ -296,10 +292,8 @@ def contiguous_checkpointing_configurable(ctx: Context) -> Problem | None:
 
 @rule(
     "LP418", "error", "construction", "a config DeepSpeed's own parser refuses",
-    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
-    '{"stage": 2, "reduce_bucket_sise": 500000000}}), accelerator="cuda", devices=8)',
-    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
-    '{"stage": 2, "reduce_bucket_size": 500000000}}), accelerator="cuda", devices=8)',
+    fails=_zero2('{"zero_optimization": {"stage": 2, "reduce_bucket_sise": 500000000}}'),
+    fixed=_zero2('{"zero_optimization": {"stage": 2, "reduce_bucket_size": 500000000}}'),
     evidence="runtime: DeepSpeedConfig parses the config when the engine is created and raises",
 )  # fmt: skip
 def deepspeed_accepts_the_config(ctx: Context) -> Problem | None:
@@ -323,10 +317,8 @@ def deepspeed_accepts_the_config(ctx: Context) -> Problem | None:
 
 @rule(
     "LP419", "warning", "construction", "config keys DeepSpeed's parser rewrites or ignores",
-    fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
-    '{"stage": 2, "cpu_offload": True}}), accelerator="cuda", devices=8)',
-    fixed='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", config={"zero_optimization": '
-    '{"stage": 2, "offload_optimizer": {"device": "cpu"}}}), accelerator="cuda", devices=8)',
+    fails=_zero2('{"zero_optimization": {"stage": 2, "cpu_offload": True}}'),
+    fixed=_zero2('{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}'),
 )  # fmt: skip
 def deepspeed_takes_the_config_as_written(ctx: Context) -> Problem | None:
     warnings = config_view(ctx).parsed.warnings

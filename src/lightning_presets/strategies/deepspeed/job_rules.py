@@ -10,8 +10,6 @@ from torch import nn
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.rules import Problem, rule
 from lightning_presets.guards.builders import (
-    BLOCKS,
-    NO_BLOCKS,
     needs_cuda,
     repeated_block,
 )
@@ -30,6 +28,10 @@ def _deepspeed_cpu_optimizer(optimizer: Any) -> bool:
     from deepspeed.ops.lion import DeepSpeedCPULion
 
     return isinstance(optimizer, (DeepSpeedCPUAdam, DeepSpeedCPULion))
+
+
+def _offloads_optimizer(ctx: Context) -> bool:
+    return config_view(ctx).optimizer_offload_device is not None
 
 
 deepspeed_needs_cuda = needs_cuda(
@@ -93,8 +95,7 @@ checkpoint_block_found = repeated_block(
     hint="pass the block class: lightning_presets.strategy({preset!r}, checkpoint_blocks={{MyBlock}}), "
     "or hold the blocks in an nn.ModuleList",
     unless_given=("checkpoint_blocks",),
-    fails=NO_BLOCKS + 'Trainer(strategy="deepspeed_zero3_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
-    fixed=BLOCKS + 'Trainer(strategy="deepspeed_zero3_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
+    setup='Trainer(strategy="deepspeed_zero3_offload_ckpt", accelerator="cuda", devices=8).fit(model)',
 )  # fmt: skip
 
 
@@ -149,6 +150,8 @@ def clipping_by_norm_only(ctx: Context) -> Problem | None:
     "fabric.setup(model, torch.optim.AdamW(model.parameters()))",
     evidence="runtime: Lightning's DeepSpeedStrategy._init_optimizers raises MisconfigurationException (Trainer) and "
     "Fabric's setup_module_and_optimizers raises ValueError",
+    unless="configure_optimizers returns one optimizer (Fabric: setup gets one)", construction=False,
+    consequence="Lightning refuses the optimizers when the DeepSpeed engine is set up, after every process started",
 )  # fmt: skip
 def one_optimizer(ctx: Context, model: nn.Module | None, optimizers: tuple[Any, ...]) -> Problem | None:
     if len(optimizers) < 2:
@@ -173,6 +176,10 @@ def one_optimizer(ctx: Context, model: nn.Module | None, optimizers: tuple[Any, 
     'fabric = Fabric(strategy=lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", '
     'offload_optimizer=False), accelerator="cuda", devices=8)\n'
     "fabric.setup(model, torch.optim.AdamW(model.parameters()))",
+    unless="configure_optimizers returns deepspeed.ops.adam.DeepSpeedCPUAdam (or DeepSpeedCPULion)",
+    when=lambda ctx: _offloads_optimizer(ctx) and not config_view(ctx).forces_deepspeed_cpu_optimizer,
+    consequence="a torch optimizer steps the offloaded state with torch's CPU kernels, several times slower",
+    construction=False,
 )  # fmt: skip
 def offload_steps_with_cpu_adam(ctx: Context, model: nn.Module | None, optimizers: tuple[Any, ...]) -> Problem | None:
     config = config_view(ctx)
@@ -200,6 +207,10 @@ def offload_steps_with_cpu_adam(ctx: Context, model: nn.Module | None, optimizer
     '"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "zero_force_ds_cpu_optimizer": '
     'False}), accelerator="cuda", devices=8)\nfabric.setup(model, torch.optim.AdamW(model.parameters()))',
     evidence="runtime: DeepSpeedEngine._configure_optimizer raises ZeRORuntimeException when the engine is created",
+    unless="configure_optimizers returns deepspeed.ops.adam.DeepSpeedCPUAdam (or DeepSpeedCPULion)",
+    when=lambda ctx: _offloads_optimizer(ctx) and config_view(ctx).forces_deepspeed_cpu_optimizer,
+    consequence=f"DeepSpeed refuses a torch optimizer with ZeRO-Offload when {FORCE_DS_CPU_OPTIMIZER} is true, as the "
+    "engine is created", construction=False,
 )  # fmt: skip
 def offload_takes_the_optimizer(ctx: Context, model: nn.Module | None, optimizers: tuple[Any, ...]) -> Problem | None:
     config = config_view(ctx)

@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from lightning_presets.core.namespaces import Kind
-from lightning_presets.core.preset import Preset, Requirement
+from lightning_presets.core.preset import Preset, Requirement, every_kind
 from lightning_presets.core.rules import Rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.precision_rules import (
@@ -105,7 +105,7 @@ DEEPSPEED_ZERO2_OFFLOAD = Preset(
     description="DeepSpeed ZeRO stage 2 (optimizer state and gradients sharded) with optimizer state offloaded "
     "to CPU. For models whose optimizer state does not fit in GPU memory. CUDA only.",
     family="deepspeed",
-    strategy={"trainer": "DeepSpeedStrategy", "fabric": "DeepSpeedStrategy"},
+    strategy=every_kind("DeepSpeedStrategy"),
     init_params={
         "stage": 2,
         "offload_optimizer": True,

@@ -5,7 +5,9 @@ Rules over a :class:`Target` (what the job asks for and the environment it will 
 
 from __future__ import annotations
 
-from lightning_presets.core.findings import Finding
+from collections.abc import Callable
+
+from lightning_presets.core.findings import Finding, Severity
 from lightning_presets.core.rules import Problem, Rule, rule, run_rules
 from lightning_presets.guards import launch_rules as launch
 from lightning_presets.tools.check.launchers import (
@@ -26,111 +28,99 @@ __all__ = ["CLUSTER_RULES", "ENVIRONMENT_RULES", "LAUNCH_ARITHMETIC_RULES", "SUP
 _SINGLE_DEVICE_STRATEGIES = ("single_device", "single_xla", "single_tpu")
 
 
-@rule(
-    code="LP705", severity="error", stage="check", title="SLURM tasks per node differ from devices",
+def launcher_count(
+    code: str, severity: Severity, title: str, *, environment: str, variable: str, expects: str,
+    says: Callable[[Target, int], Problem], fails: str, fixed: str, evidence: str = "",
+) -> Rule:  # fmt: skip
+    """A ``check`` rule for a count the launcher sets (``variable``, read when Lightning selects ``environment``) that
+    differs from what the job expects of it (the :class:`Target` attribute ``expects``: ``devices``, ``num_nodes`` or
+    ``world_size``); ``says`` words the problem from the target and the launcher's number."""
+
+    def check(t: Target) -> Problem | None:
+        found = t.differs(variable, getattr(t, expects)) if t.environment == environment else None
+        return None if found is None else says(t, found)
+
+    return rule(code, severity, "check", title, fails=fails, fixed=fixed, evidence=evidence)(check)
+
+
+slurm_tasks_per_node = launcher_count(
+    "LP705", "error", "SLURM tasks per node differ from devices",
+    environment="SLURMEnvironment", variable="SLURM_NTASKS_PER_NODE", expects="devices",
+    says=lambda t, tasks: Problem(
+        f"{t.call(t.devices_part)}: SLURM starts --ntasks-per-node={tasks} task(s) per node but each "
+        f"process expects {t.devices} per node; the job would hang or fail when the processes meet",
+        f"set devices={tasks}, or #SBATCH --ntasks-per-node={t.devices}",
+    ),
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --cluster slurm --env SLURM_NTASKS_PER_NODE=4",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --cluster slurm --env SLURM_NTASKS_PER_NODE=4",
     evidence="runtime: fit: Lightning's SLURM check raises ValueError",
 )  # fmt: skip
-def slurm_tasks_per_node(t: Target) -> Problem | None:
-    tasks = t.differs("SLURM_NTASKS_PER_NODE", t.devices) if t.slurm else None
-    if tasks is None:
-        return None
-    return Problem(
-        f"{t.call(f'devices={t.devices}')}: SLURM starts --ntasks-per-node={tasks} task(s) per node but each "
-        f"process expects {t.devices} per node; the job would hang or fail when the processes meet",
-        f"set devices={tasks}, or #SBATCH --ntasks-per-node={t.devices}",
-    )
 
-
-@rule(
-    code="LP706", severity="error", stage="check", title="SLURM node count differs from num_nodes",
+slurm_nodes = launcher_count(
+    "LP706", "error", "SLURM node count differs from num_nodes",
+    environment="SLURMEnvironment", variable="SLURM_NNODES", expects="num_nodes",
+    says=lambda t, nodes: Problem(
+        f"{t.call(f'num_nodes={t.num_nodes}')}: SLURM allocated --nodes={nodes}; the processes would wait for "
+        f"{t.num_nodes} node(s) that never join" + (" (a hang)" if t.num_nodes > nodes else ""),
+        f"set num_nodes={nodes}, or #SBATCH --nodes={t.num_nodes}",
+    ),
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NNODES=2",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster slurm --env SLURM_NNODES=2",
     evidence="runtime: fit: Lightning's SLURM check raises ValueError",
 )  # fmt: skip
-def slurm_nodes(t: Target) -> Problem | None:
-    nodes = t.differs("SLURM_NNODES", t.num_nodes) if t.slurm else None
-    if nodes is None:
-        return None
-    return Problem(
-        f"{t.call(f'num_nodes={t.num_nodes}')}: SLURM allocated --nodes={nodes}; the processes would wait for "
-        f"{t.num_nodes} node(s) that never join" + (" (a hang)" if t.num_nodes > nodes else ""),
-        f"set num_nodes={nodes}, or #SBATCH --nodes={t.num_nodes}",
-    )
 
-
-@rule(
-    code="LP707", severity="error", stage="check", title="SLURM_NTASKS differs from devices × num_nodes",
+slurm_tasks = launcher_count(
+    "LP707", "error", "SLURM_NTASKS differs from devices × num_nodes",
+    environment="SLURMEnvironment", variable="SLURM_NTASKS", expects="world_size",
+    says=lambda t, tasks: Problem(
+        f"{t.call(t.devices_part, f'num_nodes={t.num_nodes}')}: SLURM_NTASKS={tasks}, but devices="
+        f"{t.devices} × num_nodes={t.num_nodes} = {t.world_size} processes are expected",
+        f"request #SBATCH --nodes={t.num_nodes} --ntasks-per-node={t.devices} (= {t.world_size} tasks), or set "
+        f"devices and num_nodes so that their product is {tasks}",
+    ),
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=8",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=32",
     evidence="runtime: Lightning trains with SLURM's world of 1 and silently ignores devices × num_nodes = 2",
 )  # fmt: skip
-def slurm_tasks(t: Target) -> Problem | None:
-    world = t.world_size
-    tasks = t.differs("SLURM_NTASKS", world) if t.slurm else None
-    if tasks is None:
-        return None
-    return Problem(
-        f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: SLURM_NTASKS={tasks}, but devices="
-        f"{t.devices} × num_nodes={t.num_nodes} = {world} processes are expected",
-        f"request #SBATCH --nodes={t.num_nodes} --ntasks-per-node={t.devices} (= {world} tasks), or set "
-        f"devices and num_nodes so that their product is {tasks}",
-    )
 
-
-@rule(
-    code="LP708", severity="error", stage="check", title="torchelastic WORLD_SIZE differs from devices × num_nodes",
-    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic "
-    "--env WORLD_SIZE=8",
+elastic_world_size = launcher_count(
+    "LP708", "error", "torchelastic WORLD_SIZE differs from devices × num_nodes",
+    environment="TorchElasticEnvironment", variable="WORLD_SIZE", expects="world_size",
+    says=lambda t, size: Problem(
+        f"{t.call(t.devices_part, f'num_nodes={t.num_nodes}')}: torchrun's WORLD_SIZE={size}, but "
+        f"devices={t.devices} × num_nodes={t.num_nodes} = {t.world_size}; ranks and data shards would not line up",
+        f"launch with torchrun --nnodes={t.num_nodes} --nproc-per-node={t.devices}, or set devices and "
+        f"num_nodes so that their product is {size}",
+    ),
+    fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic --env WORLD_SIZE=8",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic",
     evidence="runtime: fit: Lightning raises ValueError",
 )  # fmt: skip
-def elastic_world_size(t: Target) -> Problem | None:
-    world = t.world_size
-    size = t.differs("WORLD_SIZE", world) if t.torchelastic else None
-    if size is None:
-        return None
-    return Problem(
-        f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: torchrun's WORLD_SIZE={size}, but "
-        f"devices={t.devices} × num_nodes={t.num_nodes} = {world}; ranks and data shards would not line up",
-        f"launch with torchrun --nnodes={t.num_nodes} --nproc-per-node={t.devices}, or set devices and "
-        f"num_nodes so that their product is {size}",
-    )
 
-
-@rule(
-    code="LP709", severity="warning", stage="check", title="torchelastic LOCAL_WORLD_SIZE differs from devices",
+elastic_local_world_size = launcher_count(
+    "LP709", "warning", "torchelastic LOCAL_WORLD_SIZE differs from devices",
+    environment="TorchElasticEnvironment", variable="LOCAL_WORLD_SIZE", expects="devices",
+    says=lambda t, size: Problem(
+        f"{t.call(t.devices_part)}: torchrun starts LOCAL_WORLD_SIZE={size} process(es) per node, "
+        f"not {t.devices}",
+        f"set devices={size}, or launch with torchrun --nproc-per-node={t.devices}",
+    ),
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --cluster torchelastic --env LOCAL_WORLD_SIZE=4",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --cluster torchelastic --env LOCAL_WORLD_SIZE=4",
 )  # fmt: skip
-def elastic_local_world_size(t: Target) -> Problem | None:
-    size = t.differs("LOCAL_WORLD_SIZE", t.devices) if t.torchelastic else None
-    if size is None:
-        return None
-    return Problem(
-        f"{t.call(f'devices={t.devices}')}: torchrun starts LOCAL_WORLD_SIZE={size} process(es) per node, "
-        f"not {t.devices}",
-        f"set devices={size}, or launch with torchrun --nproc-per-node={t.devices}",
-    )
 
-
-@rule(
-    code="LP714", severity="error", stage="check", title="LSF JSM_NAMESPACE_SIZE differs from devices × num_nodes",
+lsf_world_size = launcher_count(
+    "LP714", "error", "LSF JSM_NAMESPACE_SIZE differs from devices × num_nodes",
+    environment="LSFEnvironment", variable="JSM_NAMESPACE_SIZE", expects="world_size",
+    says=lambda t, size: Problem(
+        f"{t.call(t.devices_part, f'num_nodes={t.num_nodes}')}: jsrun starts JSM_NAMESPACE_SIZE={size} "
+        f"task(s), but devices={t.devices} × num_nodes={t.num_nodes} = {t.world_size}",
+        f"run jsrun with {t.world_size} tasks ({t.devices} per node), or set devices and num_nodes to match {size}",
+    ),
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster lsf --env JSM_NAMESPACE_SIZE=8",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster lsf",
     evidence="runtime: Lightning trains with LSF's world of 1 and silently ignores devices × num_nodes = 2",
 )  # fmt: skip
-def lsf_world_size(t: Target) -> Problem | None:
-    world = t.world_size
-    size = t.differs("JSM_NAMESPACE_SIZE", world) if t.lsf else None
-    if size is None:
-        return None
-    return Problem(
-        f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: jsrun starts JSM_NAMESPACE_SIZE={size} "
-        f"task(s), but devices={t.devices} × num_nodes={t.num_nodes} = {world}",
-        f"run jsrun with {world} tasks ({t.devices} per node), or set devices and num_nodes to match {size}",
-    )
 
 
 @rule(
@@ -157,7 +147,7 @@ def devices_visible(t: Target) -> Problem | None:
     if t.devices is None or t.devices <= t.gpus_visible:
         return None
     return Problem(
-        f"{t.call(f'devices={t.devices}')}: {t.devices} GPU(s) per node requested, but {where} visible GPU(s)",
+        f"{t.call(t.devices_part)}: {t.devices} GPU(s) per node requested, but {where} visible GPU(s)",
         f"set devices={t.gpus_visible} (or devices='auto')"
         + (f", or list {t.devices} GPUs in CUDA_VISIBLE_DEVICES" if visible is not None else ""),
     )

@@ -429,6 +429,7 @@ def check_job(request: CheckRequest) -> CheckReport:
         out.add(decided.findings, "guard", "construction")
         if decided.notes:
             request = dataclasses.replace(request, notes=(*request.notes, *decided.notes))
+        out.add(_stages.model_conditions(request, outcome), "model", "construction")
     if outcome.error is not None:
         out.add([_lightning_finding(outcome.error, request)], "lightning", "construction")
     preset = _preset(effective.get("strategy"))
@@ -443,6 +444,7 @@ def check_job(request: CheckRequest) -> CheckReport:
         accelerator=resolved.accelerator if resolved else accelerator,
         devices=resolved.devices_per_node if resolved else devices,
         requested_devices=devices,
+        devices_argument=effective.get("devices"),
         num_nodes=resolved.num_nodes if resolved else nodes,
         env=job_env,
         gpus_visible=visible,

@@ -32,7 +32,7 @@ def node_rank_outside(t: Target) -> Problem | None:
     evidence="runtime: fit: torch's gloo process group raises `rank < size`",
 )  # fmt: skip
 def rank_outside(t: Target) -> Problem | None:
-    return t.about(launch.rank_outside(t.launch), f"devices={t.devices}", f"num_nodes={t.num_nodes}")
+    return t.about(launch.rank_outside(t.launch), t.devices_part, f"num_nodes={t.num_nodes}")
 
 
 @rule(
@@ -72,7 +72,7 @@ def launcher_world_size(t: Target) -> Problem | None:
         else "builds a world of devices × num_nodes, which the launcher's processes do not fill (or overfill)"
     )
     return Problem(
-        f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: the launcher set {name}={size}, but devices="
+        f"{t.call(t.devices_part, f'num_nodes={t.num_nodes}')}: the launcher set {name}={size}, but devices="
         f"{t.devices} × num_nodes={t.num_nodes} = {world}; {t.environment} {reads}, and nothing checks that they agree",
         f"start {world} processes ({t.devices} per node on {t.num_nodes} nodes), or set devices and num_nodes so "
         f"that their product is {size}",
@@ -94,7 +94,7 @@ def lightning_rank_differs(t: Target) -> Problem | None:
     node = launch.lightning_node_rank(t.launch)
     node_text = f"{node[0]}={node[1]}" if node else "node rank 0"
     return Problem(
-        f"{t.call(f'devices={t.devices}')}: the launcher gave this process RANK={given}, but Lightning's own "
+        f"{t.call(t.devices_part)}: the launcher gave this process RANK={given}, but Lightning's own "
         f"environment ignores RANK and computes {node_text} × devices={t.devices} + LOCAL_RANK="
         f"{t.env.get('LOCAL_RANK')} = {computed}; two processes can get the same rank and the job waits for the "
         "missing one",
@@ -123,7 +123,7 @@ def nested_launchers(t: Target) -> Problem | None:
     name, launcher, tasks = found
     per_torchrun = t.env.get("LOCAL_WORLD_SIZE", "?")
     return Problem(
-        f"{t.call(f'devices={t.devices}')}: {launcher} starts {name}={tasks} tasks per node and each runs torchrun, "
+        f"{t.call(t.devices_part)}: {launcher} starts {name}={tasks} tasks per node and each runs torchrun, "
         f"which starts LOCAL_WORLD_SIZE={per_torchrun} process(es) of its own; Lightning follows torchrun "
         f"(TorchElasticEnvironment is detected before {launcher}'s), so {tasks} torchrun agents per node compete "
         "for the same rendezvous and GPUs",
@@ -166,7 +166,7 @@ def undetected_launcher(t: Target) -> Problem | None:
     if mpi is not None:
         installed = importlib.util.find_spec("mpi4py") is not None
         return Problem(
-            f"{t.call(f'devices={t.devices}', f'num_nodes={t.num_nodes}')}: mpiexec started {mpi}={t.env[mpi]} "
+            f"{t.call(t.devices_part, f'num_nodes={t.num_nodes}')}: mpiexec started {mpi}={t.env[mpi]} "
             "processes, but Lightning selected its own environment: "
             + ("mpi4py is not installed, so MPIEnvironment is never detected; "
                if not installed else "MPIEnvironment is detected only inside mpiexec's world; ")

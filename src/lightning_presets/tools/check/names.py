@@ -15,7 +15,7 @@ from lightning_presets.tools.check.request import COMMAND as CHECK
 AUTO = "auto"
 
 
-def lightning_refuses(code: str, title: str, *, fails: str, fixed: str, evidence: str) -> Code:
+def lightning_refuses(code: str, title: str, fails: str, fixed: str, evidence: str) -> Code:
     """A code of ``check`` for a value Lightning itself refuses: an error, shown as ``check`` command lines (``fails``
     and ``fixed`` are the flags) with Lightning's own exception as the evidence."""
     return Code(
@@ -24,25 +24,15 @@ def lightning_refuses(code: str, title: str, *, fails: str, fixed: str, evidence
     )  # fmt: skip
 
 
-UNKNOWN_STRATEGY = lightning_refuses(
-    "LP701", "an unknown strategy name", fails="--strategy fsdp_ofload_ckpt", fixed="--strategy fsdp_offload_ckpt",
-    evidence="the Trainer raises ValueError 'invalid strategy name'",
-)  # fmt: skip
-
-UNKNOWN_PRECISION = lightning_refuses(
-    "LP702", "an unknown precision value", fails="--precision bf16-mix", fixed="--precision bf16-mixed",
-    evidence="the Trainer raises ValueError for the precision",
-)  # fmt: skip
-
-UNKNOWN_ACCELERATOR = lightning_refuses(
-    "LP703", "an unknown accelerator name", fails="--accelerator cdua", fixed="--accelerator cuda --gpus 8",
-    evidence="the Trainer raises ValueError 'invalid accelerator name'",
-)  # fmt: skip
-
-UNKNOWN_PRECISION_PRESET = lightning_refuses(
-    "LP704", "an unknown precision preset", fails="--plugin fp8_everything", fixed="--precision bf16-mixed",
-    evidence="the Trainer refuses the name as a plugin",
-)  # fmt: skip
+# A row a code: code, title, the failing flags, the fixed flags, what Lightning does with the failing ones.
+UNKNOWN_STRATEGY = lightning_refuses("LP701", "an unknown strategy name", "--strategy fsdp_ofload_ckpt",
+    "--strategy fsdp_offload_ckpt", "the Trainer raises ValueError 'invalid strategy name'")  # fmt: skip
+UNKNOWN_PRECISION = lightning_refuses("LP702", "an unknown precision value", "--precision bf16-mix",
+    "--precision bf16-mixed", "the Trainer raises ValueError for the precision")  # fmt: skip
+UNKNOWN_ACCELERATOR = lightning_refuses("LP703", "an unknown accelerator name", "--accelerator cdua",
+    "--accelerator cuda --gpus 8", "the Trainer raises ValueError 'invalid accelerator name'")  # fmt: skip
+UNKNOWN_PRECISION_PRESET = lightning_refuses("LP704", "an unknown precision preset", "--plugin fp8_everything",
+    "--precision bf16-mixed", "the Trainer refuses the name as a plugin")  # fmt: skip
 
 CODES: tuple[Code, ...] = (UNKNOWN_STRATEGY, UNKNOWN_PRECISION, UNKNOWN_ACCELERATOR, UNKNOWN_PRECISION_PRESET)
 

@@ -18,7 +18,7 @@ COMMAND = "lightning-presets check"
 SCHEMA = "lightning-presets/check"
 SCHEMA_VERSION = 1
 Evidence = Literal["import", "syntax", "construction"]
-Source = Literal["guard", "lightning", "check", "catalog"]
+Source = Literal["guard", "lightning", "check", "catalog", "model"]
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -101,7 +101,8 @@ class Reported:
 
     finding: Finding
     source: Source
-    """``guard`` (a preset rule), ``lightning`` (Lightning's own error), ``check`` or ``catalog``."""
+    """``guard`` (a preset rule), ``lightning`` (Lightning's own error), ``check``, ``catalog``, or ``model``: a
+    condition every model of the job must meet, named when no ``--model`` decides it (``--strict`` lets it pass)."""
     level: Evidence
     """The evidence level it was found at."""
 
@@ -132,7 +133,9 @@ class CheckReport:
         return tuple(finding.code for finding in self.findings)
 
     def rejected(self, strict: bool = False) -> bool:
-        return any(finding.severity == "error" or strict for finding in self.findings)
+        """Whether an error was found, or with ``strict`` any warning but the model's conditions (``--model`` decides
+        those: a job without it would otherwise never pass)."""
+        return any(each.finding.severity == "error" or (strict and each.source != "model") for each in self.reported)
 
     def exit_code(self, strict: bool = False) -> int:
         return 1 if self.rejected(strict) else 0

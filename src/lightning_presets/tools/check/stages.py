@@ -132,6 +132,26 @@ def resume_findings(request: CheckRequest, outcome: _construct.Outcome) -> list[
     return resume_findings(request.resume_from, context, strategy=outcome.strategy, how=how, own=preset.rules)
 
 
+def model_conditions(request: CheckRequest, outcome: _construct.Outcome) -> list[Finding]:
+    """Without ``--model``: the conditions every model of the job must meet that construction does not repeat (the
+    preset's rules declared ``construction=False``, DDP's gradient for every parameter, what fit refuses under manual
+    optimization), each a conditional warning; silence here would read as valid."""
+    preset = getattr(outcome.strategy, "_lp_preset", None)
+    context = getattr(outcome.strategy, "_lp_context", None)
+    if request.model is not None or preset is None or context is None:
+        return []
+    from lightning_presets.core.rules import conditional_findings
+    from lightning_presets.tools.check.fit_start import fit_start_condition
+    from lightning_presets.tools.check.unused import unused_parameter_condition
+
+    call = request.call()
+    return [
+        *conditional_findings(preset.rules, context, construction=False),
+        *unused_parameter_condition(context, call),
+        *(fit_start_condition(context, call) if outcome.built is not None else []),
+    ]
+
+
 def model_findings(request: CheckRequest, outcome: _construct.Outcome) -> Decided:
     """``--model``: the preset's model-stage rules decided on the user's model (the caller drops the conditional
     warnings of :attr:`Decided.decided`); ``UsageError`` when the model cannot be built."""

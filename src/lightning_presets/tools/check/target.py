@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from lightning_presets.core.namespaces import Kind, constructor
 from lightning_presets.core.rules import Problem
@@ -29,6 +30,8 @@ class Target:
     """Devices per node (as resolved when the strategy exists); ``None`` when it could not be determined."""
     requested_devices: int | None = None
     """Devices per node as requested (a single-device strategy resolves to 1 whatever was asked)."""
+    devices_argument: Any = None
+    """``devices=`` as the user wrote it (``-1``, ``"auto"``, ``[0, 1]``); ``None`` when not given."""
     num_nodes: int
     env: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     """The cluster variables and ``CUDA_VISIBLE_DEVICES`` the job sees."""
@@ -44,6 +47,12 @@ class Target:
 
     def call(self, *parts: str) -> str:
         return f"`{constructor(self.kind)}({', '.join(parts)})`"
+
+    @property
+    def devices_part(self) -> str:
+        """``devices=`` for :meth:`call`: the user's value as written, else the count per node."""
+        written = self.devices_argument
+        return f"devices={written!r}" if written is not None else f"devices={self.devices}"
 
     @property
     def world_size(self) -> int | None:

@@ -17,6 +17,7 @@ from torch import nn
 
 from lightning_presets.core.codes import Code
 from lightning_presets.core.findings import Finding
+from lightning_presets.core.rules import condition
 from lightning_presets.tools.check.request import COMMAND as CHECK
 
 _MODEL = "lightning_presets.tools.plan.reference_models:unused_head_tiny"
@@ -38,6 +39,21 @@ _SHOWN = 5
 def _expects_every_gradient(options: Any) -> bool:
     """DDP as the preset builds it reduces every parameter each step: no unused-parameter search, no static graph."""
     return options.get("find_unused_parameters") is not True and options.get("static_graph") is not True
+
+
+def unused_parameter_condition(context: Any, call: str) -> list[Finding]:
+    """``check`` without ``--model``: LP732's condition, for a DDP job that expects every gradient."""
+    if getattr(context, "family", None) != "ddp" or not _expects_every_gradient(getattr(context, "options", {})):
+        return []
+    return [
+        condition(
+            UNUSED_PARAMETERS.code, call,
+            "every rank fails in DDP's second step (it waits for a gradient of every trained parameter)",
+            "every trained parameter gets a gradient in every training step (else pass find_unused_parameters=True "
+            "to the preset)",
+            "by `check --model` (one training step under fake tensors), else in the second step of the run",
+        )
+    ]  # fmt: skip
 
 
 def unused_parameter_findings(context: Any, model: nn.Module, spec: str, call: str) -> tuple[list[Finding], list[str]]:
