@@ -692,25 +692,38 @@ def render(result: dict[str, Any], command: str, seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def command_line(
+    argv: list[str] | None,
+    *,
+    name: str,
+    doc: str,
+    run_cases: Callable[[set[str] | None], dict[str, Any]],
+    render_text: Callable[[dict[str, Any], str, float], str],
+) -> int:
+    """The benchmark's command line for a set of cases: ``--only``, ``--out`` and ``--no-write``; writes
+    ``<out>/<name>.json`` and ``.txt``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="case ids to run (default: all)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for field_fresh.json and .txt")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"folder for {name}.json and .txt")
     parser.add_argument("--no-write", action="store_true", help="print the table, write nothing")
     args = parser.parse_args(argv)
     os.environ.setdefault("LIGHTNING_PRESETS_HANDSHAKE", "0")
     started = time.perf_counter()
-    result = run(set(args.only) if args.only else None)
+    result = run_cases(set(args.only) if args.only else None)
     seconds = time.perf_counter() - started
-    command = "python benchmarks/bench_field_fresh.py" + (f" --only {' '.join(args.only)}" if args.only else "")
-    text = render(result, command, seconds)
+    command = f"python benchmarks/bench_{name}.py" + (f" --only {' '.join(args.only)}" if args.only else "")
+    text = render_text(result, command, seconds)
     print(text)
     if not args.no_write:
         args.out.mkdir(parents=True, exist_ok=True)
         payload = {"command": command, "wall_s": round(seconds, 1), **result}
-        (args.out / "field_fresh.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
-        (args.out / "field_fresh.txt").write_text(text)
+        (args.out / f"{name}.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
+        (args.out / f"{name}.txt").write_text(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_line(argv, name="field_fresh", doc=__doc__ or "", run_cases=run, render_text=render)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,8 @@ as a ``check``, or the thread shows no misconfiguration); they are reported, nev
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -365,24 +361,7 @@ def render(result: dict[str, Any], command: str, seconds: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", help="case ids to run (default: all)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for field_heldout.json and .txt")
-    parser.add_argument("--no-write", action="store_true", help="print the table, write nothing")
-    args = parser.parse_args(argv)
-    os.environ.setdefault("LIGHTNING_PRESETS_HANDSHAKE", "0")
-    started = time.perf_counter()
-    result = run(set(args.only) if args.only else None)
-    seconds = time.perf_counter() - started
-    command = "python benchmarks/bench_field_heldout.py" + (f" --only {' '.join(args.only)}" if args.only else "")
-    text = render(result, command, seconds)
-    print(text)
-    if not args.no_write:
-        args.out.mkdir(parents=True, exist_ok=True)
-        payload = {"command": command, "wall_s": round(seconds, 1), **result}
-        (args.out / "field_heldout.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
-        (args.out / "field_heldout.txt").write_text(text)
-    return 0
+    return fresh.command_line(argv, name="field_heldout", doc=__doc__ or "", run_cases=run, render_text=render)
 
 
 if __name__ == "__main__":
