@@ -182,6 +182,11 @@ def test_a_function_argument_is_compared_by_its_name_not_its_address() -> None:
     assert repr(here) != repr(there)  # two objects, at two addresses, as in two processes
     assert _digest({"parallelize_fn": here}) == _digest({"parallelize_fn": there})
 
+    def other(model: Any, mesh: Any) -> Any:
+        return model
+
+    assert _digest({"parallelize_fn": other}) != _digest({"parallelize_fn": here})  # another function still differs
+
 
 def test_our_own_failure_in_the_handshake_is_a_warning_never_an_error() -> None:
     """No process group here: the handshake's own call fails, and the run would go on."""

@@ -534,16 +534,6 @@ def test_trainer_by_name_trains_tensor_parallel_1x2_with_autoload_only() -> None
 
 
 @pytest.mark.distributed
-def test_fabric_with_a_parallelize_fn_passes_the_handshake_under_lightnings_launcher() -> None:
-    """Fresh interpreters (Lightning's launcher re-runs the script for rank 1): the function the preset was given has
-    another address in each process, which the start-up handshake once compared (LP030 on every rank); forked ranks
-    share addresses and never showed it."""
-    result, job = run_script(str(SCRIPT), "--api", "fabric", "--split", "2x1", launcher="fresh")
-    check_training(result, mesh_shape=[2, 1], forked=False)
-    assert "LP030" not in job.stdout + job.describe(), job.describe()
-
-
-@pytest.mark.distributed
 def test_the_name_resolves_through_the_start_up_hook_only() -> None:
     """Control for the run above: with the hook off and no import, Lightning does not know the name. A fresh
     interpreter: the start-up hook is what is tested."""
