@@ -574,3 +574,15 @@ def test_launch_findings_repeat_devices_as_the_user_wrote_it(written: Any, shown
     messages = {finding.code: finding.message for finding in report.findings}
     assert messages["LP705"].startswith(f"`Trainer({shown})`"), messages
     assert messages["LP707"].startswith(f"`Trainer({shown}, num_nodes=1)`"), messages
+
+
+@pytest.mark.parametrize(("written", "shown"), [(-1, "devices=-1"), ([0], "devices=[0]"), ("auto", "devices=1"),
+                                                (None, "devices=1"), (1, "devices=1")])  # fmt: skip
+def test_preset_findings_repeat_devices_as_the_user_wrote_it(written: Any, shown: str) -> None:
+    """One GPU: LP305 (DDP on one process) repeats ``devices=`` as written; when nothing was, the count it resolved."""
+    arguments: dict[str, Any] = {"strategy": "ddp_static_graph", "accelerator": "cuda"}
+    if written is not None:
+        arguments["devices"] = written
+    report = run_check(CheckRequest(arguments=arguments, gpus=1))
+    messages = {finding.code: finding.message for finding in report.findings}
+    assert messages["LP305"].startswith(f"`Trainer(strategy='ddp_static_graph', {shown}, num_nodes=1)`"), messages

@@ -114,6 +114,9 @@ OTHER_THREADS = [
     # torch 2.13's own text (no colon after the op), from tests/test_explain_notes.py's 2-rank tp2d_hybrid job
     ("RuntimeError: aten.add.Tensor got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor "
      "before calling distributed operators!", "tp_first_step"),
+    # a log pasted lower-cased, with a full-width comma
+    ("runtimeerror: aten.mm.default: got mixed torch.tensor and dtensor\uff0c need to convert all torch.tensor to "
+     "dtensor before calling distributed operators.", "tp_first_step"),
     # Lightning-AI/litgpt#303
     ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.06 GiB. GPU 0 has a total capacty of "
      "23.70 GiB of which 1.27 GiB is free.", "oom_config"),

@@ -17,6 +17,12 @@ def _call(kind: str, preset: str, parts: list[str]) -> str:
     return f"`{constructor(kind)}({', '.join([f'strategy={preset!r}', *parts])})`"
 
 
+def devices_as_written(written: Any, resolved: int | None) -> str:
+    """``devices=`` as a message repeats the user's call: the value as written (``-1``, ``[0, 1]``, ``"0,1"``), or the
+    resolved count per node when nothing was written."""
+    return f"devices={resolved}" if written is None else f"devices={written!r}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Options:
     """The arguments a preset is built with: its defaults merged with the user's overrides."""
@@ -161,7 +167,10 @@ class Context:
         not one of the context's own is read from :attr:`arguments` (``ctx.call("gradient_clip_val")``)."""
         rendered = {
             "accelerator": f"accelerator={self.accelerator!r}",
-            "devices": f"devices={self.devices_per_node}",
+            "devices": devices_as_written(
+                None if self.arguments.get("devices", "auto") == "auto" else self.arguments["devices"],
+                self.devices_per_node,
+            ),
             "num_nodes": f"num_nodes={self.num_nodes}",
             "precision": f"precision={self.precision!r}",
         }

@@ -302,6 +302,7 @@ DTENSOR_MIXED = Signature(
     code="LP058", title="a plain tensor met a DTensor in a sharded model",
     category="tp_first_step",
     pattern=r"(?P<op>[\w.]+):? got mixed torch\.Tensor and DTensor",
+    flags=re.IGNORECASE,  # logs pasted lower-cased ("got mixed torch.tensor and dtensor")
     cause="{op} received a plain torch.Tensor and a DTensor: a tensor created inside the model (a mask, a buffer, a "
     "constant) or an input was not distributed like the parameters it meets",
     fix="build that tensor as a DTensor (DTensor.from_local / distribute_tensor on the same mesh), or keep the "

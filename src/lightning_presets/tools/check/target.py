@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from lightning_presets.core.context import devices_as_written
 from lightning_presets.core.namespaces import Kind, constructor
 from lightning_presets.core.rules import Problem
 from lightning_presets.guards import launch_rules as launch
@@ -51,8 +52,7 @@ class Target:
     @property
     def devices_part(self) -> str:
         """``devices=`` for :meth:`call`: the user's value as written, else the count per node."""
-        written = self.devices_argument
-        return f"devices={written!r}" if written is not None else f"devices={self.devices}"
+        return devices_as_written(self.devices_argument, self.devices)
 
     @property
     def world_size(self) -> int | None:
