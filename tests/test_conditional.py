@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -236,6 +237,8 @@ def test_check_without_a_model_names_each_condition_of_the_model(
         if finding["source"] == "model":
             assert ", unless " in finding["message"], finding
             assert "--model MODULE:FACTORY" in finding["hint"], finding
+            # each repeats the call one way: the Trainer's/Fabric's, with the strategy first, in backticks
+            assert re.match(r"`(Trainer|Fabric)\(strategy='[a-z0-9_]+'[^`]*\)`: ", finding["message"]), finding
 
 
 def test_the_models_conditions_are_decided_by_check_model_and_never_repeated_at_construction(

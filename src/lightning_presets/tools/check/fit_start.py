@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 from lightning_presets.core.codes import Code
+from lightning_presets.core.context import Context
 from lightning_presets.core.findings import Finding, PresetConfigError
 from lightning_presets.core.rules import condition
 from lightning_presets.registry import private
@@ -32,20 +33,19 @@ FIT_START_REFUSES = Code(
 CODES: tuple[Code, ...] = (FIT_START_REFUSES,)
 
 
-def fit_start_condition(context: Any, call: str) -> list[Finding]:
+def fit_start_condition(context: Context) -> list[Finding]:
     """``check`` without ``--model``: LP733's condition, for a Trainer that clips or accumulates gradients (what
-    Lightning refuses under manual optimization when fit starts)."""
-    if getattr(context, "kind", None) != "trainer":
+    Lightning refuses under manual optimization when fit starts); it repeats the call as the presets' conditions do."""
+    if context.kind != "trainer":
         return []
-    arguments = getattr(context, "arguments", {})
-    accumulate = getattr(context, "accumulate_grad_batches", None) or arguments.get("accumulate_grad_batches")
-    used = [name for name, active in (("gradient_clip_val", getattr(context, "clipping", None) is not None),
+    accumulate = context.accumulate_grad_batches or context.arguments.get("accumulate_grad_batches")
+    used = [name for name, active in (("gradient_clip_val", context.clipping is not None),
             ("accumulate_grad_batches", isinstance(accumulate, int) and accumulate > 1)) if active]  # fmt: skip
     if not used:
         return []
     return [
         condition(
-            FIT_START_REFUSES.code, call,
+            FIT_START_REFUSES.code, context.call(*used),
             f"fit refuses a manually optimizing model on every rank when it starts ({' and '.join(used)} set in the "
             "Trainer: manual optimization does that in training_step)",
             "your LightningModule uses automatic optimization (automatic_optimization stays True)",

@@ -144,11 +144,10 @@ def model_conditions(request: CheckRequest, outcome: _construct.Outcome) -> list
     from lightning_presets.tools.check.fit_start import fit_start_condition
     from lightning_presets.tools.check.unused import unused_parameter_condition
 
-    call = request.call()
     return [
         *conditional_findings(preset.rules, context, construction=False),
-        *unused_parameter_condition(context, call),
-        *(fit_start_condition(context, call) if outcome.built is not None else []),
+        *unused_parameter_condition(context),
+        *(fit_start_condition(context) if outcome.built is not None else []),
     ]
 
 

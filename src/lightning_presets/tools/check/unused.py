@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from lightning_presets.core.codes import Code
+from lightning_presets.core.context import Context
 from lightning_presets.core.findings import Finding
 from lightning_presets.core.rules import condition
 from lightning_presets.tools.check.request import COMMAND as CHECK
@@ -41,13 +42,14 @@ def _expects_every_gradient(options: Any) -> bool:
     return options.get("find_unused_parameters") is not True and options.get("static_graph") is not True
 
 
-def unused_parameter_condition(context: Any, call: str) -> list[Finding]:
-    """``check`` without ``--model``: LP732's condition, for a DDP job that expects every gradient."""
-    if getattr(context, "family", None) != "ddp" or not _expects_every_gradient(getattr(context, "options", {})):
+def unused_parameter_condition(context: Context) -> list[Finding]:
+    """``check`` without ``--model``: LP732's condition, for a DDP job that expects every gradient (the call repeated
+    as the presets' conditions repeat it)."""
+    if context.family != "ddp" or not _expects_every_gradient(context.options):
         return []
     return [
         condition(
-            UNUSED_PARAMETERS.code, call,
+            UNUSED_PARAMETERS.code, context.call(),
             "every rank fails in DDP's second step (it waits for a gradient of every trained parameter)",
             "every trained parameter gets a gradient in every training step (else pass find_unused_parameters=True "
             "to the preset)",
