@@ -363,9 +363,9 @@ def test_a_timeout_kills_the_childs_process_group(tmp_path: Any, monkeypatch: py
 
     record = tmp_path / HELPER_PID
     monkeypatch.setenv("LP_TEST_HELPER_PID", str(record))
-    # The timeout must outlast the child's start (importing torch, then the factory forks its helper): 20 s is
-    # three times a quiet machine's; a machine too busy for that gets one more try at 60 s.
-    for timeout in (20, 60):
+    # The timeout must outlast the child's start (importing torch, then the factory forks its helper): 8 s is about
+    # twice a quiet machine's; a machine too busy for that gets more tries, at 20 s and at 60 s.
+    for timeout in (8, 20, 60):
         request = PlanRequest(model=f"{__name__}:forks_a_helper_and_hangs", gpus_per_node=1, timeout_s=timeout,
                               presets=("ddp_static_graph",))  # fmt: skip
         started = time.monotonic()
