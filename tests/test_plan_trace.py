@@ -31,7 +31,7 @@ from lightning_presets.tools.plan import trace, user_model
 from lightning_presets.tools.plan import worker as plan_worker
 from lightning_presets.tools.plan.estimates import Estimate, PlanRequest, traced_estimate
 
-INIT_READS_VALUES = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8)
+INIT_READS_VALUES = torch.__version__ >= (2, 8)
 """Whether torch's ``trunc_normal_`` reads a value from a tensor (it loops on ``.any()``): not on torch 2.7."""
 
 TINY = "lightning_presets.tools.plan.reference_models:decoder_tiny"
