@@ -9,7 +9,7 @@ LP053 Lightning-AI/pytorch-lightning#16828, LP054 Lightning-AI/pytorch-lightning
 LP056 huggingface/peft#484, LP067 pytorch/pytorch#104690, LP057 deepspeedai/DeepSpeed#6914,
 LP058 pytorch/torchtitan#875, LP059 meta-pytorch/torchtune#2071, LP060 lzhxmu/CPPO#6, LP061 deepspeedai/DeepSpeed#5570,
 LP062 rusty1s/pytorch_scatter#133, LP063 deepspeedai/DeepSpeed#2772, LP064 Lightning-AI/pytorch-lightning#19252,
-LP065 PrateekMunjal/TorchAL#4. LP046, LP047, LP050 and LP089 come from CPU reproductions (below and
+LP065 PrateekMunjal/TorchAL#4. LP046, LP047, LP050, LP068 and LP089 come from CPU reproductions (below and
 tests/test_explain_run.py).
 """
 
@@ -309,6 +309,37 @@ def test_lp050_devices_against_slurm_tasks(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delenv("SLURM_NNODES", raising=False)
     text = _raised(lambda: SLURMEnvironment().validate_settings(num_devices=2, num_nodes=1))
     assert categories(text) == ["rank_world_mismatch"], text
+
+
+def _slurm_job(monkeypatch: pytest.MonkeyPatch, **variables: str) -> None:
+    """Exactly these SLURM variables (every other cluster variable of the test's environment removed)."""
+    import os
+
+    from lightning_presets.core.environment import is_cluster_variable
+
+    for name in [name for name in os.environ if is_cluster_variable(name)]:
+        monkeypatch.delenv(name)
+    for key, value in variables.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_lp068_a_slurm_job_without_tasks_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``#SBATCH --nodes=2 --ntasks=4``: building the Trainer raises; explain names both flags and the fix Lightning's
+    hint misses (tasks per node = devices, not the whole --ntasks)."""
+    from lightning.pytorch import Trainer
+
+    job = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "4", "SLURM_NNODES": "2",
+           "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODELIST": "node[0-1]"}  # fmt: skip
+    _slurm_job(monkeypatch, **job)
+    text = _raised(lambda: Trainer(accelerator="cpu", devices=2, num_nodes=2, strategy="ddp", logger=False))
+    found = matches(text, SIGNATURES)
+    assert [m.signature.code for m in found] == ["LP068"], text
+    assert "--ntasks=4 and no --ntasks-per-node" in found[0].cause
+    assert "--ntasks-per-node=4, is right for one node only" in found[0].cause
+    # the same job with the tasks per node SLURM sets for --ntasks-per-node=2: Lightning builds it
+    _slurm_job(monkeypatch, **job, SLURM_NTASKS_PER_NODE="2")
+    trainer = Trainer(accelerator="cpu", devices=2, num_nodes=2, strategy="ddp", logger=False)
+    assert type(trainer.strategy.cluster_environment).__name__ == "SLURMEnvironment"
 
 
 def test_lp064_a_module_of_the_other_lightning_package() -> None:

@@ -181,6 +181,7 @@ REPRODUCTIONS: dict[str, str] = {
     "LP046": "tests/scripts/explain_rank1_raises.py (tests/test_explain_run.py)",
     "LP047": "tests/scripts/explain_rank1_raises.py when rank 1 exits at once (tests/test_explain.py)",
     "LP050": "tests/test_explain_signatures.py",
+    "LP068": "tests/test_explain_signatures.py::test_lp068_a_slurm_job_without_tasks_per_node",
     "LP089": "tests/scripts/explain_rank1_raises.py (tests/test_explain_run.py)",
 }
 """The failure signatures produced here by a CPU reproduction (their ``source`` says ``CPU reproduction: ...``): the

@@ -188,6 +188,21 @@ SLURM_TASKS_MISMATCH = Signature(
     "`--ntasks-per-node=1` does not match. HINT: Set `devices=1`.",
 )  # fmt: skip
 
+SLURM_TASKS_WITHOUT_LAYOUT = Signature(
+    code="LP068", title="a SLURM job that asks for --ntasks without --ntasks-per-node",
+    category="rank_world_mismatch",
+    pattern=r"You set `--ntasks=(?P<ntasks>\d+)` in your SLURM bash script, but this variable is not supported",
+    cause="the job asked SLURM for --ntasks={ntasks} and no --ntasks-per-node, which Lightning's SLURM environment "
+    "refuses when the Trainer/Fabric is built (with --ntasks alone SLURM may place more tasks on a node than it has "
+    "devices); its hint, --ntasks-per-node={ntasks}, is right for one node only",
+    fix="#SBATCH --nodes=<num_nodes> --ntasks-per-node=<devices> (one task per device on each node, the Trainer's "
+    "devices and num_nodes), in place of --ntasks",
+    source="CPU reproduction: SLURMEnvironment() raises it under SLURM_NTASKS=4 without SLURM_NTASKS_PER_NODE, in the "
+    "signature tests",
+    quote="RuntimeError: You set `--ntasks=4` in your SLURM bash script, but this variable is not supported. HINT: "
+    "Use `--ntasks-per-node=4` instead.",
+)  # fmt: skip
+
 NO_PROCESS_GROUP = Signature(
     code="LP051", title="a collective before the process group exists",
     category="process_group_missing",
@@ -438,6 +453,7 @@ SIGNATURES: tuple[Signature, ...] = (
     MASTER_VARIABLE_MISSING,
     ADDRESS_IN_USE,
     SLURM_TASKS_MISMATCH,
+    SLURM_TASKS_WITHOUT_LAYOUT,
     NO_PROCESS_GROUP,
     INVALID_DEVICE_ORDINAL,
     REQUESTED_GPUS_MISSING,
