@@ -985,6 +985,27 @@ _add(
     n(_C + "--devices 4 --num-nodes 2 --cluster slurm --env SLURM_JOB_NAME=train", "a job named train, 4 × 2"),
 )
 _add(
+    "LP734",
+    n(_C + "--devices 4 --num-nodes 2 --cluster slurm", "srun with --ntasks-per-node=4 on 2 nodes"),
+    n(
+        _C + "--devices 4 --num-nodes 2 --cluster slurm --env SLURM_NTASKS=8 --env SLURM_NTASKS_PER_NODE=4",
+        "--ntasks=8 beside --ntasks-per-node=4",
+    ),
+    n(
+        _C + "--devices 1 --env SLURM_JOB_ID=4242 --env SLURM_NTASKS=1 --env SLURM_NNODES=1 --env SLURM_PROCID=0 "
+        "--env SLURM_LOCALID=0 --env SLURM_NODEID=0",
+        "one task: Lightning needs no tasks per node",
+    ),
+    n(
+        _C + "--devices 4 --cluster torchelastic --env SLURM_JOB_ID=4242 --env SLURM_NTASKS=8",
+        "torchrun in a --ntasks=8 allocation: Lightning follows torchrun",
+    ),
+    n(
+        _C + "--devices 4 --env SLURM_JOB_ID=4242 --env SLURM_NTASKS=8 --env SLURM_JOB_NAME=interactive",
+        "an interactive allocation: Lightning does not use SLURM",
+    ),
+)
+_add(
     "LP714",
     n(_C + "--devices 8 --num-nodes 2 --cluster lsf", "LSF's own size"),
     n(_C + "--devices 4 --num-nodes 2 --cluster lsf --env JSM_NAMESPACE_SIZE=8", "8 = 4 × 2"),

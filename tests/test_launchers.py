@@ -247,3 +247,45 @@ def test_check_says_it_once_with_the_launchers_words(capsys: pytest.CaptureFixtu
                               "--env NODE_RANK=2")  # fmt: skip
     assert "LP717" in codes(report)
     assert "LP096" not in codes(report)
+
+
+SBATCH_NTASKS = "--env SLURM_JOB_ID=4242 --env SLURM_NTASKS=8 --env SLURM_NNODES=2"
+
+
+def test_a_slurm_job_without_tasks_per_node_is_said_once_with_the_per_node_fix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Lightning refuses ``--ntasks`` without ``--ntasks-per-node`` while the Trainer is built (LP700, with its hint
+    ``--ntasks-per-node=8``); check reports LP734 instead, with the tasks per node the Trainer needs."""
+    code, report = check(capsys, f"--devices 4 --num-nodes 2 {SBATCH_NTASKS}")
+    assert code == 1
+    assert codes(report) == {"LP734"}
+    (finding,) = report["findings"]
+    assert "SLURM_NTASKS=8 and no SLURM_NTASKS_PER_NODE" in finding["message"]
+    assert finding["hint"].startswith("#SBATCH --nodes=2 --ntasks-per-node=4 in place of --ntasks=8")
+
+
+def test_lightning_refusing_something_else_first_keeps_its_own_finding(capsys: pytest.CaptureFixture[str]) -> None:
+    """devices=0 is refused before Lightning makes the cluster environment: that is LP700's, and LP734 says the rest."""
+    code, report = check(capsys, f"--devices 0 --num-nodes 2 {SBATCH_NTASKS}")
+    assert code == 1
+    assert {"LP700", "LP734"} <= codes(report)
+    (lightning,) = [each for each in report["findings"] if each["code"] == "LP700"]
+    assert "ntasks" not in lightning["message"]
+
+
+def test_the_environment_whose_constructor_refuses_is_named() -> None:
+    """Lightning's detection picks SLURM's environment, whose constructor raises: the check names it, with the text."""
+    import os
+    from unittest import mock
+
+    from lightning_presets.tools.simulation.lightning import selected_environment
+
+    with mock.patch.dict(os.environ, {"SLURM_NTASKS": "8", "SLURM_JOB_NAME": "train"}):
+        os.environ.pop("SLURM_NTASKS_PER_NODE", None)
+        refused = selected_environment("trainer")
+    assert refused.environment == "SLURMEnvironment"
+    assert refused.refusal is not None
+    assert "--ntasks=8" in refused.refusal
+    with mock.patch.dict(os.environ, {"SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_JOB_NAME": "train"}):
+        assert selected_environment("fabric") == ("SLURMEnvironment", None)

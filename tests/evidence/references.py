@@ -95,6 +95,7 @@ PROOFS: dict[str, str] = {
     "LP711": "tests/evidence/test_fails_check.py::test_lp711_a_launcher_that_reruns_the_script_in_a_notebook",
     "LP712": "tests/evidence/test_fails_check.py::test_lp712_interactive_slurm_on_several_nodes_hangs",
     "LP714": "tests/evidence/test_fails_check.py::test_lp714_lsf_jsm_namespace_size_decides_the_world",
+    "LP734": "tests/evidence/test_fails_check.py::test_lp734_a_slurm_job_with_ntasks_and_no_tasks_per_node",
     "LP715": "tests/evidence/test_fails_registry.py::test_lp006_lp715_an_unknown_keyword_fails_when_ddp_wraps",
     "LP717": "tests/evidence/test_fails_launchers.py::test_lp717_a_node_rank_outside_the_nodes",
     "LP718": "tests/evidence/test_fails_launchers.py::test_lp718_a_rank_outside_the_world",

@@ -110,6 +110,16 @@ def test_lp712_interactive_slurm_on_several_nodes_hangs(proof: Proof, monkeypatc
         fit(_ddp(), Steps(), devices=1, num_nodes=2)  # SLURM ignored: this node is node 0 and waits for node 1
 
 
+@pytest.mark.proves("LP734")
+def test_lp734_a_slurm_job_with_ntasks_and_no_tasks_per_node(proof: Proof, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``#SBATCH --nodes=2 --ntasks=4``: SLURM sets no SLURM_NTASKS_PER_NODE, and building the Trainer raises on every
+    task, before the strategy (or any guard) exists."""
+    _environment(monkeypatch, **{**SLURM, "SLURM_NTASKS": "4", "SLURM_NNODES": "2"})
+    monkeypatch.delenv("SLURM_NTASKS_PER_NODE")
+    with proof.raises(RuntimeError, r"You set `--ntasks=4` in your SLURM bash script", code="LP734"):
+        trainer("ddp", devices=2, num_nodes=2)
+
+
 @pytest.mark.proves("LP714")
 def test_lp714_lsf_jsm_namespace_size_decides_the_world(
     proof: Proof, monkeypatch: pytest.MonkeyPatch, tmp_path: Path

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lightning_presets.core.findings import Finding, Severity
+from lightning_presets.core.namespaces import constructor
 from lightning_presets.core.rules import Problem, Rule, rule, run_rules
 from lightning_presets.guards import launch_rules as launch
 from lightning_presets.tools.check.launchers import (
@@ -23,7 +24,15 @@ from lightning_presets.tools.check.launchers import (
 from lightning_presets.tools.check.request import COMMAND as CHECK
 from lightning_presets.tools.check.target import Target
 
-__all__ = ["CLUSTER_RULES", "ENVIRONMENT_RULES", "LAUNCH_ARITHMETIC_RULES", "SUPERSEDES", "Target", "cluster_findings"]
+__all__ = [
+    "CLUSTER_RULES",
+    "ENVIRONMENT_RULES",
+    "LAUNCH_ARITHMETIC_RULES",
+    "REFUSAL_RULES",
+    "SUPERSEDES",
+    "Target",
+    "cluster_findings",
+]
 
 _SINGLE_DEVICE_STRATEGIES = ("single_device", "single_xla", "single_tpu")
 
@@ -121,6 +130,29 @@ lsf_world_size = launcher_count(
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 2 --cluster lsf",
     evidence="runtime: Lightning trains with LSF's world of 1 and silently ignores devices × num_nodes = 2",
 )  # fmt: skip
+
+
+@rule(
+    "LP734", "error", "check", "a SLURM job with --ntasks and no --ntasks-per-node",
+    fails=f"{CHECK} --accelerator cuda --gpus 4 --devices 4 --num-nodes 2 --env SLURM_JOB_ID=4242 "
+    "--env SLURM_NTASKS=8 --env SLURM_NNODES=2",
+    fixed=f"{CHECK} --accelerator cuda --gpus 4 --devices 4 --num-nodes 2 --cluster slurm",
+    evidence="runtime: Lightning's SLURMEnvironment raises RuntimeError while the Trainer/Fabric is built",
+)  # fmt: skip
+def slurm_tasks_without_tasks_per_node(t: Target) -> Problem | None:
+    """Read from Lightning's own refusal (``Target.environment_refusal``): SLURM's environment, made from variables
+    without ``SLURM_NTASKS_PER_NODE``, raised."""
+    if t.environment != "SLURMEnvironment" or t.environment_refusal is None or "SLURM_NTASKS_PER_NODE" in t.env:
+        return None
+    tasks = t.env.get("SLURM_NTASKS", "?")
+    per_node = t.devices if t.devices is not None else "<devices>"
+    return Problem(
+        f"{t.call(t.devices_part, f'num_nodes={t.num_nodes}')}: SLURM_NTASKS={tasks} and no SLURM_NTASKS_PER_NODE "
+        f"(the job asked for --ntasks, not --ntasks-per-node): Lightning's SLURM environment refuses it while the "
+        f"{constructor(t.kind)} is built, on every task (Lightning: {t.environment_refusal!r})",
+        f"#SBATCH --nodes={t.num_nodes} --ntasks-per-node={per_node} in place of --ntasks={tasks}: one task per "
+        f"device on each node (Lightning's hint, --ntasks-per-node={tasks}, holds for one node only)",
+    )
 
 
 @rule(
@@ -230,6 +262,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     slurm_nodes,
     slurm_tasks,
     slurm_interactive_nodes,
+    slurm_tasks_without_tasks_per_node,
     elastic_world_size,
     elastic_local_world_size,
     lsf_world_size,
@@ -254,6 +287,9 @@ launcher's own flags: the check reports these instead of LP095."""
 LAUNCH_ARITHMETIC_RULES: tuple[Rule, ...] = (node_rank_outside, rank_outside, batch_job_without_launcher)
 """The launch errors a preset's LP096 reports at construction (the same functions, ``guards.launch_rules``): the check
 reports these instead of LP096."""
+REFUSAL_RULES: tuple[Rule, ...] = (slurm_tasks_without_tasks_per_node,)
+"""The check rules that read an environment's refusal (``Target.environment_refusal``): when one fires and Lightning's
+construction raised that refusal, the check reports the rule instead of LP700."""
 SUPERSEDES: dict[str, tuple[Rule, ...]] = {
     launch.environment_takes_the_job.code: ENVIRONMENT_RULES,
     launch.launch_arithmetic.code: LAUNCH_ARITHMETIC_RULES,

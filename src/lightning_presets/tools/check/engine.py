@@ -36,7 +36,7 @@ from lightning_presets.tools.check import names as _names
 from lightning_presets.tools.check import stages as _stages
 from lightning_presets.tools.check.request import CheckReport, CheckRequest, Evidence, Reported, Source, parse_value
 from lightning_presets.tools.check.resolved import Resolved, resolve
-from lightning_presets.tools.simulation.lightning import interactive_session
+from lightning_presets.tools.simulation.lightning import interactive_session, selected_environment
 
 LIGHTNING_REJECTED = _names.lightning_refuses(
     "LP700", "Lightning rejected the configuration", fails="--accelerator cpu --devices 0 --strategy ddp",
@@ -165,19 +165,6 @@ def _simulation_of(
         if request.cluster == "lsf" and "LSB_DJOB_RANKFILE" not in request.env:
             job_env["LSB_DJOB_RANKFILE"] = "<generated rank file>"
         yield job_env, visible
-
-
-def _detected_environment(request: CheckRequest) -> str:
-    """The cluster environment Lightning's connector would select in the simulated variables (its own detection order,
-    run on a connector that was given no environment), by class name."""
-    connector = private.connector_class(request.mode)
-    with warnings.catch_warnings():  # SLURM's environment warns about srun; the check reports through its rules
-        warnings.simplefilter("ignore")
-        try:
-            chosen = private.choose_cluster_environment(connector)
-        except Exception:  # an environment whose variables it cannot read (the cluster rules say why)
-            return "LightningEnvironment"
-    return type(chosen).__name__
 
 
 def _override_findings(name: str, strategy_cls: Any, overrides: Mapping[str, Any], constructor: str) -> list[Finding]:
@@ -417,7 +404,7 @@ def check_job(request: CheckRequest) -> CheckReport:
     with _simulation_of(request, devices or 1, nodes, preload) as (job_env, visible):
         if not out.has_error:
             outcome = _build(request, arguments, effective, out) or outcome
-        detected = _detected_environment(request)
+        detected = selected_environment(request.mode)
     evidence: Evidence = "construction" if outcome.attempted else "syntax"
     out.add(outcome.findings, "guard", "construction")
     out.add(_stages.trainer_findings(outcome), "guard", "construction")
@@ -451,12 +438,16 @@ def check_job(request: CheckRequest) -> CheckReport:
         gpus_per_node=request.gpus,
         interactive=request.interactive,
         interactive_compatible=getattr(launcher, "is_interactive_compatible", None),
-        environment=resolved.cluster_environment if resolved else detected,
+        environment=resolved.cluster_environment if resolved else detected.environment,
+        environment_refusal=None if resolved else detected.refusal,
     )
     cluster = _cluster.cluster_findings(target)
     for superseded, rules in _cluster.SUPERSEDES.items():  # construction's launch findings, said by check's rules
         if {finding.code for finding in cluster} & {each.code for each in rules}:
             out.drop(superseded)
+    refused = outcome.error is not None and _lightning_finding(outcome.error, request).message == detected.refusal
+    if refused and {finding.code for finding in cluster} & {each.code for each in _cluster.REFUSAL_RULES}:
+        out.drop(LIGHTNING_REJECTED.code)  # Lightning's refusal, said by the check rule that reads it
     out.add(cluster, "check", evidence)
     out.add(variable_findings(), "check", evidence)
     simulated = {

@@ -45,6 +45,9 @@ class Target:
     """The cluster environment Lightning selects (its class name): the one the built strategy holds, else what
     Lightning's own detection picks in the job's variables. Rules of one launcher fire only when it is selected: a
     SLURM variable under torchrun is not a SLURM job."""
+    environment_refusal: str | None = None
+    """What Lightning raised while it made that environment from the job's variables (its own constructor, run when
+    nothing was built); ``None`` when it made it, or when the strategy was built."""
 
     def call(self, *parts: str) -> str:
         return f"`{constructor(self.kind)}({', '.join(parts)})`"

@@ -1,15 +1,48 @@
 """What ``check`` and the documented examples patch in Lightning: an interactive session, the external-callback
-scan done once, and ``fit``/``setup`` that run only the guards."""
+scan done once, and ``fit``/``setup`` that run only the guards; and the cluster environment Lightning selects in the
+simulated variables."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 from unittest import mock
 
 from lightning_presets.registry import private
+
+
+class Selected(NamedTuple):
+    """The cluster environment Lightning's connector selects, and what its constructor raised (``None``: nothing)."""
+
+    environment: str
+    """Its class name."""
+    refusal: str | None
+
+
+def selected_environment(kind: str) -> Selected:
+    """The cluster environment the ``kind`` (``trainer``/``fabric``) connector selects in this process's variables, run
+    as on a connector given no environment (Lightning's own detection order and constructors). An environment whose
+    constructor refuses the variables (SLURM's without ``SLURM_NTASKS_PER_NODE``) is named with the refusal; one that
+    raises before any environment is made is ``LightningEnvironment``, with the refusal."""
+    from lightning.fabric.plugins.environments import ClusterEnvironment
+
+    with warnings.catch_warnings():  # SLURM's environment warns about srun; the check reports through its rules
+        warnings.simplefilter("ignore")
+        try:
+            chosen = private.choose_cluster_environment(private.connector_class(kind))
+        except Exception as error:  # the cluster rules say why
+            text = str(error).strip() or type(error).__name__
+            traceback, refused = error.__traceback__, "LightningEnvironment"
+            while traceback is not None:  # the environment whose __init__ raised, if one did
+                candidate = traceback.tb_frame.f_locals.get("self")
+                if traceback.tb_frame.f_code.co_name == "__init__" and isinstance(candidate, ClusterEnvironment):
+                    refused = type(candidate).__name__
+                traceback = traceback.tb_next
+            return Selected(refused, text)
+    return Selected(type(chosen).__name__, None)
 
 
 @contextlib.contextmanager
