@@ -15,6 +15,7 @@ import torch
 
 from helpers import run
 from lightning_presets.cli import main
+from lightning_presets.core.findings import UsageError
 from lightning_presets.tools import plan as _plan
 from lightning_presets.tools.plan import GIB, PlanRequest, bytes_per_param, parse_count, plan
 
@@ -470,3 +471,21 @@ def test_with_every_preset_denied_there_is_nothing_to_plan() -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     assert "nothing to plan" in done.stderr
     assert "NOTHING FITS" not in done.stdout + done.stderr
+
+
+def test_full_trace_reaches_the_request_and_needs_a_model() -> None:
+    """``--full-trace`` is the request's ``full_trace`` (what it changes: ``test_plan_depth.py``); with ``--params``
+    there is nothing to trace, a usage error."""
+    import argparse
+
+    from lightning_presets.cli import _plan as plan_cli
+
+    parser = argparse.ArgumentParser()
+    plan_cli.add_arguments(parser)
+    args = parser.parse_args(["--model", "tests.models:tiny", "--gpus", "8", "--gpu-type", "H100-SXM", "--full-trace"])
+    assert plan_cli.request_from(args).full_trace is True
+    args = parser.parse_args(["--model", "tests.models:tiny", "--gpus", "8", "--gpu-type", "H100-SXM"])
+    assert plan_cli.request_from(args).full_trace is False
+    args = parser.parse_args(["--params", "7e9", "--gpus", "8", "--gpu-type", "H100-SXM", "--full-trace"])
+    with pytest.raises(UsageError, match="full_trace traces a model"):
+        plan_cli.request_from(args)

@@ -44,12 +44,11 @@ def uneven() -> nn.Module:
 
 
 def _plans(monkeypatch: pytest.MonkeyPatch, spec: str, **request: object) -> tuple[list[Estimate], list[Estimate]]:
-    """(extrapolated, fully traced) plans of one request."""
+    """(extrapolated, fully traced) plans of one request: the second as ``plan --full-trace`` asks for it."""
     plan = PlanRequest(model=spec, gpus_per_node=8, gpu_type="H100-SXM", **request)  # type: ignore[arg-type]
     monkeypatch.setattr(depth, "EXTRAPOLATE_FROM", LAYERS)
     extrapolated, _ = plan_worker.plan_in_process(plan)
-    monkeypatch.setattr(depth, "EXTRAPOLATE_FROM", 10**9)
-    full, _ = plan_worker.plan_in_process(plan)
+    full, _ = plan_worker.plan_in_process(dataclasses.replace(plan, full_trace=True))
     return extrapolated, full
 
 
@@ -69,6 +68,8 @@ def test_extrapolated_plan_matches_the_full_trace_of_every_preset(monkeypatch: p
             continue
         low, high = depth.TRACED_BLOCKS
         assert short.evidence == f"{whole.evidence}, {low} and {high} of {LAYERS} blocks extrapolated"
+        if "traced" in whole.evidence:  # the full trace says why it did not extrapolate
+            assert any("every block traced (not extrapolated: --full-trace)" in line for line in whole.why), whole.why
         for name in MEMORY:
             assert _off(getattr(short, name), getattr(whole, name)) <= 0.01, (short.preset, name)
         assert short.throughput is not None

@@ -167,6 +167,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="--model: time the step as torch.compile runs it (fused pointwise operators, fewer "
                         "launches; FLOPs and communication unchanged)")  # fmt: skip
+    parser.add_argument("--full-trace", dest="full_trace", action="store_true",
+                        help="--model: trace every block, even where the model's identical blocks allow tracing 3 "
+                        "and 4 of them and extrapolating (slower; to check the extrapolation on your "
+                        "model)")  # fmt: skip
     parser.add_argument("--timeout", type=positive, default=900, metavar="SECONDS",
                         help="stop tracing after this long (default 900)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -195,7 +199,7 @@ def request_from(args: argparse.Namespace) -> _plan.PlanRequest:
                                  inter_node_bandwidth=args.inter_node_bandwidth,
                                  nvlink_bandwidth=args.nvlink_bandwidth,
                                  activation_checkpointing=args.activation_checkpointing,
-                                 compile=args.compile)  # fmt: skip
+                                 compile=args.compile, full_trace=args.full_trace)  # fmt: skip
     except ValueError as error:
         raise UsageError(str(error)) from None
 

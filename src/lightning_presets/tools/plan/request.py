@@ -72,6 +72,9 @@ class PlanRequest:
     """``full``: plan the presets that do not checkpoint activations as if they checkpointed every block."""
     compile: bool = False
     """Time the step as ``torch.compile`` runs it (fused pointwise operators, fewer launches)."""
+    full_trace: bool = False
+    """Trace every block, even where the model's identical blocks allow tracing 3 and 4 of them and extrapolating
+    (:mod:`.depth`): slower, to check the extrapolation on this model."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -97,6 +100,8 @@ class PlanRequest:
             problems.append("batch needs a model (--model)")
         if self.kernels not in KERNELS:
             problems.append(f"kernels={self.kernels!r} is not one of {', '.join(KERNELS)}")
+        if self.full_trace and self.model is None:
+            problems.append("full_trace traces a model (--model)")
         if self.max_batch and self.model is None:
             problems.append("the largest batch is searched on a traced model (--model)")
         try:

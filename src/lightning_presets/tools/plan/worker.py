@@ -268,13 +268,14 @@ class _Tracer:
 
     def _traced(self, layout: Any, mesh: Any, batch: int | None) -> Any:
         """The step traced with 3 and 4 of the model's blocks and extrapolated (:mod:`.depth`) where its structure
-        allows it, else (or when the shortened model does not trace, or does not add up) in full."""
+        allows it, else (or when the shortened model does not trace, or does not add up, or the request asks for the
+        full trace) in full."""
         from dataclasses import replace
 
         from lightning_presets.tools.plan import depth, trace, user_model
 
-        stack = self.stack()
-        why = stack if isinstance(stack, str) else None
+        stack = None if self.request.full_trace else self.stack()
+        why = "--full-trace" if self.request.full_trace else stack if isinstance(stack, str) else None
         if isinstance(stack, depth.Stack) and stack.count >= depth.EXTRAPOLATE_FROM:
             try:
                 small, large = (self._run(layout, mesh, batch, blocks) for blocks in depth.TRACED_BLOCKS)
