@@ -489,3 +489,24 @@ def test_full_trace_reaches_the_request_and_needs_a_model() -> None:
     args = parser.parse_args(["--params", "7e9", "--gpus", "8", "--gpu-type", "H100-SXM", "--full-trace"])
     with pytest.raises(UsageError, match="full_trace traces a model"):
         plan_cli.request_from(args)
+
+
+def test_the_request_reaches_the_child_whole() -> None:
+    """The child process plans ``PlanRequest.from_dict(request.as_dict())``: every field but the parent's own timeout
+    survives the trip (a field left out of either would be silently its default in the child)."""
+    import dataclasses
+
+    from lightning_presets.tools.plan.request import PlanRequest
+
+    given = {"gpus_per_node": 4, "model": "tests.models:tiny", "num_nodes": 2, "gpu_memory": 40 * 2**30,
+             "precision": "bf16-true", "optimizer": "sgd", "headroom": 0.2, "cpu_memory": 512 * 2**30,
+             "batch_size": 3, "batch": "tests.models:batch", "kernels": "cpu", "max_batch": True,
+             "presets": ("fsdp2",), "gpu_type": "A100-80GB", "inter_node_bandwidth": 25.0,
+             "nvlink_bandwidth": 300.0, "activation_checkpointing": "full", "compile": True,
+             "full_trace": True}  # fmt: skip
+    parent_only = {"timeout_s", "params"}  # params: the other kind of request (a count, not a model)
+    assert set(given) | parent_only == {field.name for field in dataclasses.fields(PlanRequest)}
+    request = PlanRequest(**given)  # type: ignore[arg-type]
+    defaults = PlanRequest(gpus_per_node=1, model="tests.models:batch")
+    assert all(getattr(request, name) != getattr(defaults, name) for name in given), "a value equal to its default"
+    assert PlanRequest.from_dict(request.as_dict()) == request

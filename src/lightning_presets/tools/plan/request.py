@@ -167,7 +167,8 @@ class PlanRequest:
                 "batch": self.batch, "kernels": self.kernels, "max_batch": self.max_batch,
                 "presets": list(self.presets), "gpu_type": self.gpu_type,
                 "inter_node_bandwidth_gbps": self.inter_node_bandwidth, "nvlink_bandwidth_gbps": self.nvlink_bandwidth,
-                "activation_checkpointing": self.activation_checkpointing, "compile": self.compile}  # fmt: skip
+                "activation_checkpointing": self.activation_checkpointing, "compile": self.compile,
+                "full_trace": self.full_trace}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PlanRequest:
@@ -178,7 +179,8 @@ class PlanRequest:
                    max_batch=data["max_batch"], presets=tuple(data["presets"]), gpu_type=data["gpu_type"],
                    inter_node_bandwidth=data["inter_node_bandwidth_gbps"],
                    nvlink_bandwidth=data["nvlink_bandwidth_gbps"],
-                   activation_checkpointing=data["activation_checkpointing"], compile=data["compile"])  # fmt: skip
+                   activation_checkpointing=data["activation_checkpointing"], compile=data["compile"],
+                   full_trace=data.get("full_trace", False))  # fmt: skip
 
 
 def _gib(value: float) -> str:
