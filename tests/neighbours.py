@@ -988,8 +988,8 @@ _add(
     "LP734",
     n(_C + "--devices 4 --num-nodes 2 --cluster slurm", "srun with --ntasks-per-node=4 on 2 nodes"),
     n(
-        _C + "--devices 4 --num-nodes 2 --cluster slurm --env SLURM_NTASKS=8 --env SLURM_NTASKS_PER_NODE=4",
-        "--ntasks=8 beside --ntasks-per-node=4",
+        _C + "--devices 2 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=8 --env SLURM_NTASKS_PER_NODE=2",
+        "--ntasks=8 beside --ntasks-per-node=2 on 4 nodes",
     ),
     n(
         _C + "--devices 1 --env SLURM_JOB_ID=4242 --env SLURM_NTASKS=1 --env SLURM_NNODES=1 --env SLURM_PROCID=0 "

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 import torch
@@ -246,19 +248,40 @@ def test_lookup_only_dependencies(monkeypatch: pytest.MonkeyPatch) -> None:
     assert info["deepspeed"]["status"] == "missing"
 
 
+TORCHRUN = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "8",
+            "WORLD_SIZE": "8", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("env", "detected"),
     [
-        ({"SLURM_NTASKS": "16", "SLURM_JOB_NAME": "train"}, "slurm"),
+        ({"SLURM_NTASKS": "16", "SLURM_NTASKS_PER_NODE": "8", "SLURM_NNODES": "2", "SLURM_JOB_NAME": "train"}, "slurm"),
         ({"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "bash"}, "none (an interactive SLURM allocation"),
-        ({"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "8"}, "torchelastic"),
-        ({"LSB_JOBID": "1", "LSB_DJOB_RANKFILE": "f", "JSM_NAMESPACE_LOCAL_RANK": "0", "JSM_NAMESPACE_SIZE": "4"},
-         "lsf"),
+        (TORCHRUN, "torchelastic"),
+        ({**TORCHRUN, "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_NAME": "train"}, "torchelastic"),
+        # torchrun's ranks without its run id: Lightning (torch.distributed.is_torchelastic_launched) sees no torchrun
+        ({"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "8"}, "none"),
+        ({"KUBERNETES_PORT": "tcp://10.96.0.1:443", "MASTER_ADDR": "m", "MASTER_PORT": "1", "WORLD_SIZE": "2",
+          "RANK": "0"}, "none (a Kubeflow pod: Lightning does not detect Kubeflow"),
         ({}, "none"),
     ],
 )  # fmt: skip
-def test_cluster_detection(env: dict[str, str], detected: str) -> None:
+def test_cluster_detection_is_lightnings_own(env: dict[str, str], detected: str) -> None:
     assert _doctor.detected_cluster(env).startswith(detected)
+
+
+def test_cluster_detection_says_what_lightnings_environment_refuses(tmp_path: Path) -> None:
+    """``--ntasks`` without ``--ntasks-per-node`` and an LSF rank file that is not there: Lightning picks the
+    environment and its constructor raises; the doctor names both, and leaves this process's variables as they were."""
+    before = dict(os.environ)
+    slurm = _doctor.detected_cluster({"SLURM_NTASKS": "16", "SLURM_JOB_NAME": "train"})
+    assert slurm.startswith("slurm (Lightning refuses this job's variables: You set `--ntasks=16`"), slurm
+    missing = str(tmp_path / "rankfile")
+    lsf = _doctor.detected_cluster({"LSB_JOBID": "1", "LSB_DJOB_RANKFILE": missing, "JSM_NAMESPACE_LOCAL_RANK": "0",
+                                    "JSM_NAMESPACE_SIZE": "4"})  # fmt: skip
+    assert lsf.startswith("lsf (Lightning refuses this job's variables: "), lsf
+    assert missing in lsf
+    assert dict(os.environ) == before
 
 
 def test_cluster_section_lists_variables_and_visible_devices() -> None:

@@ -28,9 +28,9 @@ def _record(proof: Proof, code: str, job: Job, rank: int, kind: str, match: str)
 @pytest.mark.proves("LP030")
 def test_lp030_ranks_with_different_settings_train_apart(proof: Proof) -> None:
     """Rank 1 takes 64-true from its LOCAL_RANK: with the handshake off, gloo finds sizes that do not match in the
-    first gradient reduction (rank 0 aborts in C++, rank 1 raises)."""
-    job = run_job("runtime_jobs:fit", "64-true", path=JOBS, timeout=120, grace=2,
-                  env={"LIGHTNING_PRESETS_HANDSHAKE": "0"})  # fmt: skip
+    first gradient reduction (rank 0 aborts in C++, rank 1 raises once it sees the connection close: on a busy
+    machine that took more than 2 s once, so it gets the harness's default grace)."""
+    job = run_job("runtime_jobs:fit", "64-true", path=JOBS, timeout=120, env={"LIGHTNING_PRESETS_HANDSHAKE": "0"})
     assert job.ranks[0].status == "died" or job.ranks[0].error is not None, job.describe()
     assert "doesn't match expected size" in job.ranks[0].output or job.ranks[0].error is not None, job.describe()
     _record(proof, "LP030", job, 1, "RuntimeError", r"Connection reset by peer|Connection closed by peer|size")

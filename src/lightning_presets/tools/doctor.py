@@ -361,19 +361,33 @@ def dependencies_section(*, import_optional: bool = False) -> tuple[dict[str, An
 # --- cluster ------------------------------------------------------------------------------------------------
 
 
+_KUBEFLOW_POD = {"KUBERNETES_PORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}
+"""A PyTorchJob pod's variables (what KubeflowEnvironment reads, in a Kubernetes pod), which Lightning never detects
+(``KubeflowEnvironment.detect`` raises)."""
+_DOCTOR_NAMES = {"SLURMEnvironment": "slurm", "TorchElasticEnvironment": "torchelastic", "LSFEnvironment": "lsf",
+                 "MPIEnvironment": "mpi", "LightningEnvironment": "none"}  # fmt: skip
+
+
 def detected_cluster(env: Mapping[str, str]) -> str:
-    """The cluster environment Lightning would pick, by the same variables its ``detect()`` methods read."""
-    if "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
-        return "slurm"
-    if {"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"} <= set(env):
-        return "torchelastic"
-    if {"KUBERNETES_PORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"} <= set(env):
-        return "kubeflow"
-    if {"LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE"} <= set(env):
-        return "lsf"
-    if "SLURM_NTASKS" in env:
+    """The cluster environment Lightning would pick with ``env``'s cluster variables: its connector's own detection
+    and constructors (``tools.simulation.lightning.selected_environment``), with what a constructor refused."""
+    from lightning_presets.tools.simulation import only_these_variables
+    from lightning_presets.tools.simulation.lightning import selected_environment
+
+    variables = {key: value for key, value in env.items() if is_cluster_variable(key)}
+    try:
+        with only_these_variables(variables):
+            selected = selected_environment("trainer")
+    except ImportError as error:
+        return f"unknown (Lightning does not import: {error})"
+    detected = _DOCTOR_NAMES.get(selected.environment, selected.environment)
+    if selected.refusal is not None:
+        return f"{detected} (Lightning refuses this job's variables: {selected.refusal})"
+    if detected == "none" and "SLURM_NTASKS" in env:
         return "none (an interactive SLURM allocation: Lightning does not use SLURM)"
-    return "none"
+    if detected == "none" and set(env) >= _KUBEFLOW_POD:
+        return "none (a Kubeflow pod: Lightning does not detect Kubeflow; pass plugins=[KubeflowEnvironment()])"
+    return detected
 
 
 def cluster_section(env: Mapping[str, str] | None = None) -> dict[str, Any]:

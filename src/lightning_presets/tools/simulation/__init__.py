@@ -16,7 +16,7 @@ import socket
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from unittest import mock
 
 from lightning_presets.core.environment import is_cluster_variable
@@ -24,8 +24,8 @@ from lightning_presets.core.findings import UsageError
 from lightning_presets.core.hardware import SimulatedGPU, current, simulating
 
 __all__ = ["CLUSTERS", "MAX_PROCESSES", "MAX_RANKFILE_BYTES", "SimulatedGPU", "check_rankfile", "cluster_variables",
-           "current", "import_before_simulating", "is_cluster_variable", "simulated_cluster", "simulated_cuda",
-           "without_mps"]  # fmt: skip
+           "current", "import_before_simulating", "is_cluster_variable", "only_these_variables", "simulated_cluster",
+           "simulated_cuda", "without_mps"]  # fmt: skip
 
 _CUDA_MODULES = (
     "lightning.fabric.accelerators.cuda",
@@ -240,11 +240,18 @@ def simulated_cluster(
         if cluster == "lsf" and not given:
             rankfile = _lsf_rankfile(stack.enter_context(tempfile.TemporaryDirectory()), devices, num_nodes)
         variables = {**cluster_variables(cluster, devices, num_nodes, rankfile), **(env or {})}
-        stack.enter_context(_restored_environment(variables))
+        stack.enter_context(only_these_variables(variables))
+        yield variables
+
+
+@contextlib.contextmanager
+def only_these_variables(variables: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``variables`` set and every other cluster variable removed; everything restored on exit."""
+    with _restored_environment(dict(variables)):
         for name in [name for name in os.environ if is_cluster_variable(name) and name not in variables]:
             del os.environ[name]
         os.environ.update(variables)
-        yield variables
+        yield
 
 
 @contextlib.contextmanager
