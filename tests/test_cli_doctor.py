@@ -343,3 +343,16 @@ def test_a_lightning_package_that_comes_with_another_distribution_is_not_called_
     importable = json.loads(run(capsys, "doctor", "--json")[1])["registries"]["lightning_fabric"]["importable"]
     fabric_line = next(line for line in out.splitlines() if line.startswith("lightning-fabric"))
     assert ("not installed" in fabric_line) is (not importable)
+
+
+def test_cluster_detection_with_a_broken_lightning_says_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The doctor explains a broken install (LP016): the cluster line says what it could not ask, never raises."""
+    from lightning_presets.tools.simulation import lightning as simulation
+
+    def broken(kind: str) -> None:
+        raise RuntimeError("lightning.fabric failed to import")
+
+    monkeypatch.setattr(simulation, "selected_environment", broken)
+    detected = _doctor.detected_cluster({"SLURM_NTASKS": "2"})
+    assert detected == ("unknown (Lightning's cluster environments do not import: RuntimeError: lightning.fabric "
+                        "failed to import)")  # fmt: skip

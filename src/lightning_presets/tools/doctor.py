@@ -378,8 +378,8 @@ def detected_cluster(env: Mapping[str, str]) -> str:
     try:
         with only_these_variables(variables):
             selected = selected_environment("trainer")
-    except ImportError as error:
-        return f"unknown (Lightning does not import: {error})"
+    except Exception as error:  # Lightning missing or broken: LP721/LP016 say so; the line says what is known
+        return f"unknown (Lightning's cluster environments do not import: {type(error).__name__}: {error})"
     detected = _DOCTOR_NAMES.get(selected.environment, selected.environment)
     if selected.refusal is not None:
         return f"{detected} (Lightning refuses this job's variables: {selected.refusal})"
