@@ -276,16 +276,13 @@ def test_lightning_refusing_something_else_first_keeps_its_own_finding(capsys: p
 
 def test_the_environment_whose_constructor_refuses_is_named() -> None:
     """Lightning's detection picks SLURM's environment, whose constructor raises: the check names it, with the text."""
-    import os
-    from unittest import mock
-
+    from lightning_presets.tools.simulation import only_these_variables
     from lightning_presets.tools.simulation.lightning import selected_environment
 
-    with mock.patch.dict(os.environ, {"SLURM_NTASKS": "8", "SLURM_JOB_NAME": "train"}):
-        os.environ.pop("SLURM_NTASKS_PER_NODE", None)
+    with only_these_variables({"SLURM_NTASKS": "8", "SLURM_JOB_NAME": "train"}):
         refused = selected_environment("trainer")
     assert refused.environment == "SLURMEnvironment"
     assert refused.refusal is not None
     assert "--ntasks=8" in refused.refusal
-    with mock.patch.dict(os.environ, {"SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_JOB_NAME": "train"}):
+    with only_these_variables({"SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_JOB_NAME": "train"}):
         assert selected_environment("fabric") == ("SLURMEnvironment", None)

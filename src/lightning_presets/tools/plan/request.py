@@ -180,7 +180,7 @@ class PlanRequest:
                    inter_node_bandwidth=data["inter_node_bandwidth_gbps"],
                    nvlink_bandwidth=data["nvlink_bandwidth_gbps"],
                    activation_checkpointing=data["activation_checkpointing"], compile=data["compile"],
-                   full_trace=data.get("full_trace", False))  # fmt: skip
+                   full_trace=data["full_trace"])  # fmt: skip
 
 
 def _gib(value: float) -> str:
