@@ -43,16 +43,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import late_failures_doc
 import yaml  # type: ignore[import-untyped,unused-ignore]  # stubs are optional
 from late_failures_backends import backend_files, backend_sites, package_dir, site_phases
 from late_failures_sites import Site, sites_in
+from late_failures_terms import DEEPSPEED_AREA, LIGHTNING_AREAS, SCOPES, STATUSES, _scope, _version_key
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).with_name("late_failures.yaml")
 DOC = ROOT / "docs" / "late-failures.md"
 SAMPLE = Path(__file__).with_name("late_failures_sample.py")
 
-STATUSES = ("construction", "preempted", "unknowable", "open")
 EARLY_STAGES = ("catalog", "options", "construction")
 """Stages at which a code fires no later than ``Trainer(...)``/``Fabric(...)`` returns."""
 NOT_A_FAILURE = "not-a-failure"
@@ -62,18 +63,8 @@ FIRST = "Lightning raises first: "
 """How a backend site's ``note`` names the Lightning site that rejects the same input at construction."""
 TODO = "todo"
 
-LIGHTNING_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("connectors", ("fabric/connector.py", "pytorch/trainer/connectors/accelerator_connector.py")),
-    ("launchers", ("fabric/strategies/launchers/*.py", "pytorch/strategies/launchers/*.py")),
-    ("strategies", ("fabric/strategies/*.py", "pytorch/strategies/*.py")),
-    ("precision", ("fabric/plugins/precision/*.py", "pytorch/plugins/precision/*.py")),
-    ("environments", ("fabric/plugins/environments/*.py", "pytorch/plugins/environments/*.py")),
-)
 STANDALONE = {"lightning_fabric": "fabric", "pytorch_lightning": "pytorch"}
 """The standalone packages and the ``lightning`` subpackage each is a copy of."""
-DEEPSPEED_AREA = "deepspeed-config"
-SCOPES = ("lightning", "deepspeed", "torch")
-"""The releases a site is recorded under: Lightning's, DeepSpeed's (its parser and engine) and torch's."""
 
 
 # --- the sites of the installed packages ---------------------------------------------------------------------------
@@ -257,15 +248,6 @@ def record(
     return changes
 
 
-def _scope(key: str) -> str:
-    package = key.split(".")[0].split(":")[0]
-    return package if package in SCOPES else "lightning"
-
-
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
-
-
 # --- checks --------------------------------------------------------------------------------------------------------
 
 
@@ -386,8 +368,6 @@ def deepspeed_sites(traced: Trace) -> list[Site]:
 
 def render(data: Mapping[str, Mapping[str, Any]]) -> str:
     """``docs/late-failures.md`` from the data alone (``late_failures_doc``)."""
-    import late_failures_doc
-
     return late_failures_doc.render(data)
 
 

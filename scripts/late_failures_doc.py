@@ -8,7 +8,7 @@ from typing import Any
 
 import late_failures_backends as backends
 import late_failures_tables as tables
-from late_failures import DEEPSPEED_AREA, LIGHTNING_AREAS, SCOPES, STATUSES, _scope, _version_key
+from late_failures_terms import DEEPSPEED_AREA, LIGHTNING_AREAS, SCOPES, STATUSES, _scope, _version_key
 
 AREAS = (*(area for area, _ in LIGHTNING_AREAS), DEEPSPEED_AREA, *(area.name for area in backends.AREAS))
 TITLES = {DEEPSPEED_AREA: "DeepSpeed's config parser", **{area.name: area.title for area in backends.AREAS}}

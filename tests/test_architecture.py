@@ -3,6 +3,7 @@ circle, and the package root holds only the public facade."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import grimp
@@ -36,6 +37,57 @@ def test_a_circle_would_be_found(graph: grimp.ImportGraph) -> None:
     graph.add_import(importer="lightning_presets.core.findings", imported="lightning_presets.cli")
     chain = graph.find_shortest_chain(importer="lightning_presets.cli", imported="lightning_presets.core.findings")
     assert chain is not None
+
+
+REPOSITORY = PACKAGE.parents[1]
+SCRIPT_FOLDERS = ("scripts", "benchmarks", "tests")
+"""The repository's folders of top-level modules (run as scripts, imported by their bare names)."""
+
+
+def _sibling_imports(folder: Path) -> dict[str, set[str]]:
+    """Each module of ``folder`` with the modules of the same folder it imports (inside functions too)."""
+    modules = {path.stem: path for path in folder.glob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module.split(".")[0])
+        edges[name] = found & modules.keys() - {name}
+    return edges
+
+
+def _circles(edges: dict[str, set[str]]) -> list[str]:
+    """Every import edge A -> B from which A is reachable again, as ``A -> B -> ... -> A``."""
+    circles = []
+    for start in sorted(edges):
+        for first in sorted(edges[start]):
+            paths, seen = [[start, first]], {first}
+            while paths:
+                path = paths.pop(0)
+                if path[-1] == start:
+                    circles.append(" -> ".join(path))
+                    break
+                for following in sorted(edges.get(path[-1], ())):
+                    if following == start or following not in seen:
+                        seen.add(following)
+                        paths.append([*path, following])
+    return circles
+
+
+@pytest.mark.parametrize("folder", SCRIPT_FOLDERS)
+def test_no_import_circle_among_the_repository_scripts(folder: str) -> None:
+    """The scripts, benchmarks and test helpers import each other by bare name: none of them in a circle."""
+    assert _circles(_sibling_imports(REPOSITORY / folder)) == []
+
+
+def test_a_circle_among_scripts_would_be_found() -> None:
+    """The check above can fail: the inventory's document importing the inventory back closes a circle."""
+    edges = _sibling_imports(REPOSITORY / "scripts")
+    edges["late_failures_doc"].add("late_failures")
+    assert "late_failures -> late_failures_doc -> late_failures" in _circles(edges)
 
 
 def test_the_package_root_is_the_facade_and_its_wiring() -> None:
