@@ -47,6 +47,8 @@ PRELOAD = (
 )
 """Imported once, before the first fork (a module that fails to import is skipped: the job imports it itself)."""
 
+PR_SET_PDEATHSIG = 1
+"""``prctl``'s option (linux/prctl.h): the signal a process gets when its parent dies."""
 POLL_SECONDS = 0.02
 STACKS_SECONDS = 0.5
 """How long a hung rank is given to write its stacks before it is killed."""
@@ -83,10 +85,27 @@ def _error_record(exc: BaseException) -> dict[str, Any]:
             "traceback": "".join(traceback.format_exception(exc)), "time": time.time()}  # fmt: skip
 
 
-def _child(job: dict[str, Any], rank: int, reply_fd: int) -> None:
+def _die_with(server_pid: int) -> None:
+    """Have the kernel kill this rank when the server dies (``PR_SET_PDEATHSIG``).
+
+    A job that kills the server orphans its ranks; the client ends those whose ``rank<N>.pid`` it finds, but a rank
+    forked just before the server died may write that file only after the client looked (on a busy machine, long
+    after). The kernel's signal has no such window: it is set before anything else, and a rank whose server died
+    before it was set sees a new parent and ends itself."""
+    import ctypes
+
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    if prctl is None or prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:  # Linux only: else the pid files
+        return
+    if os.getppid() != server_pid:
+        os._exit(1)
+
+
+def _child(job: dict[str, Any], rank: int, reply_fd: int, server_pid: int) -> None:
     """One rank: never returns."""
     code = 1
     try:
+        _die_with(server_pid)
         os.setsid()
         os.close(reply_fd)
         with open(os.path.join(job["folder"], f"rank{rank}.pid"), "w") as out:  # the client's, if the server dies
@@ -173,10 +192,11 @@ def run_job(job: dict[str, Any], reply_fd: int) -> dict[str, Any]:
     sys.stdout.flush()
     sys.stderr.flush()
     pids: dict[int, int] = {}
+    server_pid = os.getpid()
     for rank in started:
         pid = os.fork()
         if pid == 0:
-            _child(job, rank, reply_fd)
+            _child(job, rank, reply_fd, server_pid)
         pids[pid] = rank
     start = time.monotonic()
     deadline = start + float(job["timeout"])

@@ -92,13 +92,16 @@ def test_a_job_that_kills_the_server_costs_only_that_job() -> None:
 
 
 def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for init to reap it is not)."""
+    """Still a running rank after 5 s: a zombie waiting for its reaper is not, nor a process that reused the pid (a
+    rank leads its own session; what reuses its pid almost never does). A SIGKILL takes effect when the process is
+    next scheduled, hence the wait."""
     for _ in range(50):
         try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except (FileNotFoundError, ProcessLookupError):
             return False
-        if state in ("Z", "X"):
+        state, session = fields[0], int(fields[3])  # stat's fields 3 and 6
+        if state in ("Z", "X") or session != pid:
             return False
         time.sleep(0.1)
     return True
