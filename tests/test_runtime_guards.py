@@ -3,6 +3,11 @@ start-up handshake, the join watchdog and diagnose mode's hang report; and their
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import subprocess
+import sys
 import time
 import warnings
 from typing import Any
@@ -13,7 +18,7 @@ import torch
 from harness import SCRIPTS_PATH, run_job
 from lightning_presets import PresetWarning
 from lightning_presets.guards.runtime import distributed, handshake_supported
-from lightning_presets.guards.runtime.handshake import _digest, compare, handshake
+from lightning_presets.guards.runtime.handshake import _digest, canonical, compare, handshake
 from lightning_presets.guards.runtime.hangs import describe
 from lightning_presets.guards.runtime.ranks import on_nodes, spans
 from lightning_presets.registry import variables
@@ -186,6 +191,58 @@ def test_a_function_argument_is_compared_by_its_name_not_its_address() -> None:
         return model
 
     assert _digest({"parallelize_fn": other}) != _digest({"parallelize_fn": here})  # another function still differs
+
+
+_SETS_JOB = """
+import functools, json, sys
+from torch import nn
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+from lightning_presets.guards.runtime.handshake import _digest
+
+class EncoderLayer(nn.Module): pass
+class DecoderLayer(nn.Module): pass
+def parallelize(model, mesh, blocks=()): return model
+
+blocks = set(sys.argv[1].split(","))
+options = {
+    "parallelize_fn": functools.partial(parallelize, blocks=blocks),  # tp2d_hybrid, target="fabric"
+    "activation_checkpointing_policy": {EncoderLayer, DecoderLayer},  # FSDP1
+    "auto_wrap_policy": ModuleWrapPolicy({EncoderLayer, DecoderLayer, nn.Linear}),
+    "checkpoint_blocks": frozenset(blocks),  # DeepSpeed
+    "resolved config": {"zero_optimization": {"stage": 3}, "names": [blocks, (1, None)]},
+}
+print(json.dumps({"digest": _digest(options), "repr": repr(blocks)}))
+"""
+
+
+def _digest_in_a_fresh_interpreter(seed: str, blocks: str = "Stem,Block,Head") -> dict[str, str]:
+    result = subprocess.run([sys.executable, "-c", _SETS_JOB, blocks], env={**os.environ, "PYTHONHASHSEED": seed},
+                            capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_set_valued_arguments_digest_the_same_in_processes_of_other_string_hashes() -> None:
+    """Issue 37: ``parallelize_fn=functools.partial(parallelize, blocks={"Stem", "Block", "Head"})`` made LP030
+    refuse about every other launch, because a set's repr follows its members' hashes, which differ between the
+    interpreters a launcher starts (``PYTHONHASHSEED``, addresses). Two fresh interpreters whose sets print in
+    another order (the seeds are chosen so) digest the same arguments to the same value; other blocks still differ."""
+    first, second = _digest_in_a_fresh_interpreter("0"), _digest_in_a_fresh_interpreter("2")
+    assert first["repr"] != second["repr"]  # the two processes order the set differently, as two launched ranks may
+    assert first["digest"] == second["digest"]
+    assert _digest_in_a_fresh_interpreter("2", "Stem,Block")["digest"] != first["digest"]  # another setting differs
+
+
+def test_the_canonical_form_sorts_sets_and_names_code_by_module_and_qualified_name() -> None:
+    assert canonical({"b": frozenset({3, 1, 2}), "a": [{"y", "x"}, (None, 1.5)]}) == (
+        "{'a': [set({'x', 'y'}), (None, 1.5)], 'b': frozenset({1, 2, 3})}"
+    )
+    assert canonical(functools.partial(spans, [1], key={2})) == (
+        "functools.partial(lightning_presets.guards.runtime.ranks.spans, [1], key=set({2}))"
+    )
+    assert canonical(torch.nn.Linear) == "torch.nn.modules.linear.Linear"
+    assert canonical(PresetWarning("x").with_traceback) == "PresetWarning('x').with_traceback"
+    assert canonical(_Strategy(None, 2).__init__) == "<test_runtime_guards._Strategy>.__init__"  # no address
+    assert canonical(len) == "builtins.len"
 
 
 def test_our_own_failure_in_the_handshake_is_a_warning_never_an_error() -> None:

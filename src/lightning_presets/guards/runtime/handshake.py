@@ -8,13 +8,17 @@ same gathered fingerprints); a difference that is legal but unusual is LP031 on 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import enum
+import functools
 import hashlib
 import os
 import pickle
 import re
 import socket
 import sys
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,10 +74,66 @@ class Fingerprint:
 _ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-fA-F]+")
 """The memory address in the default repr of a function or object (``parallelize_fn=<function f at 0x7f...>``):
 it differs from process to process, so it is no part of the value the ranks compare."""
+_DEPTH = 8
+"""How deep :func:`canonical` follows containers and objects' attributes (a cycle or a deep object ends there)."""
+
+
+def _qualified(value: Any) -> str:
+    return f"{getattr(value, '__module__', None) or '?'}.{getattr(value, '__qualname__', None) or value.__name__}"
+
+
+def canonical(value: Any, depth: int = _DEPTH) -> str:
+    """``value`` as text that is the same in every process that holds an equal value: what the ranks compare.
+
+    ``repr`` is not: a set's (and a frozenset's) order follows the hashes of its members, which differ between
+    processes (strings' are randomised per interpreter, ``PYTHONHASHSEED``; classes' and functions' are their
+    addresses), and a function's or an object's default repr holds its address. Here sets are sorted, recursively
+    (inside ``functools.partial``, dicts, lists, tuples and objects' attributes); classes, functions and methods
+    are named by module and qualified name; any other object by its repr without addresses, in which the sets it
+    holds are printed sorted (never its other attributes: an object may hold what differs per rank, a device, a
+    mesh, a counter)."""
+    if depth <= 0:
+        return _ADDRESS.sub("", repr(value))
+    inner = depth - 1
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return repr(value)
+    if isinstance(value, enum.Enum):
+        return f"{_qualified(type(value))}.{value.name}"
+    if isinstance(value, (set, frozenset)):
+        return f"{type(value).__name__}({{{', '.join(sorted(canonical(item, inner) for item in value))}}})"
+    if isinstance(value, Mapping):
+        items = sorted(f"{canonical(key, inner)}: {canonical(item, inner)}" for key, item in value.items())
+        return f"{{{', '.join(items)}}}"
+    if isinstance(value, (list, tuple)):
+        text = ", ".join(canonical(item, inner) for item in value)
+        return f"[{text}]" if isinstance(value, list) else f"({text})"
+    if isinstance(value, functools.partial):
+        arguments = [canonical(value.func, inner), *(canonical(item, inner) for item in value.args)]
+        arguments += sorted(f"{key}={canonical(item, inner)}" for key, item in value.keywords.items())
+        return f"functools.partial({', '.join(arguments)})"
+    if isinstance(value, type):
+        return _qualified(value)
+    owner = getattr(value, "__self__", None)
+    if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and not isinstance(
+        owner, (type(None), types.ModuleType)
+    ):
+        return f"{canonical(owner, inner)}.{value.__name__}"  # a bound method: its object's form and its name
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType)):
+        return _qualified(value)
+    if dataclasses.is_dataclass(value):
+        fields = (f"{each.name}={canonical(getattr(value, each.name, None), inner)}" for each in
+                  dataclasses.fields(value))  # fmt: skip
+        return f"{_qualified(type(value))}({', '.join(fields)})"
+    text = repr(value)
+    attributes = getattr(value, "__dict__", None)
+    for attribute in attributes.values() if isinstance(attributes, dict) else ():
+        if isinstance(attribute, (set, frozenset)):  # a repr of its own that prints a set in hash order (torch's
+            text = text.replace(repr(attribute), canonical(attribute, inner))  # ModuleWrapPolicy does): sorted
+    return _ADDRESS.sub("", text)
 
 
 def _digest(value: Any) -> str:
-    text = repr(sorted((str(key), _ADDRESS.sub("", repr(item))) for key, item in dict(value).items()))
+    text = canonical({str(key): item for key, item in dict(value).items()})
     return text if len(text) <= 120 else "sha1:" + hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -174,7 +234,7 @@ def fingerprint(strategy: Any, rank: int, environ: Mapping[str, str] | None = No
     arguments = dict(getattr(context, "arguments", {}) or {})
     for name in ARGUMENTS:
         if name in arguments:
-            must(name, repr(arguments[name]))
+            must(name, canonical(arguments[name]))
     for name, version in versions().items():
         must(name, version)
     must("torch CUDA", torch.version.cuda)
