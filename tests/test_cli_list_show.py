@@ -212,3 +212,42 @@ def test_show_lists_every_override_a_preset_accepts(capsys: pytest.CaptureFixtur
     valid = excinfo.value.findings[0].hint.split("valid keys: ")[1].split(", ")
     preset = lightning_presets.get_preset("deepspeed_zero3_offload_ckpt")
     assert sorted(set(valid) - set(preset.init_params)) == accepted["trainer"]
+
+
+MISSING = {"deepspeed": ("deepspeed_zero2_offload", "deepspeed_zero3_offload_ckpt"), "bitsandbytes": ("nf4-bnb",),
+           "transformer_engine": ("fp8-te",), "torch_xla": ("xla_fsdp_ckpt",)}  # fmt: skip
+
+
+def test_list_show_and_doctor_agree_on_a_preset_whose_dependency_is_missing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With DeepSpeed, bitsandbytes, Transformer Engine and torch_xla made missing (``sys.modules[name] = None``
+    blocks an import, as the requirements helper reads it), their five presets are not usable in all three
+    commands, each with the line that installs the dependency; doctor does not fail the environment for it."""
+    for module in MISSING:
+        monkeypatch.setitem(sys.modules, module, None)
+    affected = {name for names in MISSING.values() for name in names}
+    code, out = run(capsys, "list", "--json")
+    rows = {row["name"]: row for row in json.loads(out)["presets"]}
+    assert code == 0
+    assert {name for name, row in rows.items() if row["status"] != "ok"} == affected
+    for name in affected:
+        assert [finding["code"] for finding in rows[name]["findings"]] == ["LP007"], rows[name]
+        assert "pip install" in rows[name]["findings"][0]["hint"]
+    assert run(capsys, "list", "--strict")[0] == 1
+    code, out = run(capsys, "show", "nf4-bnb")
+    assert code == 1
+    assert "missing" in out
+    assert "[LP007]" in out
+    assert "pip install 'bitsandbytes" in out
+    code, out = run(capsys, "doctor", "--json")
+    report = json.loads(out)
+    assert report["catalog"]["usable"] == len(rows) - len(affected)
+    assert {row["name"] for row in report["catalog"]["problems"]} == affected
+    assert all(row["install"] for row in report["catalog"]["problems"])
+    for module in MISSING:
+        assert report["optional_dependencies"][module]["status"] == "missing"
+    assert code == 0  # an environment without an optional package is fine for the jobs that do not use it
+    code, out = run(capsys, "doctor")
+    assert f"{len(rows) - len(affected)} usable preset(s); {len(affected)} not usable" in out
+    assert "deepspeed_zero2_offload from lightning-presets" in out

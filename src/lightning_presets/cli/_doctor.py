@@ -89,7 +89,8 @@ def render(report: _doctor.Report, strict: bool) -> Group:
         *(("registry", _registry(info)) for info in s["registries"].values()),
         ("trust", trust),
         ("catalog", f"{catalog['usable']} usable preset(s); {len(catalog['problems'])} not usable"),
-        *(("", f"{row['kind']} {row['name']} from {row['source']}: {row['status']}") for row in catalog["problems"]),
+        *(("", f"{row['kind']} {row['name']} from {row['source']}: {row['status']}"
+               + (f" ({'; '.join(row['install'])})" if row.get("install") else "")) for row in catalog["problems"]),
     ]  # fmt: skip
     dependencies = table(("optional dependency", "status", "version", "used by"), [
         (module, row["status"] + (f" ({row['install']})" if "install" in row else ""), row["version"] or "-",

@@ -9,6 +9,7 @@ check simulates (once a strategy exists, the guards read what Lightning resolved
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -112,7 +113,13 @@ def call_arguments(kind: str) -> dict[str, Any]:
         init = initializers.get(frame.f_code)
         if init is not None:
             values = frame.f_locals
-            names = [name for name in inspect.signature(init).parameters if name != "self"]
-            return {name: values[name] for name in names if name in values}
+            return {name: values[name] for name in _parameter_names(init) if name in values}
         frame = frame.f_back  # type: ignore[assignment]  # typeshed: f_back is FrameType | None
     return {}
+
+
+@functools.cache
+def _parameter_names(init: Callable[..., Any]) -> tuple[str, ...]:
+    """``init``'s parameter names less ``self``, read once per function (``inspect.signature`` on every Trainer was most
+    of what the guards added to its construction)."""
+    return tuple(name for name in inspect.signature(init).parameters if name != "self")

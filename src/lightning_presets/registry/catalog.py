@@ -94,7 +94,8 @@ STRATEGY_GROUP = STRATEGY.group
 SLOW_SECONDS = 10.0
 """An entry point that takes longer than this to load is named on stderr while it loads, and warned about (LP014)."""
 
-Status = Literal["ok", "broken", "conflict", "refused", "denied"]
+Status = Literal["ok", "broken", "conflict", "refused", "denied", "missing"]
+"""``missing``: loaded, but an optional dependency it needs is not installed (set by ``list``/``show``/``doctor``)."""
 T = TypeVar("T", bound=Preset | PrecisionPreset)
 
 # The caches' objects under the names the tests reach them by (the same objects: never rebound).

@@ -9,6 +9,7 @@ own signature, less what Lightning passes to it itself (a second ``device_id`` i
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 from collections.abc import Callable, Iterable
@@ -57,8 +58,16 @@ class Accepted:
 
 def _named(function: Callable[..., object], leave_out: Iterable[str] = ()) -> tuple[frozenset[str], bool]:
     """A callable's named parameters, and whether it takes ``**kwargs``."""
+    named, takes_kwargs = _signature(function)
+    return named - {"self", *leave_out}, takes_kwargs
+
+
+@functools.cache
+def _signature(function: Callable[..., object]) -> tuple[frozenset[str], bool]:
+    """A callable's named parameters and whether it takes ``**kwargs``, read once per callable: ``inspect.signature``
+    is most of what a preset adds to a ``Trainer``'s construction when it runs on every one."""
     parameters = list(inspect.signature(function).parameters.values())
-    named = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} - {"self", *leave_out}
+    named = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
     return frozenset(named), any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 

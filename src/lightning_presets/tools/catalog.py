@@ -17,10 +17,11 @@ from typing import Any
 
 from lightning_presets.core.environment import normalize_distribution
 from lightning_presets.core.namespaces import NAMESPACES, constructor
-from lightning_presets.registry import catalog
+from lightning_presets.registry import catalog, requirements
 from lightning_presets.registry.build import accepted_overrides
 from lightning_presets.registry.catalog import Entry
 from lightning_presets.registry.classes import unresolved
+from lightning_presets.registry.requirements import is_importable
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,23 +55,53 @@ class Listed:
         }
 
 
-def all_entries() -> list[Listed]:
+def all_entries(*, dependencies: bool = True) -> list[Listed]:
     """Every entry of both groups, loaded or not (broken, refused, conflicting and denied ones included).
 
     A third party's usable entry is also checked against Lightning: a class that does not resolve marks it
     broken (LP011) here, as it would fail in ``Trainer(...)``. The built-ins' classes are checked by our tests,
-    so ``list`` imports Lightning only when a third-party preset needs it.
+    so ``list`` imports Lightning only when a third-party preset needs it. With ``dependencies``, a usable entry
+    whose optional dependency cannot be imported is ``missing``, with LP007 and the line that installs it: the one
+    answer ``list``, ``show`` and ``doctor`` give (found without importing the dependency).
     """
     with warnings.catch_warnings():  # the listing shows each problem; no need to warn as well
         warnings.simplefilter("ignore")
         listed = [Listed("strategy", _checked(entry)) for entry in catalog.strategy_catalog().entries]
         listed += [Listed("precision", _checked(entry)) for entry in catalog.precision_catalog().entries]
+    if dependencies:
+        listed = [dataclasses.replace(each, entry=_installed_dependencies(each)) for each in listed]
     return listed
 
 
 def usable(kind: str = "strategy") -> dict[str, Any]:
     """The presets of a kind that are usable after the checks of :func:`all_entries`, by name."""
     return {each.entry.name: each.item for each in all_entries() if each.kind == kind and each.entry.status == "ok"}
+
+
+def registered(kind: str = "strategy") -> dict[str, Any]:
+    """The presets of a kind that the start-up hook registers in Lightning, by name: the usable ones and those
+    whose optional dependency is missing (registered all the same; building one then raises LP007)."""
+    entries = all_entries(dependencies=False)
+    return {each.entry.name: each.item for each in entries if each.kind == kind and each.entry.status == "ok"}
+
+
+def _installed_dependencies(listed: Listed) -> Entry[Any]:
+    """The entry, ``missing`` with an LP007 finding per requirement that cannot be imported here."""
+    entry: Entry[Any] = listed.entry
+    item = listed.item
+    if entry.status != "ok" or item is None:
+        return entry
+    missing = [each for each in getattr(item, "requires", ()) or () if not is_importable(each.module)]
+    if not missing:
+        return entry
+    if listed.kind == "strategy":
+        kind = "trainer" if "trainer" in item.strategy else "fabric"
+        usage = f"{constructor(kind)}(strategy={entry.name!r})"
+    else:
+        usage = f"lightning_presets.precision({entry.name!r})"
+    found = [requirements.finding(each, requirements.Probe(module=each.module, status="missing"), usage)
+             for each in missing]  # fmt: skip
+    return dataclasses.replace(entry, status="missing", findings=(*entry.findings, *filter(None, found)))
 
 
 def _checked(entry: Entry[Any]) -> Entry[Any]:

@@ -265,7 +265,7 @@ def unimportable_finding(namespace: Namespace, error: BaseException) -> Finding:
 
 
 def registries_section() -> tuple[dict[str, Any], list[Finding]]:
-    presets = catalogs.usable("strategy")
+    presets = catalogs.registered("strategy")
     info: dict[str, Any] = {}
     found = []
     for namespace in NAMESPACES:
@@ -299,7 +299,9 @@ def trust_section() -> dict[str, Any]:
 
 
 def catalog_section() -> tuple[dict[str, Any], list[Finding]]:
-    """Every entry that is not usable (broken, refused, conflict, denied), with the catalog's own findings."""
+    """Every entry that is not usable (broken, refused, conflict, denied, or its optional dependency missing), with
+    the catalog's own findings. A missing dependency is no finding of the environment (a job that does not use the
+    preset runs): the row names it and the dependency table says how to install it."""
     rows = []
     found: list[Finding] = []
     entries = catalogs.all_entries()
@@ -310,7 +312,11 @@ def catalog_section() -> tuple[dict[str, Any], list[Finding]]:
         rows.append({"name": entry.name, "kind": listed.kind, "status": entry.status,
                      "source": f"{entry.distribution} {entry.version}",
                      "findings": [finding.as_dict() for finding in entry.findings]})  # fmt: skip
-        found.extend(finding for finding in entry.findings if finding not in found)
+        if entry.status == "missing":
+            rows[-1]["install"] = sorted({r.install_command for r in listed.item.requires
+                                          if not is_importable(r.module)})  # fmt: skip
+        if entry.status != "missing":
+            found.extend(finding for finding in entry.findings if finding not in found)
     usable = sum(1 for listed in entries if listed.entry.status == "ok")
     return {"usable": usable, "problems": rows}, found
 
