@@ -20,6 +20,7 @@ from lightning_presets import PresetWarning
 from lightning_presets.guards.runtime import distributed, handshake_supported
 from lightning_presets.guards.runtime.handshake import _digest, canonical, compare, handshake
 from lightning_presets.guards.runtime.hangs import describe
+from lightning_presets.guards.runtime.join import Schedule, schedule
 from lightning_presets.guards.runtime.ranks import on_nodes, spans
 from lightning_presets.registry import variables
 
@@ -106,6 +107,42 @@ def test_a_rank_that_never_starts_ends_the_waiting_rank_with_a_report(started: i
     else:  # nobody serves the store: rank 1 says so
         assert "rank 0 (which serves it) has not started" in output
         assert ": does not answer" in output
+
+
+@pytest.mark.distributed
+def test_a_rank_that_joins_late_within_the_timeout_trains_after_a_warning() -> None:
+    """Issue 37: a rank that reaches the process group after the watchdog's interval, but within the process
+    group's timeout, is legal (torch waits for it): the waiting rank says who is missing and goes on; the job trains.
+    Here the strategy's timeout is 12 s, so the report comes every 2 s, and rank 1 comes after 3 s."""
+    job = run_job("runtime_jobs:join_late", "3", "12", path=JOBS, timeout=120, unset=(variables.JOIN_TIMEOUT_VARIABLE,))
+    assert job.outcome == "trained", job.describe()
+    output = job.ranks[0].output
+    assert "LP033 warning: rank 0 of 2 (node " in output, job.describe()
+    assert "it goes on waiting, as torch does, up to the process group's timeout of 12 s" in output
+    assert "LP033 error" not in job.stdout
+
+
+def _plan(pg_timeout: float, environ: dict[str, str]) -> Schedule:
+    plan = schedule(pg_timeout, environ)
+    assert plan is not None
+    return plan
+
+
+def test_by_default_the_join_watchdog_warns_every_300_s_and_never_ends_a_rank_before_torch() -> None:
+    """Torch and Lightning wait 30 minutes for a rank to join: the watchdog's default must not end a legal job."""
+    default = _plan(1800.0, {})
+    assert (default.every, default.asked) == (300.0, False)
+    assert default.end >= 1800.0  # torch's own timeout, never the report's interval
+    short = _plan(12.0, {})
+    assert (short.every, short.asked) == (2.0, False)
+    assert short.end >= 12.0
+    asked = _plan(1800.0, {variables.JOIN_TIMEOUT_VARIABLE: "60"})  # the user's explicit, shorter limit
+    assert (asked.end, asked.asked) == (60.0, True)
+    longer = _plan(30.0, {variables.JOIN_TIMEOUT_VARIABLE: "60"})  # longer than torch waits: torch's
+    assert not longer.asked
+    assert longer.end >= 30.0
+    assert _plan(1800.0, {variables.JOIN_TIMEOUT_VARIABLE: "soon"}) == default  # LP017 says so; the default applies
+    assert schedule(1800.0, {variables.JOIN_TIMEOUT_VARIABLE: "0"}) is None
 
 
 @pytest.mark.distributed

@@ -120,6 +120,21 @@ def join(seconds: str = "0") -> None:
     _report(joined=True)
 
 
+def join_late(delay: str, seconds: str) -> None:
+    """Rank 1 comes ``delay`` seconds after rank 0 (a node that starts late), within the strategy's ``timeout`` of
+    ``seconds``: torch waits for it, and so must the presets."""
+    if os.environ.get("RANK") == "1":
+        time.sleep(float(delay))
+    fit_with(timeout=timedelta(seconds=float(seconds)))
+
+
+def fit_with(**strategy: Any) -> None:
+    torch.set_num_threads(1)
+    module = Regression.make()
+    _trainer(**strategy).fit(module, _data())
+    _report(losses=module.losses, checksum=_checksum(module))
+
+
 def log_on_rank0(seconds: str = "0") -> None:
     """Rank 0 alone logs with ``sync_dist=True`` in ``on_train_epoch_end``; rank 1 then stays in the second epoch's
     first step (as a rank that went on to other work would). ``seconds`` > 0: the process group's own timeout."""

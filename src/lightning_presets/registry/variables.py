@@ -38,7 +38,8 @@ RULES_SKIPPED = _reported("LP018", "rules switched off by LIGHTNING_PRESETS_SKIP
 HANDSHAKE_VARIABLE = "LIGHTNING_PRESETS_HANDSHAKE"
 """``0`` (or another false value) switches the start-up handshake of fingerprints across ranks off; on by default."""
 JOIN_TIMEOUT_VARIABLE = "LIGHTNING_PRESETS_JOIN_TIMEOUT"
-"""Seconds every rank may take to join the process group before each waiting rank reports and exits (``0``: never)."""
+"""Seconds between the join watchdog's reports of who is missing while the process group forms (``0``: no watchdog);
+set explicitly below the process group's timeout, the waiting ranks end with the report after that many seconds."""
 DIAGNOSE_VARIABLE = "LIGHTNING_PRESETS_DIAGNOSE"
 """``1`` (or another true value) records collectives and reports a collective that not every rank entered."""
 COLLECTIVE_TIMEOUT_VARIABLE = "LIGHTNING_PRESETS_COLLECTIVE_TIMEOUT"

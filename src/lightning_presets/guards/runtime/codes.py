@@ -34,7 +34,9 @@ RANKS_MISSING = Code(
     fixed="torchrun --nnodes=1 --nproc-per-node=2 train.py",
     evidence="runtime: with the watchdog off, rank 0 waits in init_process_group until torch's own timeout",
 )  # fmt: skip
-"""Printed on stderr by each waiting rank's watchdog, which then ends the process."""
+"""Printed on stderr by each waiting rank's watchdog: a warning at its interval while the rank waits (a rank may join
+late, within the process group's timeout), an error when it ends the rank (the process group's timeout, or a shorter
+``LIGHTNING_PRESETS_JOIN_TIMEOUT`` the user set)."""
 
 COLLECTIVE_HANG = Code(
     code="LP034", severity="error", stage="setup", title="a collective that not every rank entered (diagnose mode)",
