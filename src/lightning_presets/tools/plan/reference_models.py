@@ -308,3 +308,85 @@ def llama_tiny() -> LlamaModule:
     """A Llama of 2 layers of width 128 (16 heads, 8 key-value), MLP 320, vocabulary 256, 2 rows of 32 tokens: tests
     (tensor parallel up to 8)."""
     return LlamaModule(vocab=256, dim=128, heads=16, kv_heads=8, hidden=320, layers=2, sequence=32, batch=2)
+
+
+# --------------------------------------------------------------------------------------------- MPT-shaped
+
+
+class MptBlock(nn.Module):
+    """MPT's block as llm-foundry's benchmarks ran it: LayerNorm (with bias), fused ``Wqkv``, ``out_proj``, a 4× GELU
+    MLP, every linear with a bias."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm_1 = nn.LayerNorm(dim)
+        self.Wqkv = nn.Linear(dim, 3 * dim)
+        self.out_proj = nn.Linear(dim, dim)
+        self.norm_2 = nn.LayerNorm(dim)
+        self.up_proj = nn.Linear(dim, 4 * dim)
+        self.down_proj = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, dim = x.shape
+        q, k, v = self.Wqkv(self.norm_1(x)).view(batch, length, 3, -1, dim // self.heads).permute(2, 0, 3, 1, 4)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out_proj(out.transpose(1, 2).reshape(batch, length, -1))
+        mlp: torch.Tensor = self.down_proj(F.gelu(self.up_proj(self.norm_2(x)), approximate="tanh"))
+        return x + mlp
+
+
+class Mpt(nn.Module):
+    """MPT: learned positions, tied input and output embeddings."""
+
+    def __init__(self, *, vocab: int, dim: int, heads: int, layers: int, sequence: int) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Embedding(sequence, dim)
+        self.blocks = nn.ModuleList(MptBlock(dim, heads) for _ in range(layers))
+        self.norm_f = nn.LayerNorm(dim)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.wte(tokens) + self.wpe(positions)
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.norm_f(x), self.wte.weight)
+
+
+class MptModule(DecoderModule):
+    """An MPT language model (llm-foundry's ``mpt-*.yaml`` shapes, vocabulary 50,368); ``example_input_array`` is
+    ``batch`` rows of ``sequence + 1`` token ids."""
+
+    def __init__(self, *, dim: int, heads: int, layers: int, sequence: int = 2048, batch: int = 1) -> None:
+        LightningModule.__init__(self)
+        self.model = Mpt(vocab=50_368, dim=dim, heads=heads, layers=layers, sequence=sequence)  # type: ignore[assignment]
+        self.example_input_array = torch.zeros(batch, sequence + 1, dtype=torch.long)
+
+    def configure_model(self) -> None:
+        return None  # the strategy wraps it (no tensor-parallel plan)
+
+
+def mpt_1b() -> MptModule:
+    """llm-foundry's MPT-1B: 24 layers of width 2048, 16 heads; 1.316B parameters at sequence 2,048."""
+    return MptModule(dim=2048, heads=16, layers=24)
+
+
+def mpt_3b() -> MptModule:
+    """llm-foundry's MPT-3B: 32 layers of width 2560, 20 heads; 2.652B parameters at sequence 2,048."""
+    return MptModule(dim=2560, heads=20, layers=32)
+
+
+def mpt_7b() -> MptModule:
+    """llm-foundry's MPT-7B: 32 layers of width 4096, 32 heads; 6.659B parameters at sequence 2,048."""
+    return MptModule(dim=4096, heads=32, layers=32)
+
+
+def mpt_13b() -> MptModule:
+    """llm-foundry's MPT-13B: 40 layers of width 5120, 40 heads; 12.854B parameters at sequence 2,048."""
+    return MptModule(dim=5120, heads=40, layers=40)
+
+
+def mpt_30b() -> MptModule:
+    """llm-foundry's MPT-30B: 48 layers of width 7168, 56 heads; 29.975B parameters at sequence 2,048."""
+    return MptModule(dim=7168, heads=56, layers=48)
