@@ -7,9 +7,11 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from typing import Any
 
 import pytest
+import torch
 
 from helpers import run
 from lightning_presets.cli import main
@@ -94,7 +96,10 @@ def test_show_human(capsys: pytest.CaptureFixture[str]) -> None:
     assert "cpu_offload = True" in out
     assert "LP101  error     construction  FSDP needs CUDA devices" in out
     assert "tested with" in out
-    assert 'strategy = FSDPStrategy(sharding_strategy="FULL_SHARD", cpu_offload=True, state_dict_type="sharded")' in out
+    assert (
+        'strategy = FSDPStrategy(sharding_strategy="FULL_SHARD", cpu_offload=True, state_dict_type="sharded", '
+        "auto_wrap_policy={MyBlock}, activation_checkpointing_policy={MyBlock})"
+    ) in out
     assert "from lightning.pytorch.strategies import FSDPStrategy" in out
 
 
@@ -109,6 +114,7 @@ def test_show_plain_lightning_code_builds_the_same_strategy(capsys: pytest.Captu
     source = _plain("fsdp_offload_ckpt", kind, capsys)
     compile(source, "<plain>", "exec")
     namespace: dict[str, Any] = {}
+    namespace["MyBlock"] = torch.nn.Linear  # the block class the printed code names
     exec(source.split("\n" + kind)[0], namespace)  # everything before the Trainer/Fabric line
     strategy = namespace["strategy"]
     assert type(strategy).__name__ == "FSDPStrategy"
@@ -251,3 +257,146 @@ def test_list_show_and_doctor_agree_on_a_preset_whose_dependency_is_missing(
     code, out = run(capsys, "doctor")
     assert f"{len(rows) - len(affected)} usable preset(s); {len(affected)} not usable" in out
     assert "deepspeed_zero2_offload from lightning-presets" in out
+
+
+class MyBlock(torch.nn.Module):
+    """The repeated block of the model the printed code is compared on (the name `show` prints)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x))
+
+
+class _Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(MyBlock() for _ in range(3))
+        self.head = torch.nn.Linear(8, 2)
+
+
+def _normal(value: Any) -> Any:
+    """A strategy's or plugin's attribute in a comparable form: data as is, wrap policies as their classes, objects
+    without a readable value as their type."""
+    import enum
+
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    if isinstance(value, ModuleWrapPolicy):
+        return ("ModuleWrapPolicy", sorted(cls.__qualname__ for cls in value._module_classes))
+    if isinstance(value, dict):
+        return {key: _normal(each) for key, each in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_normal(each) for each in value]
+    if isinstance(value, (bool, int, float, str, type(None), enum.Enum, torch.dtype)):
+        return value
+    text = repr(value)
+    return type(value).__qualname__ if " at 0x" in text or " object>" in text else text
+
+
+def _differences(ours: Any, theirs: Any, path: str = "") -> list[str]:
+    """The attribute paths (``config.zero_force_ds_cpu_optimizer``) where two normalised states differ."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        keys = sorted(set(ours) | set(theirs), key=str)
+        return [
+            found
+            for key in keys
+            for found in _differences(ours.get(key), theirs.get(key), f"{path}.{key}" if path else str(key))
+        ]
+    return [] if ours == theirs else [path]
+
+
+def _state(instance: Any) -> dict[str, Any]:
+    return {key: _normal(value) for key, value in vars(instance).items() if not key.startswith(("_lp", "lp_"))}
+
+
+def _built(name: str, kind: str, source: str, simulated_gpus: Any) -> tuple[Any, Any]:
+    """(what the preset builds, with its setup-time hooks applied to a model of MyBlocks; what the printed plain code
+    builds, executed) on 8 simulated GPUs, with the printed code's num_nodes and devices for both."""
+    from lightning.fabric import Fabric
+    from lightning.pytorch import Trainer
+
+    import lightning_presets
+
+    if name == "nf4-bnb":
+        import bitsandbytes  # noqa: F401  (imported before CUDA is simulated: its import reads CUDA's streams then)
+    simulated_gpus(8)
+    namespace: dict[str, Any] = {"MyBlock": MyBlock, "parallelize": lambda module, mesh: module}
+    exec(compile(source, f"<show {name} {kind}>", "exec"), namespace)
+    sizes = {key: namespace[key] for key in ("num_nodes", "devices") if key in namespace}
+    build = Trainer if kind == "trainer" else Fabric
+    if "variable" not in namespace and "plugin" in namespace:  # a precision preset: the plugin
+        plugin = lightning_presets.precision(name, target=kind)
+        return plugin, namespace["plugin"]
+    made = namespace[kind]
+    theirs = made.strategy if kind == "trainer" else made._strategy
+    extra = {"parallelize_fn": namespace["parallelize"]} if "parallelize_fn=" in source else {}
+    preset = build(strategy=lightning_presets.strategy(name, target=kind, **extra), **sizes)
+    ours = preset.strategy if kind == "trainer" else preset._strategy
+    apply_blocks = getattr(ours, "_lp_apply_blocks", None)  # the FSDP presets' setup-time wrapping and checkpointing
+    if apply_blocks is not None:
+        apply_blocks(_Model())
+    return ours, theirs
+
+
+SHOWN = [
+    pytest.param(name, kind, id=f"{name}-{kind}")
+    for name in [
+        "ddp_bf16_compress",
+        "ddp_static_graph",
+        "deepspeed_zero2_offload",
+        "deepspeed_zero3_offload_ckpt",
+        "fsdp2",
+        "fsdp2_offload_ckpt",
+        "fsdp_grad_op",
+        "fsdp_hybrid_shard",
+        "fsdp_offload_ckpt",
+        "tp2d_hybrid",
+        "bf16-fp32-reduce",
+        "fp8-torchao",
+        "nf4-bnb",
+    ]
+    for kind in ("trainer", "fabric")
+]
+
+
+def test_every_builtin_preset_is_compared_below() -> None:
+    """Every built-in preset is in SHOWN but xla_fsdp_ckpt (its strategy needs a TPU to be built) and fp8-te
+    (Transformer Engine needs CUDA to import)."""
+    import lightning_presets
+    from lightning_presets.registry.catalog import precision_catalog
+
+    names = {*lightning_presets.presets(), *precision_catalog().presets}
+    assert names - {param.values[0] for param in SHOWN} == {"xla_fsdp_ckpt", "fp8-te"}
+
+
+@pytest.mark.parametrize(("name", "kind"), SHOWN)
+def test_the_printed_plain_code_builds_what_the_preset_builds(
+    name: str, kind: str, capsys: pytest.CaptureFixture[str], simulated_gpus: Any
+) -> None:
+    """`show`'s plain-Lightning code, executed on simulated GPUs, builds the strategy (or plugin) the preset builds
+    once its hooks have run on a model (auto-wrap, activation checkpointing, offload, sharding, mesh sizes): every
+    attribute is the same, except what the printed "not expressed" lines name."""
+    from lightning_presets.tools.catalog import find, plain
+
+    listed = find(name)
+    assert listed is not None
+    assert listed.entry.status == "ok", f"{name}: its optional dependency is not installed"
+    printed = plain(listed.item, kind)
+    assert printed is not None
+    code, out = run(capsys, "show", name, "--json")
+    assert code == 0
+    shown = json.loads(out)["preset"]
+    assert shown["plain_lightning"][kind] == printed.code
+    assert shown["plain_lightning_missing"][kind] == list(printed.missing)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours, theirs = _built(name, kind, printed.code, simulated_gpus)
+    assert type(theirs).__name__ in {cls.__name__ for cls in type(ours).__mro__}
+    differences = _differences(_state(ours), _state(theirs))
+    unexplained = [path for path in differences if not any(path.split(".")[-1] in line for line in printed.missing)]
+    assert unexplained == [], f"{name} ({kind}): the printed code differs in {unexplained}:\n{printed.code}"
+    if type(ours).__name__ == "FSDPStrategy":  # the comparison is not vacuous: the hooks' wrapping is compared
+        assert "auto_wrap_policy" in str(_state(theirs))

@@ -91,8 +91,16 @@ def _render(data: dict[str, Any]) -> Group:
         parts += ["", heading("resumes (fit(ckpt_path=...) / Fabric.load; checked before loading)")]
         parts.append(indented(Group(*(f"- {line}" for line in data["resumes"]))))
     for kind, code in data["plain_lightning"].items():
-        parts += ["", heading(f"plain Lightning equivalent ({kind}; without the guards and the preset's hooks)")]
+        built = "strategy" if data["kind"] == "strategy" else "plugin"
+        parts += [
+            "",
+            heading(f"plain Lightning equivalent ({kind}; the {built} the preset builds, without the guards)"),
+        ]
         parts.append(_code(code))
+        missing = data.get("plain_lightning_missing", {}).get(kind)
+        if missing:
+            parts.append(indented(Group(Text("not expressed by these arguments (the preset's hooks do it):",
+                                             style="bold"), *(f"- {line}" for line in missing))))  # fmt: skip
     return Group(*parts)
 
 

@@ -174,39 +174,158 @@ def _specs(item: Any) -> tuple[Mapping[str, str], str]:
     return getattr(item, "strategy", {}) or {}, "strategies"
 
 
-def plain_code(item: Any, kind: str) -> str | None:
-    """The nearest plain-Lightning code for one kind: the same class and arguments, without the guards."""
+BLOCK = "MyBlock"
+"""The name the plain code gives the model's repeated block class, which the preset finds itself at setup."""
+_AUTO_SOURCE = {"world": "num_nodes * devices", "one": "1", "nodes": "num_nodes", "devices": "devices"}
+"""A preset's ``'auto'`` mesh size as source over the job's ``num_nodes`` and ``devices`` (per node)."""
+_LIGHTNING_AUTO = ("nodes", "devices")
+"""What Lightning's own ``'auto'`` means for a pair of sizes (``ModelParallelStrategy``): written as is."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plain:
+    """The plain-Lightning code for one kind, and what the preset does that no argument of that code expresses."""
+
+    code: str
+    missing: tuple[str, ...] = ()
+
+
+def _hooks(item: Any, kind: str, class_name: str, values: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """(the arguments, as source, that the preset's hooks set when it builds or sets up the strategy; what its hooks
+    do that the class takes no argument for). Read from the preset's declaration: its class, mesh and flags."""
+    from lightning_presets.core.mesh import AUTO  # core: no Lightning import
+
+    set_by_hooks: dict[str, str] = {}
+    missing: list[str] = []
+    mesh = getattr(item, "mesh", None)
+    if mesh is not None and mesh.keys is not None and tuple(mesh.auto) != _LIGHTNING_AUTO:
+        for key, meaning in zip(mesh.keys, mesh.auto, strict=True):
+            if values.get(key) == AUTO:
+                set_by_hooks[key] = _AUTO_SOURCE[meaning]
+    if mesh is not None and mesh.pair_key is not None and values.get(mesh.pair_key) == AUTO:
+        set_by_hooks[mesh.pair_key] = f"({', '.join(_AUTO_SOURCE[meaning] for meaning in mesh.auto)})"
+    checkpoints = bool(getattr(item, "activation_checkpointing", False))
+    if class_name in ("FSDPStrategy", "XLAFSDPStrategy"):
+        if values.get("auto_wrap_policy") is None:
+            set_by_hooks["auto_wrap_policy"] = f"{{{BLOCK}}}"
+        if checkpoints and values.get("activation_checkpointing_policy") is None:
+            set_by_hooks["activation_checkpointing_policy"] = f"{{{BLOCK}}}"
+    elif class_name == "ModelParallelStrategy" and mesh is not None and tuple(mesh.auto) != _LIGHTNING_AUTO:
+        offload = ", parameters offloaded to CPU (CPUOffloadPolicy)" if getattr(item, "cpu_offload", False) else ""
+        checkpointing = ", each block's activations checkpointed" if checkpoints else ""
+        missing.append(
+            f"the preset shards the model itself at setup: fully_shard on each {BLOCK} and then on the root, over the "
+            f"data-parallel mesh{offload}{checkpointing} (unless configure_model already did); ModelParallelStrategy "
+            f"does none of this: do it in your LightningModule's configure_model"
+            + (" (Fabric: in your parallelize function)" if kind == "fabric" else "")
+        )
+    if class_name == "DeepSpeedStrategy":
+        missing.append(
+            'the preset adds "zero_force_ds_cpu_optimizer": false to the config Lightning builds from these arguments '
+            "(a torch optimizer then steps the offloaded state, warned as LP416, where DeepSpeed would refuse it); "
+            "no argument sets it: pass a whole config= for it"
+        )
+    if class_name == "DeepSpeedStrategy" and checkpoints:
+        missing.append(
+            f"the preset wraps each {BLOCK} in non-reentrant activation checkpointing (torch's "
+            "apply_activation_checkpointing with checkpoint_wrapper) at setup; DeepSpeedStrategy has no argument for "
+            "it: apply it to your model before fit"
+        )
+    return set_by_hooks, missing
+
+
+def plain(item: Any, kind: str) -> Plain | None:
+    """The plain-Lightning code for one kind that builds the strategy (or plugin) the preset builds, with the
+    arguments its hooks set filled in, and what its hooks do that no argument expresses; ``None`` when the preset has
+    no form for ``kind``."""
     specs, subpackage = _specs(item)
     spec = specs.get(kind)
     if spec is None:
         return None
     package, built_by = _PACKAGES[kind], constructor(kind)
     import_line, class_name = _class_spec(spec, f"{package}.{subpackage}")
-    values = dict(getattr(item, "init_params", {}) or {})
+    declared = dict(getattr(item, "init_params", {}) or {})
     prepare = getattr(item, "prepare", None)
-    if callable(prepare):
-        values = prepare(kind, values)
+    values = prepare(kind, dict(declared)) if callable(prepare) else dict(declared)
     try:
         module_name, _, attr = import_line.removeprefix("from ").partition(" import ")
-        defaults = _defaults(getattr(importlib.import_module(module_name), attr))
+        cls = getattr(importlib.import_module(module_name), attr)
     except Exception:  # the class cannot be imported here (missing extra): keep every argument
-        defaults = {}
+        cls = None
+    defaults = _defaults(cls) if cls is not None else {}
+    takes = _takes(cls) if cls is not None else None
+    missing: list[str] = []
+    for key in declared.keys() - values.keys():
+        if declared[key] is not None:
+            missing.append(f"the preset sets {key}={_literal(declared[key])} itself after wrapping the model; "
+                           f"{kind.capitalize()}'s {class_name} takes no {key}")  # fmt: skip
+    set_by_hooks, hook_missing = _hooks(item, kind, class_name, values) if subpackage == "strategies" else ({}, [])
+    missing += hook_missing
+    mixin = getattr(item, "mixin", None)
+    if isinstance(mixin, type) and mixin.__doc__:
+        first = " ".join(mixin.__doc__.split("\n\n")[0].split()).replace("``", "`")
+        missing.append(f"the preset's own plugin class ({mixin.__name__}) on top of {class_name}: {first}")
     shown = {key: value for key, value in values.items() if not (value is None and defaults.get(key) is None)}
+    if takes is not None:
+        for key in [key for key in shown if key not in takes]:
+            missing.append(f"{key}={_literal(shown.pop(key))} goes to the preset's own plugin; {class_name} takes "
+                           f"no {key}")  # fmt: skip
     functions = [key for key, value in shown.items() if callable(value) and not isinstance(value, type)]
-    arguments = ", ".join(
-        f"{key}={key.removesuffix('_fn') if key in functions else _literal(value)}" for key, value in shown.items()
-    )
+    imports = sorted({line for key in functions if (line := _function_import(shown[key])) is not None})
+    placeholders = [key for key in functions if _function_import(shown[key]) is None]
+    sources = {key: key.removesuffix("_fn") if key in placeholders else _literal(value) for key, value in shown.items()}
+    sources.update(set_by_hooks)
+    arguments = ", ".join(f"{key}={source}" for key, source in sources.items())
     uses_torch = any(type(value).__module__ == "torch" for value in shown.values())
-    lines = [*(["import torch"] if uses_torch else []), f"from {package} import {built_by}", import_line, ""]
-    lines += [f"# {key.removesuffix('_fn')}: your function (see the preset's description)" for key in functions]
+    lines = [*(["import torch"] if uses_torch else []), f"from {package} import {built_by}", import_line, *imports, ""]
+    lines += [f"# {key.removesuffix('_fn')}: your function (see the preset's description)" for key in placeholders]
+    if any(BLOCK in source for source in set_by_hooks.values()):
+        lines.append(f"# {BLOCK}: your model's repeated block class (the preset finds it at setup: the class repeated "
+                     "in the model's nn.ModuleList or nn.Sequential)")  # fmt: skip
+    sizes = any("num_nodes" in source or "devices" in source for source in set_by_hooks.values())
+    if sizes:
+        lines.append("num_nodes, devices = 2, 8  # your job's (devices per node); the preset reads them from the "
+                     f"{built_by}")  # fmt: skip
     variable, argument = (
         ("strategy", "strategy=strategy") if subpackage == "strategies" else ("plugin", "plugins=[plugin]")
     )
+    if sizes:
+        argument += ", num_nodes=num_nodes, devices=devices"
     lines += [
         f"{variable} = {class_name}({arguments})",
         f"{built_by.lower()} = {built_by}({argument})  # and your other arguments",
     ]
-    return "\n".join(lines)
+    return Plain("\n".join(lines), tuple(missing))
+
+
+def plain_code(item: Any, kind: str) -> str | None:
+    """The plain-Lightning code of :func:`plain` alone."""
+    found = plain(item, kind)
+    return None if found is None else found.code
+
+
+def _takes(cls: Any) -> set[str] | None:
+    """The keywords a class's constructor names, or ``None`` when it takes ``**kwargs`` (or cannot be read)."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters}
+
+
+def _function_import(function: Any) -> str | None:
+    """``from module import name`` for a function importable under its own name (torch's comm hooks), else ``None``
+    (a placeholder the user supplies)."""
+    module, name = getattr(function, "__module__", None), getattr(function, "__qualname__", "")
+    if not module or not name.isidentifier() or module.startswith("lightning_presets"):
+        return None
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except Exception:
+        return None
+    return f"from {module} import {name}" if found is function else None
 
 
 def _rules(item: Any) -> list[dict[str, str]]:
@@ -236,6 +355,7 @@ def describe(listed: Listed) -> dict[str, Any]:
     if item is None:
         return data
     init_params: Mapping[str, Any] = getattr(item, "init_params", {}) or {}
+    plains = {kind: each for kind in ("trainer", "fabric") if (each := plain(item, kind)) is not None}
     data.update(
         {
             "classes": dict(_specs(item)[0]),
@@ -248,7 +368,8 @@ def describe(listed: Listed) -> dict[str, Any]:
             ],
             "guards": _rules(item),
             "tested_with": dict(getattr(item, "tested_with", {}) or {}),
-            "plain_lightning": {kind: code for kind in ("trainer", "fabric") if (code := plain_code(item, kind))},
+            "plain_lightning": {kind: each.code for kind, each in plains.items()},
+            "plain_lightning_missing": {kind: list(each.missing) for kind, each in plains.items()},
             "resumes": list(_resumable(data["family"])) if listed.kind == "strategy" else [],
         }
     )
