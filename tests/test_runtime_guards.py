@@ -166,6 +166,20 @@ def test_a_collective_entered_by_one_rank_is_reported_with_its_line_and_hook() -
 
 
 @pytest.mark.distributed
+def test_diagnose_mode_never_ends_a_rank_that_writes_a_checkpoint() -> None:
+    """Issue 38: rank 0 writes last.ckpt for 5 s (a slow disk: no CPU, the same line) while rank 1 waits in
+    Lightning's checkpoint barrier past the 2 s limit. Rank 0 is slow, not hung: no report, the fit completes and
+    every rank loads the whole checkpoint."""
+    env = {variables.DIAGNOSE_VARIABLE: "1", variables.COLLECTIVE_TIMEOUT_VARIABLE: "2"}
+    job = run_job("runtime_jobs:save_slowly", "5", path=JOBS, timeout=120, env=env)
+    assert job.outcome == "trained", job.describe()
+    assert "LP034" not in job.stdout, job.describe()
+    first, second = job.reports()
+    assert first["global_step"] == second["global_step"] == 8  # 2 epochs of 4 steps (16 samples per rank)
+    assert first["checksum"] == pytest.approx(second["checksum"])
+
+
+@pytest.mark.distributed
 def test_diagnose_mode_leaves_an_agreeing_job_alone() -> None:
     env = {variables.DIAGNOSE_VARIABLE: "1", variables.COLLECTIVE_TIMEOUT_VARIABLE: "30"}
     job = run_job("runtime_jobs:fit", path=JOBS, timeout=120, env=env)

@@ -6,6 +6,7 @@ Every rank that trains prints ``RESULT {json}``: its losses and a checksum of it
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -146,6 +147,37 @@ def log_on_rank0(seconds: str = "0") -> None:
     if trainer.global_rank == 1:
         time.sleep(3600)  # rank 1 is done with fit: it goes on with something else and never enters the collective
     _report(done=True)
+
+
+def save_slowly(seconds: str) -> None:
+    """Rank 0 writes ``ckpt/last.ckpt`` at the end of each epoch slowly (half the bytes, ``seconds`` of a slow disk,
+    the rest) while rank 1 waits in Lightning's checkpoint barrier; then every rank loads the checkpoint."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.plugins import TorchCheckpointIO
+
+    class SlowDisk(TorchCheckpointIO):
+        def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+            buffer = io.BytesIO()
+            torch.save(checkpoint, buffer)
+            data = buffer.getvalue()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as file:
+                file.write(data[: len(data) // 2])
+                file.flush()
+                time.sleep(float(seconds))  # a slow disk: no CPU, the same line all along
+                file.write(data[len(data) // 2 :])
+
+    torch.set_num_threads(1)
+    module = Regression.make()
+    trainer = pl.Trainer(
+        strategy=PRESET, accelerator="cpu", devices=2, max_epochs=2, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, plugins=[SlowDisk()],
+        callbacks=[ModelCheckpoint(dirpath="ckpt", save_last=True, save_top_k=0)],
+    )  # fmt: skip
+    trainer.fit(module, _data())
+    state = torch.load("ckpt/last.ckpt", weights_only=False)
+    _report(global_step=state["global_step"], epoch=state["epoch"], checksum=_checksum(module))
 
 
 def resume_node_local() -> None:

@@ -9,6 +9,12 @@ timeout during set-up and the first step, ``LIGHTNING_PRESETS_COLLECTIVE_TIMEOUT
 ask every rank where it is, print one report on stderr (which ranks are in the collective, which never entered it and
 where they are instead) and end the job's processes.
 
+A rank that is behind but making progress is slow, not hung: before it reports, the waiting rank asks the others
+(a ``probe`` key in the store) and waits while any rank that did not enter the collective writes a checkpoint, or has
+moved within the limit (its Python stack changed, or its process used the CPU: :class:`Progress`). A rank is never
+ended inside a checkpoint write (the strategy's or its checkpoint IO's ``save_checkpoint``, ``torch.save`` on any
+thread): the write finishes first, so diagnose mode never truncates a checkpoint.
+
 What it does not see: collectives that torch issues from C++ (DDP's gradient buckets, FSDP1's), and the completion of
 ``async_op=True`` work (recorded as complete when the call returns). A rank waiting in one of those is reported by
 where its Python code is.
@@ -16,6 +22,7 @@ where its Python code is.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import inspect
@@ -27,7 +34,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
@@ -43,6 +50,8 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather
                "scatter_object_list")  # fmt: skip
 HOOK_CALLERS = private.HOOK_CALLERS
 POLL_SECONDS = 0.5
+BUSY_SHARE = 0.1
+"""A process that used at least this share of one CPU core between two polls is computing: making progress."""
 ANSWER_SECONDS = 5.0
 """How long the reporting rank waits for the others to say where they are."""
 EXIT_STATUS = 1
@@ -95,6 +104,20 @@ class Recorder:
         self.log_sites: dict[tuple[str, str], Site] = {}
         self.folders = _library_folders()
         self.changed = threading.Event()
+        self.writes = 0
+        """Checkpoint writes in flight in this process (any thread): a rank is never ended inside one."""
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        with self.lock:
+            self.writes += 1
+        self.changed.set()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.writes -= 1
+            self.changed.set()
 
     # --- where ------------------------------------------------------------------------------------------------
 
@@ -221,8 +244,58 @@ def _patch_log(recorder: Recorder) -> None:
         cls.log = log
 
 
+def _torch_save_codes() -> frozenset[Any]:
+    serialization = sys.modules.get("torch.serialization")
+    codes = {getattr(getattr(serialization, name, None), "__code__", None) for name in ("save", "_save")}
+    return frozenset(code for code in codes if code is not None)
+
+
+class Progress:
+    """Whether this rank moves, as its monitor thread sees it at each poll: a rank whose Python stack changes, whose
+    process uses the CPU (a long computation in C++ keeps one line), or that writes a checkpoint is making progress;
+    one that sleeps, blocks on a data source that never returns or waits in a collective is not."""
+
+    def __init__(self, recorder: Recorder, main: threading.Thread) -> None:
+        self.recorder = recorder
+        self.main = main
+        self.save_codes = _torch_save_codes()
+        self.signature: tuple[tuple[int, int], ...] = ()
+        self.cpu = time.process_time()
+        self.sampled = self.moved = time.monotonic()
+
+    def writing(self) -> bool:
+        """A checkpoint write in flight: the strategy's or its checkpoint IO's ``save_checkpoint`` (recorded), or
+        ``torch.save`` on any thread's stack."""
+        if self.recorder.writes:
+            return True
+        for frame in list(sys._current_frames().values()):
+            while frame is not None:
+                if frame.f_code in self.save_codes:
+                    return True
+                frame = frame.f_back  # type: ignore[assignment]  # typeshed: f_back is FrameType | None
+        return False
+
+    def sample(self, now: float) -> None:
+        frame = sys._current_frames().get(self.main.ident or 0)
+        signature = []
+        while frame is not None:
+            signature.append((id(frame.f_code), frame.f_lineno))
+            frame = frame.f_back
+        cpu = time.process_time()
+        busy = cpu - self.cpu >= BUSY_SHARE * (now - self.sampled)
+        moved = tuple(signature) != self.signature or busy
+        if (self.recorder.current is None and moved) or self.writing():
+            self.moved = now
+        self.signature, self.cpu, self.sampled = tuple(signature), cpu, now
+
+    def idle(self, now: float) -> float:
+        """Seconds since this rank last made progress."""
+        return now - self.moved
+
+
 class Monitor:
-    """The thread that publishes this rank's state and reports a collective that waits too long."""
+    """The thread that publishes this rank's state and reports a collective that waits too long, once the ranks that
+    did not enter it have made no progress for as long (see :class:`Progress`)."""
 
     def __init__(self, recorder: Recorder, rank: int, world: int, setup_limit: float, step_limit: float) -> None:
         self.recorder = recorder
@@ -234,6 +307,11 @@ class Monitor:
         attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
         self.prefix = f"{PREFIX}/{attempt}"
         self.main = threading.main_thread()
+        self.progress = Progress(recorder, self.main)
+        self.beats = 0
+        self.heard: dict[int, tuple[int, float]] = {}
+        """Rank -> (its last progress beat, when this rank first read it): a rank whose beat stops is not moving."""
+        self.probed_at: float | None = None
         self.store: Any = None
         self.thread = threading.Thread(target=self._run, name="lightning-presets-hang-monitor", daemon=True)
 
@@ -256,6 +334,7 @@ class Monitor:
         if now:
             frame = sys._current_frames().get(self.main.ident or 0)
             state["now"] = asdict(self.recorder.site(frame))
+            state["idle"] = round(self.progress.idle(time.monotonic()), 1)
         return state
 
     def _publish(self, key: str, state: Mapping[str, Any]) -> None:
@@ -273,19 +352,66 @@ class Monitor:
             if self.recorder.changed.wait(POLL_SECONDS):
                 self.recorder.changed.clear()
                 self._publish("state", self.state(now=False))
+            now = time.monotonic()
+            self.progress.sample(now)
             if self.store.check([f"{self.prefix}/report"]):
                 self._end()
+            if self.probed_at is not None or self.store.check([f"{self.prefix}/probe"]):
+                self._say_progress(now)
             if not answered and self.store.check([f"{self.prefix}/request"]):
                 self._publish("answer", self.state(now=True))
                 answered = True
             with self.recorder.lock:
                 current = self.recorder.current
-            if current is not None and time.monotonic() - current["since"] > self.limit():
-                if self.store.add(f"{self.prefix}/reporter", 1) == 1:
-                    self._report(current)  # ends the process
-                if not answered:  # another rank reports: say where this one is, then wait for its report
-                    self._publish("answer", self.state(now=True))
-                    answered = True
+            if current is None or now - current["since"] <= self.limit():
+                continue
+            if self.probed_at is None:  # ask the others whether they move before calling this a hang
+                self.probed_at = now
+                self.store.set(f"{self.prefix}/probe", str(self.rank))
+                continue
+            if self._others_move(current, now):
+                continue  # a rank that is behind but writes, computes or loads: not hung
+            if self.store.add(f"{self.prefix}/reporter", 1) == 1:
+                self._report(current)  # ends the process
+            if not answered:  # another rank reports: say where this one is, then wait for its report
+                self._publish("answer", self.state(now=True))
+                answered = True
+
+    def _say_progress(self, now: float) -> None:
+        self.beats += 1
+        with self.recorder.lock:
+            current = self.recorder.current
+        self._publish("progress", {
+            "idle": self.progress.idle(now), "writing": self.progress.writing(), "beat": self.beats,
+            "in": None if current is None else [",".join(map(str, current["group"])), current["seq"], current["op"]],
+        })  # fmt: skip
+
+    def _others_move(self, hung: Mapping[str, Any], now: float) -> bool:
+        """Whether a rank of the group that has not entered ``hung`` is writing a checkpoint, or has made progress
+        within the limit (or has not said yet, while it still may)."""
+        probed = now if self.probed_at is None else self.probed_at
+        limit = self.limit()
+        key = ",".join(map(str, hung["group"]))
+        progress = self._states("progress")
+        for rank in hung["group"]:
+            if rank == self.rank:
+                continue
+            said = progress.get(rank)
+            if said is None:
+                if now - probed < ANSWER_SECONDS:
+                    return True  # it may not have read the probe yet
+                continue  # it never says: ended, or its monitor cannot run; the report says so
+            if said.get("in") == [key, hung["seq"], hung["op"]]:
+                continue  # waits in the same collective
+            beat, since = self.heard.get(rank, (-1, now))
+            if said["beat"] != beat:
+                self.heard[rank] = (int(said["beat"]), now)
+                since = now
+            if said["writing"]:
+                return True  # never call a rank inside a checkpoint write hung: ending it loses the checkpoint
+            if float(said["idle"]) < limit and now - since < limit:
+                return True
+        return False
 
     def _states(self, key: str) -> dict[int, dict[str, Any]]:
         found = {}
@@ -309,6 +435,16 @@ class Monitor:
         deadline = time.monotonic() + 4 * POLL_SECONDS  # let the others read the verdict before the store may go
         while self.store.add(f"{self.prefix}/ended", 0) < len(answers) - 1 and time.monotonic() < deadline:
             time.sleep(0.05)
+        self._exit()
+
+    def _exit(self) -> None:
+        """End the process, never inside a checkpoint write: a write in flight finishes first."""
+        said = False
+        while self.progress.writing():
+            if not said:
+                self._print(f"{COLLECTIVE_HANG.code}: rank {self.rank} finishes its checkpoint write before it ends")
+                said = True
+            time.sleep(0.1)
         os._exit(EXIT_STATUS)
 
     def _print(self, text: str) -> None:
@@ -326,7 +462,7 @@ class Monitor:
             self.store.add(f"{self.prefix}/ended", 1)
             time.sleep(2 * POLL_SECONDS)  # the reporter ends first (it may serve the store): never cut its report short
         finally:
-            os._exit(EXIT_STATUS)
+            self._exit()
 
 
 def _collective(entry: Mapping[str, Any]) -> str:
@@ -372,6 +508,8 @@ def describe(
             where = f"it waits in {_collective(current)} instead, {_site(current['site'])}"
         elif rank in answers:
             where = f"its code is now at {_site(answers[rank].get('now'))}"
+            if answers[rank].get("idle") is not None:
+                where += f", with no progress for {float(answers[rank]['idle']):.0f} s"
         else:
             where = "it no longer answers (ended?)"
         elsewhere.append(f"  never entered by rank {rank} on node {hosts[rank]}: {done}; {where}")
@@ -394,6 +532,32 @@ def _timeout_seconds(strategy: Any) -> float:
     return 1800.0
 
 
+def _record_writing(owner: Any, recorder: Recorder) -> None:
+    save = getattr(owner, "save_checkpoint", None)
+    if not callable(save) or hasattr(save, "_lp_recorded"):
+        return
+
+    @functools.wraps(save)
+    def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+        with recorder.writing():
+            return save(*args, **kwargs)
+
+    save_checkpoint._lp_recorded = save  # type: ignore[attr-defined]
+    owner.save_checkpoint = save_checkpoint
+
+
+def _record_writes(strategy: Any, recorder: Recorder) -> None:
+    """Count the checkpoint writes in flight: the strategy's ``save_checkpoint`` (Trainer and Fabric), its checkpoint
+    IO's and, for a wrapping IO (``AsyncCheckpointIO`` writes on a thread of its own), the wrapped one's."""
+    _record_writing(strategy, recorder)
+    io = getattr(strategy, "checkpoint_io", None)
+    for _ in range(3):
+        if io is None:
+            break
+        _record_writing(io, recorder)
+        io = getattr(io, "checkpoint_io", None)
+
+
 def install(strategy: Any) -> None:
     """Record this process's collectives and start its monitor (once per process)."""
     global _RECORDER
@@ -413,6 +577,7 @@ def install(strategy: Any) -> None:
         return result
 
     strategy.optimizer_step = optimizer_step
+    _record_writes(strategy, recorder)
     pg_timeout = _timeout_seconds(strategy)
     monitor = Monitor(recorder, int(dist.get_rank()), int(dist.get_world_size()), 0.9 * pg_timeout,
                       variables.collective_timeout())  # fmt: skip
