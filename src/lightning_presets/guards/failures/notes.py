@@ -24,6 +24,10 @@ MARK = "lightning-presets explain"
 """Every note starts with it; an exception that has one is not annotated twice."""
 MAX_NOTES = 2
 """At most this many signatures are explained on one exception (the most specific first)."""
+MAX_MESSAGE = 4096
+"""Of a longer message only its first and last this many characters are matched: a signature's text is at an end
+(the exception's own words first, a chained error's last), and a long message (a key list, a hex dump) must not
+make the note cost more than a few milliseconds."""
 
 T = TypeVar("T", bound=type)
 
@@ -35,9 +39,15 @@ def _text(exception: BaseException) -> str:
     current: BaseException | None = exception
     while current is not None and id(current) not in seen and len(parts) < 8:
         seen.add(id(current))
-        parts.append(f"{type(current).__module__}.{type(current).__qualname__}: {current}")
+        parts.append(_bounded(f"{type(current).__module__}.{type(current).__qualname__}: {current}"))
         current = current.__cause__ or current.__context__
     return "\n".join(parts)
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= 2 * MAX_MESSAGE:
+        return text
+    return f"{text[:MAX_MESSAGE]}\n...\n{text[-MAX_MESSAGE:]}"
 
 
 def explanation(exception: BaseException, original: str | None = None) -> list[str]:
@@ -49,7 +59,7 @@ def explanation(exception: BaseException, original: str | None = None) -> list[s
     from lightning_presets.guards.failures.probes import run_probe
     from lightning_presets.guards.failures.signatures import SIGNATURES
 
-    text = _text(exception) + ("\n" + original if original else "")
+    text = _text(exception) + ("\n" + _bounded(original) if original else "")
     found: list[Match] = []
     for match in matches(text, SIGNATURES):
         if all(match.signature is not other.signature for other in found):

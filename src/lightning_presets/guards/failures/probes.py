@@ -75,7 +75,7 @@ def _socket_interfaces(variable: str) -> Probe:
     return probe
 
 
-_LIBRARY = re.compile(r"(?P<path>/[^\s:'\"]+\.so(?:\.[\d.]+)?)")
+_LIBRARY = re.compile(r"(?<![^\s:'\"])(?P<path>/[^\s:'\"]{1,4096}\.so(?:\.[\d.]+)?)")
 
 
 def extension_build(text: str) -> str | None:

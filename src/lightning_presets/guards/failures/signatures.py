@@ -15,7 +15,7 @@ from lightning_presets.guards.failures.model import Signature, words
 NCCL_SYSTEM_ERROR = Signature(
     code="LP040", title="NCCL failed a system call: usually the network interface it picked",
     category="nccl_network",
-    pattern=r"NCCL error.*unhandled system error|ncclSystemError",
+    pattern=r"NCCL error[^\n]{0,400}unhandled system error|ncclSystemError",
     cause="NCCL failed a system call while connecting the ranks (`unhandled system error`): most often it picked a "
     "network interface the other nodes cannot reach (a docker bridge, a second NIC), or a firewall blocks it",
     fix="NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=<the interface the nodes share, e.g. eth0> torchrun ...",
@@ -29,8 +29,8 @@ NCCL_SHARED_MEMORY = Signature(
     code="LP041", title="NCCL could not create its shared-memory segment in /dev/shm",
     category="nccl_shm",
     pattern=r"(?:Error while (?:creating|attaching to) shared memory segment|failed to extend) (?:/dev/shm/)?nccl-"
-    r"\S*(?:.*?error: (?P<error>[^(\n]+?)\s*(?:\(|$))?|"
-    r"NCCL WARN Call to posix_fallocate failed ?: (?P<error_b>[^\n]+?)\s*$",
+    r"\S{0,200}(?:[^\n]{0,400}error: (?P<error>[^(\n]{0,199}[^(\s])[ \t]{0,20}(?:\(|$))?|"
+    r"NCCL WARN Call to posix_fallocate failed ?: (?P<error_b>[^\n]{0,199}\S)[ \t]{0,20}$",
     cause="NCCL could not create its shared-memory segment in /dev/shm ({error}): the container's /dev/shm is too "
     "small (docker's default is 64 MiB) or not writable",
     fix="docker run --shm-size=16g (or --ipc=host); or NCCL_SHM_DISABLE=1 to skip shared memory (slower)",
@@ -73,8 +73,9 @@ NCCL_REMOTE_ERROR = Signature(
 NCCL_INTERNAL_ERROR = Signature(
     code="LP066", title="NCCL failed while connecting the ranks with an internal error: usually the network setup",
     category="nccl_network",
-    pattern=r"ncclInternalError|NCCL error.*internal error|NCCL WARN (?:Net|NET/\w+|Proxy)\b[^\n]*(?:Connection "
-    r"closed|failed)|NCCL WARN Could not find NET|\[\d+\] include/socket\.h:\d+ (?:NCCL )?WARN (?:Call to connect "
+    pattern=r"ncclInternalError|NCCL error[^\n]{0,400}internal error|NCCL WARN (?:Net|NET/\w{1,40}|Proxy)\b"
+    r"[^\n]{0,400}(?:Connection closed|failed)|NCCL WARN Could not find NET|\[\d+\] include/socket\.h:\d+ "
+    r"(?:NCCL )?WARN (?:Call to connect "
     r"failed|Connection closed by remote peer)",
     cause="NCCL hit an internal error while it connected the ranks (`ncclInternalError`, a socket connect that failed "
     "or timed out, a socket or proxy connection closed): most often the network setup, not NCCL: an interface the "
@@ -92,7 +93,7 @@ NCCL_WATCHDOG_TIMEOUT = Signature(
     code="LP044", title="a NCCL collective timed out: a rank never reached it",
     category="collective_desync", role="consequence",
     pattern=r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
-    r".*?\) ran for (?P<ms>\d+) milliseconds",
+    r"[^\n]{0,400}\) ran for (?P<ms>\d+) milliseconds",
     cause="the {op} collective number {seq} waited {ms} ms for a rank that never joined it: that rank failed, hung, "
     "or took another code path (a rank-dependent branch, uneven data)",
     fix="look for the first failure on the other ranks; if there is none, TORCH_DISTRIBUTED_DEBUG=DETAIL and "
@@ -160,8 +161,8 @@ MASTER_VARIABLE_MISSING = Signature(
 ADDRESS_IN_USE = Signature(
     code="LP049", title="the rendezvous port is already taken",
     category="rendezvous_port",
-    pattern=r"(?:failed to (?:bind|listen) (?:to|on) \S*?:(?P<port>\d+) \(errno: 98|"
-    r"port: (?P<port_b>\d+),[^\n]*EADDRINUSE|EADDRINUSE|errno: 98 - Address already in use|"
+    pattern=r"(?:failed to (?:bind|listen) (?:to|on) \S{0,200}:(?P<port>\d+) \(errno: 98|"
+    r"port: (?P<port_b>\d+),[^\n]{0,400}EADDRINUSE|EADDRINUSE|errno: 98 - Address already in use|"
     r"RuntimeError: Address already in use)",
     cause="the rendezvous store could not listen on port {port}: another job (or a previous run still exiting) "
     "holds it; 29500 is everyone's default",
@@ -316,7 +317,7 @@ DEEPSPEED_BATCH_SIZE = Signature(
 DTENSOR_MIXED = Signature(
     code="LP058", title="a plain tensor met a DTensor in a sharded model",
     category="tp_first_step",
-    pattern=r"(?P<op>[\w.]+):? got mixed torch\.Tensor and DTensor",
+    pattern=r"(?<![\w.])(?P<op>[\w.]{1,200}):? got mixed torch\.Tensor and DTensor",
     flags=re.IGNORECASE,  # logs pasted lower-cased ("got mixed torch.tensor and dtensor")
     cause="{op} received a plain torch.Tensor and a DTensor: a tensor created inside the model (a mask, a buffer, a "
     "constant) or an input was not distributed like the parameters it meets",
@@ -402,7 +403,7 @@ CUDA_HOME_MISSING = Signature(
 LIGHTNING_PACKAGES_MIXED = Signature(
     code="LP064", title="the model and the Trainer come from different Lightning packages",
     category="version_skew",
-    pattern=r"`model` must be a `LightningModule` or `torch\._dynamo\.OptimizedModule`, got `(?P<model>[^`]+)`",
+    pattern=r"`model` must be a `LightningModule` or `torch\._dynamo\.OptimizedModule`, got `(?P<model>[^`\n]{1,200})`",
     cause="the Trainer refused {model}: the model subclasses one Lightning package (`pytorch_lightning`) and the "
     "Trainer comes from the other (`lightning.pytorch`), or two Lightning versions are installed",
     fix="import both from one package: `import lightning.pytorch as pl` everywhere (or `pytorch_lightning` "
