@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -18,7 +19,15 @@ import torch
 from harness import SCRIPTS_PATH, run_job
 from lightning_presets import PresetWarning
 from lightning_presets.guards.runtime import distributed, handshake_supported
-from lightning_presets.guards.runtime.handshake import _digest, canonical, compare, handshake
+from lightning_presets.guards.runtime.handshake import (
+    Fingerprint,
+    _digest,
+    canonical,
+    compare,
+    decode,
+    encode,
+    handshake,
+)
 from lightning_presets.guards.runtime.hangs import describe
 from lightning_presets.guards.runtime.join import Schedule, schedule
 from lightning_presets.guards.runtime.ranks import on_nodes, spans
@@ -294,6 +303,42 @@ def test_the_canonical_form_sorts_sets_and_names_code_by_module_and_qualified_na
     assert canonical(PresetWarning("x").with_traceback) == "PresetWarning('x').with_traceback"
     assert canonical(_Strategy(None, 2).__init__) == "<test_runtime_guards._Strategy>.__init__"  # no address
     assert canonical(len) == "builtins.len"
+
+
+class _Executes:
+    """A pickle that runs code when it is loaded."""
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (_execute, ("executed",))
+
+
+_EXECUTED: list[str] = []
+
+
+def _execute(word: str) -> None:
+    _EXECUTED.append(word)
+
+
+def test_the_handshake_reads_json_only_and_never_executes_what_a_peer_sends() -> None:
+    """Issue 38: the handshake ran ``pickle.loads`` on its peers' bytes. The payload is JSON now: a pickle (of an old
+    version, or one built to run code) is refused unread, and nothing in it runs."""
+    mine = Fingerprint(rank=1, host="a", fields={"precision": ("error", "32-true")})
+    assert decode(encode(mine)) == {
+        "protocol": 2,
+        "rank": 1,
+        "host": "a",
+        "fields": {"precision": ["error", "32-true"]},
+    }
+    payload = {"protocol": 2, "rank": 1, "host": "a", "fields": {"x": ("error", _Executes())}}
+    for data in (pickle.dumps(_Executes()), pickle.dumps(payload), b"\x80\x04not json", b'{"protocol": 1}',
+                 b'{"protocol": 2, "rank": 0, "host": "a", "fields": {"x": {"y": 1}}}'):  # fmt: skip
+        assert decode(data) is None, data
+    assert _EXECUTED == []
+    pickle.loads(pickle.dumps(_Executes()))
+    assert _EXECUTED == ["executed"]  # what `pickle.loads` would have done with the first payload
+    gathered = [decode(encode(mine)), decode(encode(Fingerprint(0, "a", {"precision": ("error", "bf16-mixed")})))]
+    [finding] = compare([each for each in gathered if each is not None])
+    assert "precision: 'bf16-mixed' on rank 0 on node a but '32-true' on rank 1 on node a" in finding.message
 
 
 def test_our_own_failure_in_the_handshake_is_a_warning_never_an_error() -> None:

@@ -13,8 +13,8 @@ import datetime
 import enum
 import functools
 import hashlib
+import json
 import os
-import pickle
 import re
 import socket
 import sys
@@ -29,9 +29,8 @@ from lightning_presets.guards.runtime.codes import HANDSHAKE_FAILED, RANKS_DIFFE
 from lightning_presets.guards.runtime.ranks import on_nodes
 from lightning_presets.registry import private, variables
 
-PROTOCOL = 1
-"""The fingerprint's layout; ranks of another layout are compared on the fields they share (their package version
-differs, which is itself LP030)."""
+PROTOCOL = 2
+"""The fingerprint's layout (2: JSON; 1 was a pickle): a rank that sends another is not compared (LP032 says so)."""
 TIMEOUT_SECONDS = 60.0
 """How long a rank waits for its peers' fingerprints (they all arrive within milliseconds when every rank came)."""
 ARGUMENTS = ("accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "sync_batchnorm", "max_steps",
@@ -259,6 +258,29 @@ def _payload(mine: Fingerprint) -> dict[str, Any]:
     return {"protocol": PROTOCOL, "rank": mine.rank, "host": mine.host, "fields": dict(mine.fields)}
 
 
+def encode(mine: Fingerprint) -> bytes:
+    """What this rank sends: its fingerprint as JSON (strings in a dict: nothing a peer could make us execute)."""
+    return json.dumps(_payload(mine), sort_keys=True).encode("utf-8")
+
+
+def decode(data: bytes) -> dict[str, Any] | None:
+    """A peer's fingerprint, or ``None`` when ``data`` is not one of this layout. Only JSON is read, never a pickle:
+    what a peer sends is data, and nothing in it is executed."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(value, dict) or value.get("protocol") != PROTOCOL:
+        return None
+    fields = value.get("fields")
+    if not isinstance(value.get("rank"), int) or not isinstance(value.get("host"), str) or not isinstance(fields, dict):
+        return None
+    for entry in fields.values():
+        if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(part, str) for part in entry)):
+            return None
+    return value
+
+
 def compare(gathered: Sequence[Mapping[str, Any]]) -> list[Finding]:
     """LP030 for the fields that must agree and do not, LP031 for those that should; at most one finding of each."""
     hosts = {int(each["rank"]): str(each["host"]) for each in gathered}
@@ -306,15 +328,16 @@ def gather(mine: Fingerprint) -> list[dict[str, Any]]:
     """Every rank's fingerprint, over a new gloo group (the main group may be NCCL, which moves no Python objects
     without a CUDA tensor), with a short timeout; the group is destroyed again.
 
-    The bytes travel as ``all_gather_object`` sends them (the sizes, then the pickles padded to the longest), but
-    every tensor the group's worker threads hold stays referenced here until the group is gone: a worker that drops
+    The bytes travel as ``all_gather_object`` sends its pickles (the sizes, then the bytes padded to the longest), but
+    they are JSON (:func:`encode`, :func:`decode`), never a pickle; and every tensor the group's worker threads hold
+    stays referenced here until the group is gone: a worker that drops
     the last reference to a tensor Python already let go of needs the GIL, and on torch 2.7 the group's destructor
     joins its workers while holding it, so the rank hung there for good."""
     import torch
     import torch.distributed as dist
 
     world = dist.get_world_size()
-    data = pickle.dumps(_payload(mine))
+    data = encode(mine)
     size = torch.tensor([len(data)], dtype=torch.long)
     sizes = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
     padded: Any = None
@@ -331,10 +354,9 @@ def gather(mine: Fingerprint) -> list[dict[str, Any]]:
         dist.destroy_process_group(group)
         del group  # the last reference: the destructor joins the workers while `sizes` and `received` still live
     gathered = [
-        pickle.loads(bytes(tensor[: int(length.item())].tolist()))
-        for tensor, length in zip(received, sizes, strict=True)
+        decode(bytes(tensor[: int(length.item())].tolist())) for tensor, length in zip(received, sizes, strict=True)
     ]
-    return [each for each in gathered if isinstance(each, dict) and each.get("protocol") == PROTOCOL]
+    return [each for each in gathered if each is not None]
 
 
 def handshake(strategy: Any) -> None:
