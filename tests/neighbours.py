@@ -562,38 +562,33 @@ _add(
 )
 _bn = "model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n"
 _ln = "model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))\n"
-_REVIEWED_217 = "; the review's false rejection, accepted since LP217 decides after configure_model on the layers "
+_gn = "model = nn.Sequential(nn.Linear(8, 8), nn.GroupNorm(2, 8))\n"
+_sync = "model = nn.Sequential(nn.Linear(8, 8), nn.SyncBatchNorm(8))\n"
+_TRAINED = "; trained on 2 CPU processes: tests/test_fsdp2.py::test_the_cpu_neighbours_of_the_norm_rules_train"
 _add(
     "LP217",
-    n(_ln + _t('"fsdp2"', "cpu", ", sync_batchnorm=True", 2) + ".fit(model)", "sync_batchnorm without batch norm"),
-    n(_bn + _t('"fsdp2"', "cpu", "", 2) + ".fit(model)", "batch norm without sync_batchnorm"),
-    n(_ln + _t('"fsdp2"', "cpu", "", 2) + ".fit(model)", "LayerNorm, as the hint says"),
+    n(_ln + _t('"fsdp2"', "cpu", ", sync_batchnorm=True", 2) + ".fit(model)", "no batch norm" + _TRAINED),
+    n(_bn + _t('"fsdp2"', "cpu", "", 2) + ".fit(model)", "batch norm without sync_batchnorm" + _TRAINED),
+    n(_ln + _t('"fsdp2"', "cpu", "", 2) + ".fit(model)", "LayerNorm, as the hint says" + _TRAINED),
+    n(_gn + _t('"fsdp2"', "cpu", ", sync_batchnorm=True", 2) + ".fit(model)", "GroupNorm, as the hint says" + _TRAINED),
     n(
         _bn + _t('"fsdp2"', "cpu", ", sync_batchnorm=True", 1) + ".fit(model)",
-        "one device: BatchNorm1d over the one rank's batch is what SyncBatchNorm computes in a world of one"
-        + _REVIEWED_217
-        + "of a job of more than one process",
+        "one device: BatchNorm1d over the one rank's batch is what SyncBatchNorm computes in a world of one (the "
+        "review's false rejection, accepted since LP217 decides after configure_model on the layers of a job of more "
+        "than one process; tests/evidence/test_fails_job.py::test_lp217_model_parallel_ignores_sync_batchnorm fits "
+        "it)",
     ),
+)
+# The review's other two neighbours of LP217 (a model of nn.SyncBatchNorm layers, and configure_model converting
+# them) fail on CPU in the first training step: SyncBatchNorm refuses CPU inputs (LP219, whose refused side they are).
+_add(
+    "LP219",
+    n(_bn + _t('"fsdp2"', "cpu", "", 2) + ".fit(model)", "plain batch norm on CPU" + _TRAINED),
+    n(_gn + _t('"fsdp2"', "cpu", ", sync_batchnorm=True", 2) + ".fit(model)", "GroupNorm, as the hint says" + _TRAINED),
     n(
-        "model = nn.Sequential(nn.Linear(8, 8), nn.SyncBatchNorm(8))\n"
-        + _t('"fsdp2"', "cpu", ", sync_batchnorm=True", 2)
-        + ".fit(model)",
-        "the layers are already torch.nn.SyncBatchNorm: they synchronise whoever converted them"
-        + _REVIEWED_217
-        + "still unsynchronised",
-    ),
-    n(
-        "from lightning.pytorch import LightningModule\n\n"
-        "class Model(LightningModule):\n"
-        "    def __init__(self):\n        super().__init__()\n"
-        "        self.net = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n\n"
-        "    def configure_model(self):\n"
-        "        self.net = nn.SyncBatchNorm.convert_sync_batchnorm(self.net)\n\n"
-        + _t('"fsdp2"', "cpu", ", sync_batchnorm=True", 2)
-        + ".fit(Model())",
-        "configure_model converts the layers before sharding, as LP217's own hint says"
-        + _REVIEWED_217
-        + "configure_model left",
+        _bn + _t('"fsdp2"', "cpu", ", sync_batchnorm=True", 1) + ".fit(model)",
+        "sync_batchnorm on one device: ModelParallelStrategy converts nothing, the layers stay BatchNorm1d and train "
+        "(tests/evidence/test_fails_job.py::test_lp217_model_parallel_ignores_sync_batchnorm fits it)",
     ),
 )
 
@@ -633,6 +628,12 @@ _add(
         "the preset with static_graph=False (LP302's warning)",
     ),
     n(_t('"ddp_bf16_compress"', "cuda", ", accumulate_grad_batches=4"), "another DDP preset without static graph"),
+    n(
+        "from lightning.pytorch.callbacks import GradientAccumulationScheduler\n"
+        + _t('"ddp_static_graph"', "cpu", ", callbacks=[GradientAccumulationScheduler({1: 2})]", 2),
+        "accumulating from the second epoch: the first backward synchronised (trained on 2 CPU processes: "
+        "tests/test_ddp.py::test_static_graph_accumulating_after_a_synchronised_epoch_trains)",
+    ),
 )
 _LOCAL_SGD = (
     "from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_localSGD\n"
@@ -663,8 +664,9 @@ _add(
 _add(
     "LP310",
     n(_bn + _t('"ddp_static_graph"', "cuda", ", sync_batchnorm=True") + ".fit(model)", "SyncBatchNorm on CUDA"),
-    n(_bn + _t('"ddp_static_graph"', "cpu", "", 2) + ".fit(model)", "batch norm on CPU without sync_batchnorm"),
-    n(_ln + _t('"ddp_static_graph"', "cpu", ", sync_batchnorm=True", 2) + ".fit(model)", "no batch norm to convert"),
+    n(_bn + _t('"ddp_static_graph"', "cpu", "", 2) + ".fit(model)", "batch norm on CPU, no sync_batchnorm" + _TRAINED),
+    n(_ln + _t('"ddp_static_graph"', "cpu", ", sync_batchnorm=True", 2) + ".fit(model)", "no batch norm" + _TRAINED),
+    n(_gn + _t('"ddp_static_graph"', "cpu", ", sync_batchnorm=True", 2) + ".fit(model)", "GroupNorm" + _TRAINED),
     n(_bn + _t('"ddp_bf16_compress"', "cuda", ", sync_batchnorm=True") + ".fit(model)", "the other DDP preset, CUDA"),
 )
 
@@ -983,6 +985,12 @@ _add(
     n(_C + "--devices 8 --num-nodes 4 --cluster slurm", "a batch job's name"),
     n(_C + "--devices 8 --num-nodes 1 --cluster slurm --env SLURM_JOB_NAME=interactive", "interactive, one node"),
     n(_C + "--devices 4 --num-nodes 2 --cluster slurm --env SLURM_JOB_NAME=train", "a job named train, 4 × 2"),
+    n(
+        f"{CHECK} --accelerator cpu --devices 1 --num-nodes 2 --cluster slurm --env SLURM_JOB_NAME=interactive "
+        "--env MASTER_ADDR=node001 --env MASTER_PORT=29500 --env NODE_RANK=1",
+        "Lightning's manual multi-node launch inside the interactive allocation (trained as two nodes of one CPU "
+        "process: tests/test_launchers.py::test_a_manual_launch_in_an_interactive_allocation_trains_as_two_nodes)",
+    ),
 )
 _add(
     "LP734",

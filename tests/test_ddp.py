@@ -310,3 +310,61 @@ def test_static_graph_fit_on_two_processes(tmp_path: Path, api: str) -> None:
         assert report["losses"][-1] < report["losses"][0]
     assert reports[0]["losses"] != reports[1]["losses"]  # each rank saw its own batches
     assert reports[0]["weights_checksum"] == reports[1]["weights_checksum"]  # yet the weights stayed identical
+
+
+# ------------------------------------------------ LP308: accumulation once the static graph has synchronised
+
+GUARD_TRUTH = str(Path(__file__).resolve().parent / "evidence" / "scripts")
+
+
+def _results(job: Any) -> list[dict[str, Any]]:
+    import json
+
+    return sorted((json.loads(line.split("RESULT ", 1)[1]) for line in job.stdout.splitlines() if "RESULT {" in line),
+                  key=lambda each: each["rank"])  # fmt: skip
+
+
+def _scheduled(schedule: dict[int, int]) -> Any:
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    return Trainer(strategy=STATIC, accelerator="cpu", devices=2, callbacks=[GradientAccumulationScheduler(schedule)],
+                   **QUIET)  # fmt: skip
+
+
+@pytest.mark.parametrize("schedule", [{0: 2}, {0: 4, 2: 8}])
+def test_lp308_reads_a_gradient_accumulation_schedule_that_accumulates_from_the_first_epoch(
+    schedule: dict[int, int],
+) -> None:
+    with pytest.raises(PresetConfigError, match=r"LP308.*GradientAccumulationScheduler\(\{0: \d"):
+        _scheduled(schedule)
+
+
+@pytest.mark.parametrize("schedule", [{1: 2}, {0: 1, 3: 4}])
+def test_lp308_accepts_a_schedule_whose_first_epoch_synchronises(schedule: dict[int, int]) -> None:
+    _scheduled(schedule)
+
+
+@pytest.mark.distributed
+def test_static_graph_accumulating_after_a_synchronised_epoch_trains() -> None:
+    """LP308's neighbour: GradientAccumulationScheduler({1: 2}) synchronises every batch of epoch 0, then accumulates;
+    every guard on, both ranks train 3 epochs of 4 batches (accumulating 2 at the end) to the same weights."""
+    job = run_job("guard_truth:static_graph_schedule", "1:2", path=(GUARD_TRUTH,), unset=("LIGHTNING_PRESETS_SKIP",),
+                  timeout=180)  # fmt: skip
+    assert job.outcome == "trained", job.describe()
+    first, second = _results(job)
+    assert first["accumulated"] == second["accumulated"] == 2
+    assert len(first["losses"]) == 12
+    assert first["weights"] == second["weights"]
+
+
+@pytest.mark.distributed
+def test_static_graph_trains_fabrics_gradient_accumulation_recipe_as_plain_ddp() -> None:
+    """LP308's neighbour on Fabric: the documented recipe (``is_accumulating = iteration % N != 0``: iteration 0
+    synchronises, then every other backward skips it) with ddp_static_graph, every guard on: the weights equal plain
+    DDP's on both ranks (the guarded no_sync refuses only a skip before the first synchronised backward)."""
+    job = run_job("guard_truth:fabric_accumulation_recipe", path=(GUARD_TRUTH,), unset=("LIGHTNING_PRESETS_SKIP",),
+                  timeout=180)  # fmt: skip
+    assert job.outcome == "trained", job.describe()
+    first, second = _results(job)
+    assert first["weights"]["ddp_static_graph"] == first["weights"]["ddp"] == second["weights"]["ddp_static_graph"]

@@ -375,3 +375,67 @@ def test_lp216_guards_fsdp2_with_a_tensor_dimension() -> None:
         dataclasses.replace(refused, kind="fabric"),  # Fabric has no detect_anomaly
     ):
         assert mp.anomaly_detection_without_tensor_parallel(accepted) is None
+
+
+# ------------------------------------------------- the norm rules' CPU neighbours and the preset's block sharding
+
+GUARD_TRUTH = str(Path(__file__).resolve().parent / "evidence" / "scripts")
+NORM_NEIGHBOURS = ("fsdp2/BatchNorm1d/-", "fsdp2/LayerNorm/sync", "fsdp2/LayerNorm/-", "fsdp2/GroupNorm/sync",
+                   "ddp_static_graph/BatchNorm1d/-", "ddp_static_graph/LayerNorm/sync",
+                   "ddp_static_graph/GroupNorm/sync")  # fmt: skip
+"""Each CPU neighbour of LP217, LP219 and LP310 of more than one process (``tests/neighbours.py``), as
+``strategy/norm layer/flag``."""
+
+
+def _results(job: Any) -> list[dict[str, Any]]:
+    import json
+
+    return [json.loads(line.split("RESULT ", 1)[1]) for line in job.stdout.splitlines() if "RESULT {" in line]
+
+
+@pytest.mark.distributed
+def test_the_cpu_neighbours_of_the_norm_rules_train() -> None:
+    """Every guard on, each neighbour trains its 3 steps on 2 processes (the step LP217/LP219/LP310 are about: the
+    training forward through the norm layers, and DDP's wrap), its layers as built."""
+    job = run_job("guard_truth:norm_layers", *NORM_NEIGHBOURS, path=(GUARD_TRUTH,), unset=("LIGHTNING_PRESETS_SKIP",),
+                  timeout=240)  # fmt: skip
+    assert job.outcome == "trained", job.describe()
+    results = {(each["case"], each["rank"]): each for each in _results(job)}
+    assert sorted(results) == sorted((case, rank) for case in NORM_NEIGHBOURS for rank in (0, 1))
+    for (case, _), each in results.items():
+        assert each["trained"] is True, each
+        assert each["norms"] == [case.split("/")[1]], each
+
+
+def test_sharded_blocks_of_a_sequential_of_sequentials_skip_the_stack() -> None:
+    """Blocks that are nn.Sequentials held in an nn.Sequential: the stack is left to the root, the blocks are sharded;
+    a block inside a block is sharded first and only the outer one is checkpointed."""
+    from torch import nn
+
+    blocks = [nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(3)]
+    model = nn.Sequential(nn.Sequential(*blocks), nn.Linear(4, 1))
+    assert [module for module, _ in fsdp2.block_units(model)] == blocks[::-1]
+    nested = nn.ModuleList(
+        [nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4), nn.ReLU())) for _ in range(2)]
+    )
+    units = fsdp2.block_units(nested)
+    assert [(module, outermost) for module, outermost in units] == [
+        (nested[1][1], False), (nested[1], True), (nested[0][1], False), (nested[0], True)
+    ]  # fmt: skip
+    assert fsdp2.block_units(nn.Linear(4, 4)) == []
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("outer", ["sequential", "list"])
+def test_fsdp2_trains_sequential_blocks_in_a_sequential_or_a_module_list(outer: str) -> None:
+    """The preset used to shard the outer nn.Sequential first, then its blocks: torch's 'Cannot concatenate overlapping
+    meshes' on both ranks. Now both containers train, the three blocks and the root sharded."""
+    job = run_job("guard_truth:sequential_blocks", outer, path=(GUARD_TRUTH,), unset=("LIGHTNING_PRESETS_SKIP",),
+                  timeout=180)  # fmt: skip
+    assert job.outcome == "trained", job.describe()
+    results = _results(job)
+    assert len(results) == 2
+    for each in results:
+        assert each["sharded"] == 4, each  # 3 blocks and the root
+        assert len(each["losses"]) == 3
+        assert all(math.isfinite(loss) for loss in each["losses"])

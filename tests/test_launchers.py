@@ -286,3 +286,52 @@ def test_the_environment_whose_constructor_refuses_is_named() -> None:
     assert "--ntasks=8" in refused.refusal
     with only_these_variables({"SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_JOB_NAME": "train"}):
         assert selected_environment("fabric") == ("SLURMEnvironment", None)
+
+
+# --- LP712: an interactive SLURM allocation, with and without Lightning's manual multi-node launch ---------------
+
+_INTERACTIVE = "--devices 8 --num-nodes 2 --cluster slurm --env SLURM_JOB_NAME=interactive"
+_MANUAL = {"MASTER_ADDR": "node001", "MASTER_PORT": "29500", "NODE_RANK": "1"}
+
+
+def test_lp712_accepts_the_manual_multi_node_launch_in_an_interactive_allocation(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    manual = " ".join(f"--env {name}={value}" for name, value in _MANUAL.items())
+    code, report = check(capsys, f"{_INTERACTIVE} {manual}")
+    assert (code, codes(report) & {"LP712", "LP713"}) == (0, set()), report
+
+
+@pytest.mark.parametrize("missing", sorted(_MANUAL))
+def test_lp712_refuses_an_interactive_allocation_missing_one_of_the_manual_launchs_variables(
+    capsys: pytest.CaptureFixture[str], missing: str
+) -> None:
+    partial = " ".join(f"--env {name}={value}" for name, value in _MANUAL.items() if name != missing)
+    code, report = check(capsys, f"{_INTERACTIVE} {partial}")
+    assert code == 1
+    (finding,) = [each for each in report["findings"] if each["code"] == "LP712"]
+    assert f"without {missing}" in finding["message"]
+
+
+@pytest.mark.distributed
+def test_a_manual_launch_in_an_interactive_allocation_trains_as_two_nodes() -> None:
+    """LP712's neighbour run for real: two processes, each a node of one CPU device, inside an interactive allocation
+    (SLURM_JOB_NAME=interactive, SLURM's variables of the shell), each with MASTER_ADDR, MASTER_PORT and its own
+    NODE_RANK: Lightning takes its LightningEnvironment, the nodes meet, and both ranks train to the same weights."""
+    from pathlib import Path
+
+    from harness import free_port, run_job
+
+    slurm = {"SLURM_JOB_NAME": "interactive", "SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_NNODES": "1",
+             "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "127.0.0.1"}  # fmt: skip
+    env = {**slurm, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    job = run_job("guard_truth:interactive_slurm_nodes", path=(str(Path(__file__).parent / "evidence" / "scripts"),),
+                  env=env, rank_env={0: {"NODE_RANK": "0"}, 1: {"NODE_RANK": "1"}}, unset=("LIGHTNING_PRESETS_SKIP",),
+                  timeout=180)  # fmt: skip
+    assert job.outcome == "trained", job.describe()
+    lines = [line for line in job.stdout.splitlines() if "RESULT {" in line]
+    results = sorted((json.loads(line.split("RESULT ", 1)[1]) for line in lines), key=lambda each: each["rank"])
+    assert [(each["rank"], each["node"], each["world"]) for each in results] == [(0, 0, 2), (1, 1, 2)]
+    assert {each["environment"] for each in results} == {"LightningEnvironment"}
+    assert results[0]["weights"] == results[1]["weights"]
+    assert len(results[0]["losses"]) == 3

@@ -48,6 +48,7 @@ PROOFS: dict[str, str] = {
     "LP215": "tests/evidence/test_fails_job.py::test_lp215_clipping_by_norm_stacks_norms_of_two_meshes",
     "LP216": "tests/evidence/test_fails_job.py::test_lp216_anomaly_mode_has_no_dtensor_kernel",
     "LP217": "tests/evidence/test_fails_job.py::test_lp217_model_parallel_ignores_sync_batchnorm",
+    "LP219": "tests/evidence/test_fails_job.py::test_lp219_sync_batch_norm_off_cuda_fails_in_the_first_training_step",
     "LP303": "tests/evidence/test_fails_ddp.py::test_lp303_bf16_compression_off_cuda_is_ignored_or_refused",
     "LP308": "tests/evidence/test_fails_job.py::test_lp308_static_graph_with_accumulation_fails_in_backward",
     "LP309": "tests/evidence/test_fails_job.py::test_lp309_post_local_sgd_needs_an_averaging_period",

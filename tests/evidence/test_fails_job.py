@@ -123,6 +123,24 @@ def test_lp308_fabric_no_backward_sync_with_static_graph_fails_in_backward(proof
 
 
 @pytest.mark.distributed
+@pytest.mark.proves("LP308")
+def test_lp308_a_schedule_that_accumulates_from_the_first_epoch_fails_in_backward(proof: Proof) -> None:
+    """``GradientAccumulationScheduler({0: 2})`` (no accumulate_grad_batches): refused when the Trainer is built; with
+    the guard off, both ranks die in their first backward (torch's reducer), as with accumulate_grad_batches=2. The
+    schedule that synchronises its first epoch ({1: 2}) trains (tests/test_ddp.py)."""
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    scheduler = GradientAccumulationScheduler({0: 2})
+    proof.refused("LP308", lambda: Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2,
+                                           callbacks=[scheduler], **QUIET))  # fmt: skip
+    done = run_job("guard_truth:static_graph_schedule", "0:2", env={"LIGHTNING_PRESETS_SKIP": "LP308"},
+                   path=(str(HERE / "scripts"),), timeout=180)  # fmt: skip
+    assert done.outcome == "raised", done.describe()
+    proof.child(reports(done.stdout), "lp308_scheduler", "RuntimeError",
+                "expect_autograd_hooks_ INTERNAL ASSERT FAILED", code="LP308")  # fmt: skip
+
+
+@pytest.mark.distributed
 @pytest.mark.parametrize(
     "args",
     [
@@ -376,6 +394,71 @@ def test_lp310_ddp_refuses_sync_batchnorm_on_cpu(proof: Proof, tmp_path: Path) -
             torch.nn.parallel.DistributedDataParallel(converted)  # what DDPStrategy wraps the model in
     finally:
         dist.destroy_process_group()
+
+
+class _SyncNormed(_Normed):
+    """A module whose batch norm is ``nn.SyncBatchNorm`` already (built so), with no sync_batchnorm flag anywhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net[1] = torch.nn.SyncBatchNorm(4)
+
+
+@pytest.mark.proves("LP310")
+def test_lp310_the_models_own_sync_batch_norm_fails_when_ddp_wraps_it_on_cpu(proof: Proof, tmp_path: Path) -> None:
+    """No sync_batchnorm flag: the model's own SyncBatchNorm layers are what torch's DDP refuses on CPU."""
+    import torch.distributed as dist
+
+    def build() -> Trainer:
+        trainer = Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, **QUIET)
+        trainer.strategy._lp_check_model(_SyncNormed())
+        return trainer
+
+    proof.refused("LP310", build)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        with proof.raises(ValueError, "SyncBatchNorm layers only work with GPU modules", code="LP310"):
+            torch.nn.parallel.DistributedDataParallel(_SyncNormed())  # what DDPStrategy wraps the model in
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.proves("LP219")
+def test_lp219_sync_batch_norm_off_cuda_fails_in_the_first_training_step(proof: Proof, process_group: None) -> None:
+    """fsdp2 on CPU with SyncBatchNorm layers: refused on the complete model before sharding; with the guard off the
+    first training step raises in torch's SyncBatchNorm (one process here: ModelParallelStrategy forms a process
+    group whatever the world size, and that is all SyncBatchNorm asks before refusing a CPU input; the 2-process run
+    fails the same way, tests/evidence/scripts/guard_truth.py norm_layers)."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def build() -> Trainer:
+        trainer = Trainer(strategy="fsdp2", accelerator="cpu", devices=2, max_steps=1, **QUIET)
+        trainer.strategy._lp_check_setup(_SyncNormed())
+        return trainer
+
+    proof.refused("LP219", build)
+    with proof.guard_off("LP219"), proof.raises(ValueError, "SyncBatchNorm expected input tensor to be on GPU"):
+        Trainer(strategy="fsdp2", accelerator="cpu", devices=1, max_steps=1, **QUIET).fit(
+            _SyncNormed(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
+        )
+
+
+@pytest.mark.distributed
+@pytest.mark.proves("LP219")
+def test_lp219_sync_batch_norm_off_cuda_fails_on_two_processes(proof: Proof) -> None:
+    """The reviewer's job: fsdp2 on 2 CPU processes, SyncBatchNorm layers and sync_batchnorm=True, guard off."""
+
+    def build() -> Trainer:
+        trainer = Trainer(strategy="fsdp2", accelerator="cpu", devices=2, sync_batchnorm=True, **QUIET)
+        trainer.strategy._lp_check_setup(_SyncNormed())
+        return trainer
+
+    proof.refused("LP219", build)
+    done = run_job("guard_truth:norm_layers", "fsdp2/SyncBatchNorm/sync", env={"LIGHTNING_PRESETS_SKIP": "LP219"},
+                   path=(str(HERE / "scripts"),), timeout=180)  # fmt: skip
+    assert done.outcome == "raised", done.describe()
+    proof.child(reports(done.stdout), "norm_layers", "ValueError", "SyncBatchNorm expected input tensor to be on GPU",
+                code="LP219")  # fmt: skip
 
 
 @pytest.fixture

@@ -13,6 +13,12 @@ def batch_norm_layers(model: nn.Module, *, unsynchronised: bool = False) -> list
             and not (unsynchronised and isinstance(module, nn.SyncBatchNorm))]  # fmt: skip
 
 
+def sync_batch_norm_layers(model: nn.Module) -> list[str]:
+    """The names of the model's ``nn.SyncBatchNorm`` layers (built so, or converted already)."""
+    layers = model.named_modules()
+    return [name or type(model).__name__ for name, module in layers if isinstance(module, nn.SyncBatchNorm)]
+
+
 def parameter_meshes(model: nn.Module) -> set[str]:
     """The device meshes the model's trainable parameters live on, described (``(dp=1, tp=2)``); ``local`` for plain
     tensors. Frozen parameters (``requires_grad=False``) have no gradient, so clipping never sees them.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 
@@ -16,7 +17,7 @@ from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule, run_rules
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import one_device
-from lightning_presets.guards.models import batch_norm_layers
+from lightning_presets.guards.models import batch_norm_layers, sync_batch_norm_layers
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES
 from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.registry import compat
@@ -98,31 +99,65 @@ def bf16_compress_applied(ctx: Context) -> Problem | None:
     )
 
 
+def first_epoch_accumulation(ctx: Context) -> tuple[int, str] | None:
+    """How many batches the Trainer accumulates in its first epoch, and the argument that says so: its
+    ``accumulate_grad_batches``, or the epoch-0 factor of a ``GradientAccumulationScheduler`` among its ``callbacks``
+    (Lightning refuses the two together). ``None`` for Fabric, or when the Trainer accumulates nothing at first."""
+    if ctx.kind != "trainer":
+        return None
+    accumulation = ctx.accumulate_grad_batches
+    if accumulation is not None and accumulation >= 2:
+        return accumulation, f"accumulate_grad_batches={accumulation}"
+    callbacks = ctx.arguments.get("callbacks")
+    listed: list[Any] = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    for callback in listed:
+        if any(klass.__name__ == "GradientAccumulationScheduler" for klass in type(callback).__mro__):
+            factor = callback.get_accumulate_grad_batches(0)  # Lightning's own reading of the schedule
+            if type(factor) is int and factor >= 2:
+                return factor, f"callbacks=[GradientAccumulationScheduler({callback.scheduling!r})]"
+    return None
+
+
 @rule(
-    "LP308", "error", "construction", "gradient accumulation in the Trainer with DDP's static graph",
+    "LP308", "error", "construction", "gradient accumulation before DDP's static graph has synchronised once",
     fails='Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, accumulate_grad_batches=2)',
     fixed='Trainer(strategy="ddp", accelerator="cpu", devices=2, accumulate_grad_batches=2)',
     evidence="runtime: torch's reducer: 'expect_autograd_hooks_ INTERNAL ASSERT FAILED' on every rank",
 )  # fmt: skip
 def static_graph_without_accumulation(ctx: Context) -> Problem | None:
-    accumulation = ctx.accumulate_grad_batches
-    if ctx.options.get("static_graph") is not True or not accumulation or accumulation < 2:
+    """torch's static graph enqueues its delayed all-reduce in the first backward that synchronises; a backward that
+    skips synchronisation (``no_sync``) before that one fails on every rank. Afterwards accumulating is legal: a
+    ``GradientAccumulationScheduler`` whose first epoch synchronises every batch trains, and so does Fabric's
+    documented recipe (``iteration % N != 0`` accumulates: iteration 0 synchronises). The Trainer accumulates from
+    its first batch whenever its first epoch's factor is 2 or more; Fabric's order is only known at run time, where
+    the guarded ``no_sync`` (below) decides."""
+    if ctx.options.get("static_graph") is not True:
         return None
-    if ctx.kind == "fabric":  # Fabric has no such argument: the guarded no_sync (below) decides at the user's call
+    if ctx.kind == "fabric":  # no such argument: the guarded no_sync (below) marks a backward without its sync
+        if ctx.accumulate_grad_batches is None:
+            return None
         return Problem(
-            f"{ctx.call()}: `fabric.no_backward_sync(model, enabled=True)` skips DDP's gradient synchronisation for "
-            "this backward, but DDP with static_graph=True expects every backward to synchronise: every rank fails "
-            "in this backward with torch's 'expect_autograd_hooks_ INTERNAL ASSERT FAILED'",
-            "use strategy='ddp' (or lightning_presets.strategy(..., static_graph=False, target='fabric')) to "
-            "accumulate gradients with no_backward_sync, or synchronise every backward (no no_backward_sync)",
+            f"{ctx.call()}: `fabric.no_backward_sync(model, enabled=True)` skips DDP's gradient synchronisation "
+            "before any backward has synchronised, and DDP with static_graph=True needs its first backward to "
+            "synchronise: every rank fails in this backward with torch's 'expect_autograd_hooks_ INTERNAL ASSERT "
+            "FAILED'",
+            "synchronise the first backward, then accumulate (Fabric's recipe: `is_accumulating = iteration % N != "
+            "0`, iteration counted from 0), or use strategy='ddp' (or lightning_presets.strategy(..., "
+            "static_graph=False, target='fabric'))",
         )
+    first = first_epoch_accumulation(ctx)
+    if first is None:
+        return None
+    accumulation, argument = first
+    call = ctx.call("accumulate_grad_batches") if argument.startswith("accumulate") else f"{ctx.call()} with {argument}"
     return Problem(
-        f"{ctx.call('accumulate_grad_batches')}: DDP with static_graph=True expects every backward to synchronise "
-        f"gradients, but the Trainer skips the synchronisation on the {accumulation - 1} accumulating step(s) of "
-        f"every {accumulation} (DDP's no_sync): every rank fails in its first backward with torch's "
-        "'expect_autograd_hooks_ INTERNAL ASSERT FAILED'",
+        f"{call}: DDP with static_graph=True needs its first backward to synchronise "
+        f"gradients, but the Trainer skips the synchronisation on the {accumulation - 1} accumulating batch(es) of "
+        f"every {accumulation} from the first batch on (DDP's no_sync): every rank fails in its first backward with "
+        "torch's 'expect_autograd_hooks_ INTERNAL ASSERT FAILED'",
         "use strategy='ddp' (or lightning_presets.strategy(..., static_graph=False)) to accumulate gradients, or "
-        "accumulate_grad_batches=1 with a larger batch",
+        "accumulate only from the second epoch on (GradientAccumulationScheduler({1: N}): the first epoch "
+        "synchronises every batch), or accumulate_grad_batches=1 with a larger batch",
     )
 
 
@@ -216,7 +251,7 @@ def model_averaging_has_a_period(options: Options) -> Problem | None:
 
 
 @rule(
-    "LP310", "error", "model", "sync_batchnorm with DDP on CPU, which torch's DDP refuses",
+    "LP310", "error", "model", "SyncBatchNorm with DDP off CUDA, which torch's DDP refuses",
     fails="model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n"
     'Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, sync_batchnorm=True).fit(model)',
     fixed="model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n"
@@ -228,15 +263,28 @@ def model_averaging_has_a_period(options: Options) -> Problem | None:
     consequence="DistributedDataParallel refuses the converted SyncBatchNorm layers on CPU when it wraps the model",
 )  # fmt: skip
 def sync_batchnorm_on_gpus(ctx: Context, model: nn.Module) -> Problem | None:
-    layers = batch_norm_layers(model)
-    if not ctx.sync_batchnorm or ctx.accelerator == "cuda":
+    """DDP refuses any ``nn.SyncBatchNorm`` on a CPU module: the layers ``sync_batchnorm=True`` converts, and those the
+    model already has (built so, or converted by the user), with or without the flag."""
+    if ctx.accelerator == "cuda":
         return None
-    if not layers:
+    own = sync_batch_norm_layers(model)
+    converted = batch_norm_layers(model, unsynchronised=True) if ctx.sync_batchnorm else []
+    if not own and not converted:
         return None
+    parts = []
+    if converted:
+        more = " ..." if len(converted) > 3 else ""
+        parts.append(f"Lightning turns {', '.join(converted[:3])}{more} into SyncBatchNorm")
+    if own:
+        more = " ..." if len(own) > 3 else ""
+        parts.append(f"the model's {', '.join(own[:3])}{more} are nn.SyncBatchNorm already")
+    shown = ("accelerator", "sync_batchnorm") if ctx.sync_batchnorm else ("accelerator",)
     return Problem(
-        f"{ctx.call('accelerator', 'sync_batchnorm')}: Lightning turns {', '.join(layers[:3])} into SyncBatchNorm, "
-        "and torch's DistributedDataParallel refuses SyncBatchNorm on CPU devices when it wraps the model",
-        "drop sync_batchnorm on CPU (each process normalises over its own batch), or run on accelerator='cuda'",
+        f"{ctx.call(*shown)}: {' and '.join(parts)}, and torch's DistributedDataParallel refuses SyncBatchNorm on "
+        f"{ctx.accelerator} devices when it wraps the model (SyncBatchNorm needs CUDA)",
+        ("drop sync_batchnorm on CPU (each process normalises over its own batch), " if converted else "")
+        + ("build the model with nn.BatchNorm layers in place of nn.SyncBatchNorm off CUDA, " if own else "")
+        + "or run on accelerator='cuda'",
     )
 
 
@@ -263,20 +311,30 @@ BF16_COMPRESS_RULES: tuple[Rule, ...] = (
 
 
 class StaticGraphFabricHooks(PresetHooks):
-    """Fabric: ``fabric.no_backward_sync(model, enabled=True)`` enters the wrapped module's ``no_sync``, which a static
-    graph cannot take (LP308): the wrapped module's ``no_sync`` refuses first, at the user's call."""
+    """Fabric: ``fabric.no_backward_sync(model, enabled=True)`` enters the wrapped module's ``no_sync``. torch's static
+    graph enqueues its delayed all-reduce in the first backward that synchronises, so a backward that skips the
+    synchronisation before any forward has synchronised fails on every rank (LP308), and one after trains (Fabric's
+    recipe: iteration 0 synchronises). The wrapped module's ``no_sync`` refuses exactly then, at the user's call; a
+    forward pre-hook notes the first forward that runs with gradients and synchronisation on."""
 
     def setup_module(self, module: Any) -> Any:
         wrapped = super().setup_module(module)
         context = self._lp_context
         if context is not None and context.options.get("static_graph") is True and hasattr(wrapped, "no_sync"):
             unguarded = wrapped.no_sync
+            synchronised: list[bool] = []
+
+            def note_synchronised_forward(module: nn.Module, args: Any) -> None:
+                if not synchronised and torch.is_grad_enabled() and module.require_backward_grad_sync:
+                    synchronised.append(True)
 
             def no_sync() -> Any:
-                skipping = dataclasses.replace(context, accumulate_grad_batches=2)  # a backward without its sync
-                report(run_rules((static_graph_without_accumulation,), "construction", skipping))
+                if not synchronised:  # no forward (so no backward) has synchronised yet
+                    skipping = dataclasses.replace(context, accumulate_grad_batches=2)  # a backward without its sync
+                    report(run_rules((static_graph_without_accumulation,), "construction", skipping))
                 return unguarded()
 
+            wrapped.register_forward_pre_hook(note_synchronised_forward)
             wrapped.no_sync = no_sync
         return wrapped
 

@@ -37,6 +37,7 @@ from lightning_presets.strategies.model_parallel import (
     resolved_sizes,
     sizes_are_positive,
     sizes_cover_world,
+    sync_batch_norm_on_gpus,
 )
 
 TESTED_WITH = tested(
@@ -166,6 +167,7 @@ RULES: tuple[Rule, ...] = (
     tensor_dimension_used,
     anomaly_detection_without_tensor_parallel,
     batch_norm_synchronised,
+    sync_batch_norm_on_gpus,
     clipping_by_norm_on_one_mesh,
     data_parallel_is_world,
     model_parallel_precision,
@@ -188,6 +190,25 @@ def is_parallelized(model: nn.Module) -> bool:
     return any(isinstance(parameter, DTensor) for parameter in model.parameters())
 
 
+def block_units(model: nn.Module) -> list[tuple[nn.Module, bool]]:
+    """The modules of the repeated block type the preset shards, innermost first, each with whether it is also
+    checkpointed (the outermost ones only: a block inside another is recomputed with it).
+
+    ``fully_shard`` takes a module only before its parent (torch's "Cannot concatenate overlapping meshes" when the
+    parent was sharded first). The root is sharded last by the caller; a container of the block type that holds only
+    blocks (an ``nn.Sequential`` stack of ``nn.Sequential`` blocks) is the stack, not a block: left to the root."""
+    blocks = tuple(find_repeated_blocks(model))
+    found = [each for each in model.modules() if each is not model and isinstance(each, blocks)]  # parents first
+    matched = {id(each) for each in found}
+    units = [
+        each
+        for each in found
+        if not (len(children := list(each.children())) > 1 and all(id(child) in matched for child in children))
+    ]
+    inner = {id(sub) for each in units for sub in each.modules() if sub is not each}
+    return [(each, id(each) not in inner) for each in reversed(units)]
+
+
 def shard_blocks_and_root(model: nn.Module, mesh: Any, *, offload: bool, checkpoint: bool) -> nn.Module:
     """``fully_shard`` each repeated block (checkpointed first if asked) and then the root, in place."""
     from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
@@ -196,9 +217,8 @@ def shard_blocks_and_root(model: nn.Module, mesh: Any, *, offload: bool, checkpo
     if offload:
         # Pinned memory needs an accelerator; on CPU (gloo) the policy runs unpinned.
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=mesh.device_type == "cuda")
-    blocks = tuple(find_repeated_blocks(model))
-    for module in [each for each in model.modules() if isinstance(each, blocks)]:
-        if checkpoint:
+    for module, outermost in block_units(model):
+        if checkpoint and outermost:
             from torch.distributed._composable.checkpoint_activation import checkpoint as checkpoint_module
 
             checkpoint_module(module)

@@ -16,7 +16,7 @@ from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import needs_accelerator
 from lightning_presets.guards.hooks import overrides
-from lightning_presets.guards.models import batch_norm_layers, parameter_meshes
+from lightning_presets.guards.models import batch_norm_layers, parameter_meshes, sync_batch_norm_layers
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
 
@@ -224,7 +224,7 @@ def model_has_configure_model(ctx: Context, model: nn.Module) -> Problem | None:
     'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model)',
     evidence="runtime: ModelParallelStrategy.setup never converts BatchNorm: after setup the layers are still "
     "BatchNorm1d",
-    unless="the model has no batch norm layers, or configure_model converts them to SyncBatchNorm",
+    unless="the model has no batch norm layers, or configure_model converts them to SyncBatchNorm on CUDA",
     when=lambda ctx: ctx.sync_batchnorm and ctx.world_size > 1, shows=("sync_batchnorm",),
     consequence="each rank normalises over its own batch, silently (ModelParallelStrategy never applies it)",
 )  # fmt: skip
@@ -236,8 +236,39 @@ def batch_norm_synchronised(ctx: Context, model: nn.Module) -> Problem | None:
         f"{ctx.call('sync_batchnorm')}: ModelParallelStrategy never converts batch norm to SyncBatchNorm (DDP and FSDP "
         f"do), so {', '.join(layers[:3])}{' ...' if len(layers) > 3 else ''} normalise over each rank's own batch "
         "and the ranks train differently from what you asked, without an error",
-        "convert the layers yourself in configure_model (torch.nn.SyncBatchNorm.convert_sync_batchnorm(self)) before "
-        "sharding, replace batch norm with LayerNorm/GroupNorm, or use a DDP preset",
+        "on CUDA convert the layers yourself in configure_model (torch.nn.SyncBatchNorm.convert_sync_batchnorm(self)) "
+        "before sharding (off CUDA SyncBatchNorm fails, LP219); else replace batch norm with LayerNorm/GroupNorm, or "
+        "drop sync_batchnorm",
+    )
+
+
+SYNC_BATCH_NORM_DEVICES = ("cuda",)
+"""The accelerators whose tensors torch's ``SyncBatchNorm`` normalises in training (of Lightning's: CUDA only)."""
+
+
+@rule(
+    "LP219", "error", "setup", "SyncBatchNorm layers with ModelParallelStrategy off CUDA",
+    fails="model = nn.Sequential(nn.Linear(8, 8), nn.SyncBatchNorm(8))\n"
+    'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model)',
+    fixed="model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n"
+    'Trainer(strategy="fsdp2", accelerator="cpu", devices=2).fit(model)',
+    evidence="runtime: SyncBatchNorm.forward raises ValueError 'SyncBatchNorm expected input tensor to be on GPU' in "
+    "the first training step, on every rank",
+)  # fmt: skip
+def sync_batch_norm_on_gpus(ctx: Context, model: nn.Module) -> Problem | None:
+    """ModelParallelStrategy always forms a process group, and torch's ``SyncBatchNorm`` refuses a non-GPU input in
+    training whenever one exists (whatever the world size): decided on the complete model, after configure_model."""
+    if ctx.accelerator in SYNC_BATCH_NORM_DEVICES:
+        return None
+    layers = sync_batch_norm_layers(model)
+    if not layers:
+        return None
+    return Problem(
+        f"{ctx.call('accelerator')}: {', '.join(layers[:3])}{' ...' if len(layers) > 3 else ''} "
+        f"{'is' if len(layers) == 1 else 'are'} nn.SyncBatchNorm, which torch normalises on GPU inputs only: every "
+        f"rank fails with ValueError in its first training step on {ctx.accelerator!r}",
+        "build the model with nn.BatchNorm layers (or LayerNorm/GroupNorm) off CUDA, without converting them to "
+        "SyncBatchNorm in configure_model, or run on accelerator='cuda'",
     )
 
 
@@ -315,6 +346,7 @@ RULES: tuple[Rule, ...] = (
     sizes_match_world,
     anomaly_detection_without_tensor_parallel,
     batch_norm_synchronised,
+    sync_batch_norm_on_gpus,
     clipping_by_norm_on_one_mesh,
     tp_divides_devices_per_node,
     tp_stays_in_node,

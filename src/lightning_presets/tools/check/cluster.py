@@ -209,13 +209,25 @@ def interactive_session(t: Target) -> Problem | None:
     evidence="runtime: a hang: torch's rendezvous times out, 1/2 clients joined",
 )  # fmt: skip
 def slurm_interactive_nodes(t: Target) -> Problem | None:
+    """Lightning ignores SLURM in an interactive allocation and takes its LightningEnvironment, which forms the job
+    from MASTER_ADDR, MASTER_PORT and NODE_RANK: with all three set on each node (Lightning's documented manual
+    multi-node launch) the nodes meet and train; without them each node starts as node 0 alone."""
     if not (t.slurm_interactive and "SLURM_NTASKS" in t.env and t.num_nodes > 1):
         return None
+    if all(name in t.env for name in _MANUAL_LAUNCH):
+        return None
+    missing = [name for name in _MANUAL_LAUNCH if name not in t.env]
     return Problem(
         f"{t.call(f'num_nodes={t.num_nodes}')}: SLURM_JOB_NAME={t.env['SLURM_JOB_NAME']!r} makes Lightning ignore "
-        f"SLURM, so it launches on this node alone and waits for {t.num_nodes - 1} other node(s) forever",
-        "submit the job with sbatch/srun under another job name, or use num_nodes=1 in an interactive session",
+        f"SLURM, and without {', '.join(missing)} it launches on this node alone and waits for "
+        f"{t.num_nodes - 1} other node(s) forever",
+        "submit the job with sbatch/srun under another job name, or launch each node by hand with MASTER_ADDR, "
+        "MASTER_PORT and NODE_RANK set (Lightning's manual multi-node launch), or use num_nodes=1",
     )
+
+
+_MANUAL_LAUNCH = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
+"""What Lightning's manual multi-node launch sets on each node (its LightningEnvironment reads them)."""
 
 
 @rule(
