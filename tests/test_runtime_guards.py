@@ -410,6 +410,20 @@ def test_a_checkpoint_on_one_node_only_is_refused_before_it_is_read() -> None:
     assert "but 'absent' on rank 1 on node " in message
 
 
+@NEEDS_HANDSHAKE
+@pytest.mark.distributed
+def test_ranks_that_resume_from_copies_at_paths_of_their_own_train() -> None:
+    """LP030's accepted neighbour: the checkpoint path may differ per rank (each node's local copy, at a path of its
+    own); what must agree is that every rank sees a checkpoint. The job resumes and trains its second epoch."""
+    job = run_job("runtime_jobs:resume_rank_paths", path=JOBS, timeout=180)
+    assert job.outcome == "trained", job.describe()
+    assert "LP030" not in job.stdout, job.describe()
+    first, second = job.reports()
+    assert first["path"] != second["path"]
+    assert len(first["losses"]) == len(second["losses"]) == 4  # the second epoch only: it resumed
+    assert first["checksum"] == pytest.approx(second["checksum"])
+
+
 def test_the_collective_limit_is_long_until_the_first_step_then_the_variable() -> None:
     from lightning_presets.guards.runtime.hangs import Monitor, Recorder
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import sys
 import time
 from datetime import timedelta
@@ -178,6 +179,22 @@ def save_slowly(seconds: str) -> None:
     trainer.fit(module, _data())
     state = torch.load("ckpt/last.ckpt", weights_only=False)
     _report(global_step=state["global_step"], epoch=state["epoch"], checksum=_checksum(module))
+
+
+def resume_rank_paths() -> None:
+    """Train an epoch and save ``first.ckpt``; then each rank resumes from its own copy at a path of its own (a
+    node's local disk: ``node<rank>/copy/last.ckpt``, the same bytes and times) for a second epoch."""
+    torch.set_num_threads(1)
+    rank = os.environ["RANK"]
+    trainer = _trainer()
+    trainer.fit(Regression.make(), _data())
+    trainer.save_checkpoint("first.ckpt")  # rank 0 writes; every rank waits for it
+    own = os.path.abspath(os.path.join(f"node{rank}", "copy", "last.ckpt"))
+    os.makedirs(os.path.dirname(own), exist_ok=True)
+    shutil.copy2("first.ckpt", own)
+    resumed = Regression.make()
+    _trainer(max_epochs=2).fit(resumed, _data(), ckpt_path=own)
+    _report(losses=resumed.losses, checksum=_checksum(resumed), path=own)
 
 
 def resume_node_local() -> None:
