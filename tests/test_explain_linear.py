@@ -9,11 +9,13 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lightning_presets.guards.failures import notes
+from lightning_presets.guards.failures.model import _matches_of
 from lightning_presets.guards.failures.probes import PROBES
 from lightning_presets.guards.failures.signatures import SIGNATURES, Signature
 
@@ -174,3 +176,31 @@ def test_the_exception_note_costs_linear_time_on_a_long_message() -> None:
     finally:
         gc.enable()
     assert min(long for _, long in costs) < 20 * min(short for short, _ in costs)
+
+
+def _every_log_text() -> Iterator[str]:
+    root = Path(__file__).resolve().parents[1]
+    for folder in (root / "tests" / "explain_logs", root / "benchmarks" / "explain_heldout"):
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and path.suffix != ".json":
+                yield path.read_text(encoding="utf-8", errors="replace")
+    for signature in SIGNATURES:
+        yield signature.quote
+        whole, _ = _samples(sre_parse.parse(signature.pattern).data)
+        yield from whole
+
+
+def test_the_needles_find_every_match_the_whole_pattern_finds() -> None:
+    """A signature is tried only around its needles: on every log, quote and generated match, that finds what the
+    pattern finds on the whole text (and each generated match holds one of its signature's needles)."""
+    for text in _every_log_text():
+        lower = text.lower()
+        for signature in SIGNATURES:
+            fast = [(m.start, m.end, m.line) for m in _matches_of(signature, text, lower)]
+            whole = [(m.start, m.end, m.line) for m in _matches_of(signature, text)]
+            assert fast == whole, (signature.code, text[:200])
+    for signature in SIGNATURES:
+        assert signature.needles, signature.code
+        for sample in _samples(sre_parse.parse(signature.pattern).data)[0]:
+            for found in signature.regex().finditer(sample):
+                assert any(needle in found.group(0).lower() for needle in signature.needles), (signature.code, sample)

@@ -91,6 +91,10 @@ class Signature(Code):
     """Less specific signatures that the same failure also matches: dropped where this one matched too."""
     flags: int = 0
     """Extra ``re`` flags."""
+    needles: tuple[str, ...] = ()
+    """Lower-case words of which every match contains one (on its line or the next): the pattern is tried only
+    around them (a log of millions of lines is searched with ``str.find``, not with 30 regular expressions). Empty:
+    the pattern is tried on the whole text."""
     severity: Literal["error", "warning"] = "warning"
     stage: str = "explain"
     fails: str = ""
@@ -145,21 +149,65 @@ class Match:
         return self.signature.describe(self.groups)
 
 
+SPAN = 2048
+"""How far after a needle a match may end (a message wrapped over a few lines)."""
+REACH = 4096
+"""How far back the window around a needle goes for its line's start (and its previous line's)."""
+
+
 def matches(text: str, signatures: Iterable[Signature]) -> list[Match]:
     """Every place a signature matches ``text``, in text order; a signature superseded by another that matched the
     same text is left out."""
+    lower = text.lower()
+    if len(lower) != len(text):  # a character whose lower case is longer: offsets would not line up
+        lower = ""
     found: list[Match] = []
     for each in signatures:
-        found.extend(_matches_of(each, text))
+        found.extend(_matches_of(each, text, lower))
     present = {id(m.signature) for m in found}
     dropped = {id(other) for m in found for other in m.signature.supersedes if id(m.signature) in present}
     kept = [m for m in found if id(m.signature) not in dropped]
     return sorted(kept, key=lambda m: (m.start, m.end))
 
 
-def _matches_of(signature: Signature, text: str) -> Iterator[Match]:
-    for found in signature.regex().finditer(text):
-        begin = text.rfind("\n", 0, found.start()) + 1
-        stop = text.find("\n", found.start())
-        line = text[begin : stop if stop >= 0 else len(text)].strip()
-        yield Match(signature, found.start(), found.end(), line, found.groupdict())
+def windows(text: str, lower: str, needles: Iterable[str]) -> list[tuple[int, int]]:
+    """The parts of ``text`` around each needle (from the start of the line before it to ``SPAN`` characters after
+    it), merged where they overlap, in order: time linear in the text, however many needles it holds."""
+    spans: list[tuple[int, int]] = []
+    for needle in needles:
+        end = -1
+        at = lower.find(needle)
+        while at >= 0:
+            stop = at + len(needle) + SPAN
+            newline = text.find("\n", stop, stop + REACH)
+            stop = newline if newline >= 0 else min(len(text), stop + REACH)
+            if at > end:  # a new window: back to the start of the previous line (within reach)
+                floor = max(0, at - REACH)
+                newline = text.rfind("\n", floor, at)
+                previous = text.rfind("\n", floor, newline) if newline >= 0 else -1
+                spans.append((previous + 1 if previous >= 0 else floor, stop))
+            else:
+                spans[-1] = (spans[-1][0], max(spans[-1][1], stop))
+            end = spans[-1][1]
+            at = lower.find(needle, max(at + 1, end - SPAN))
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for begin, stop in spans:
+        if merged and begin <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((begin, stop))
+    return merged
+
+
+def _matches_of(signature: Signature, text: str, lower: str = "") -> Iterator[Match]:
+    regex = signature.regex()
+    parts = windows(text, lower, signature.needles) if signature.needles and lower else [(0, len(text))]
+    for begin, stop in parts:
+        for found in regex.finditer(text, begin, stop):
+            start = found.start()
+            newline = text.rfind("\n", max(0, start - REACH), start)
+            line_begin = newline + 1 if newline >= 0 else max(0, start - REACH)
+            newline = text.find("\n", start, start + REACH)
+            line = text[line_begin : newline if newline >= 0 else min(len(text), start + REACH)]
+            yield Match(signature, start, found.end(), line.strip(), found.groupdict())
