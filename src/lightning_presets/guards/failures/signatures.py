@@ -23,7 +23,7 @@ NCCL_SYSTEM_ERROR = Signature(
     source="https://github.com/NVIDIA/nccl/issues/286",
     quote="RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:410, unhandled system error, "
     "NCCL version 2.4.8",
-    needles=('nccl error', 'ncclsystemerror'),
+    needles=("nccl error", "ncclsystemerror"),
 )  # fmt: skip
 
 NCCL_SHARED_MEMORY = Signature(
@@ -40,7 +40,7 @@ NCCL_SHARED_MEMORY = Signature(
     source="https://github.com/pytorch/ci-infra/pull/490",
     quote="misc/shmutils.cc:132 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-WU88OE (size "
     "9637888), error: No space left on device (28)",
-    needles=('shared memory segment', 'failed to extend', 'posix_fallocate'),
+    needles=("shared memory segment", "failed to extend", "posix_fallocate"),
 )  # fmt: skip
 
 NCCL_DUPLICATE_GPU = Signature(
@@ -55,7 +55,7 @@ NCCL_DUPLICATE_GPU = Signature(
     source="https://github.com/NVIDIA/Megatron-LM/issues/661",
     quote="ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\nLast error:\nDuplicate GPU "
     "detected : rank 3 and rank 0 both on CUDA device f000",
-    needles=('duplicate gpu detected',),
+    needles=("duplicate gpu detected",),
 )  # fmt: skip
 
 NCCL_REMOTE_ERROR = Signature(
@@ -71,7 +71,7 @@ NCCL_REMOTE_ERROR = Signature(
     quote="torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, "
     "remote process exited or there was a network error, NCCL version 2.21.5\nncclRemoteError: A call failed "
     "possibly due to a network error or a remote process exiting prematurely.",
-    needles=('remote process exited', 'ncclremoteerror'),
+    needles=("remote process exited", "ncclremoteerror"),
 )  # fmt: skip
 
 NCCL_INTERNAL_ERROR = Signature(
@@ -91,7 +91,7 @@ NCCL_INTERNAL_ERROR = Signature(
     supersedes=(NCCL_SYSTEM_ERROR,),
     source="https://github.com/NVIDIA/nccl/issues/833",
     quote="ncclInternalError: Internal check failed. This is either a bug in NCCL or due to memory corruption",
-    needles=('ncclinternalerror', 'nccl error', 'nccl warn', 'include/socket.h'),
+    needles=("ncclinternalerror", "nccl error", "nccl warn", "include/socket.h"),
 )  # fmt: skip
 
 NCCL_WATCHDOG_TIMEOUT = Signature(
@@ -106,7 +106,7 @@ NCCL_WATCHDOG_TIMEOUT = Signature(
     source="https://github.com/NVIDIA/Megatron-LM/issues/1207",
     quote="Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
     "Timeout(ms)=600000) ran for 600013 milliseconds before timing out.",
-    needles=('watchdog caught collective operation timeout',),
+    needles=("watchdog caught collective operation timeout",),
 )  # fmt: skip
 
 # --- gloo ------------------------------------------------------------------------------------------------------
@@ -122,7 +122,7 @@ GLOO_FULL_MESH = Signature(
     source="https://github.com/vllm-project/vllm/issues/5094",
     quote="RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no "
     "error",
-    needles=('gloo connectfullmesh failed', 'transport/tcp/pair.cc'),
+    needles=("gloo connectfullmesh failed", "transport/tcp/pair.cc"),
 )  # fmt: skip
 
 GLOO_TIMEOUT = Signature(
@@ -136,7 +136,7 @@ GLOO_TIMEOUT = Signature(
     source="CPU reproduction: a run whose rank 1 raises, in the explain tests",
     quote="RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
     "waiting 3000ms for recv operation to complete",
-    needles=('timed out waiting',),
+    needles=("timed out waiting",),
 )  # fmt: skip
 
 GLOO_PEER_CLOSED = Signature(
@@ -148,7 +148,7 @@ GLOO_PEER_CLOSED = Signature(
     source="CPU reproduction: a run whose rank 1 exits at once, in the explain tests",
     quote="RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
     "peer [127.0.0.1]:5277. This is typically caused by a remote worker crashing.",
-    needles=('gloo/transport/tcp/pair.cc',),
+    needles=("gloo/transport/tcp/pair.cc",),
 )  # fmt: skip
 
 # --- rendezvous ------------------------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ MASTER_VARIABLE_MISSING = Signature(
     source="https://github.com/pytorch/pytorch/issues/39832",
     quote="ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable MASTER_ADDR "
     "expected, but not set",
-    needles=('environment variable', '_env_error('),
+    needles=("environment variable", "_env_error("),
 )  # fmt: skip
 
 ADDRESS_IN_USE = Signature(
@@ -182,7 +182,7 @@ ADDRESS_IN_USE = Signature(
     quote="torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
     "The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use). The server socket has "
     "failed to bind to 0.0.0.0:29500 (errno: 98 - Address already in use).",
-    needles=('errno: 98', 'eaddrinuse', 'address already in use'),
+    needles=("errno: 98", "eaddrinuse", "address already in use"),
 )  # fmt: skip
 
 SLURM_TASKS_MISMATCH = Signature(
@@ -198,7 +198,7 @@ SLURM_TASKS_MISMATCH = Signature(
     "thread: https://github.com/Lightning-AI/pytorch-lightning/issues/20391",
     quote="ValueError: You set `devices=2` in Lightning, but the number of tasks per node configured in SLURM "
     "`--ntasks-per-node=1` does not match. HINT: Set `devices=1`.",
-    needles=('in lightning, but the number of',),
+    needles=("in lightning, but the number of",),
 )  # fmt: skip
 
 SLURM_TASKS_WITHOUT_LAYOUT = Signature(
@@ -214,7 +214,7 @@ SLURM_TASKS_WITHOUT_LAYOUT = Signature(
     "signature tests",
     quote="RuntimeError: You set `--ntasks=4` in your SLURM bash script, but this variable is not supported. HINT: "
     "Use `--ntasks-per-node=4` instead.",
-    needles=('in your slurm bash script',),
+    needles=("in your slurm bash script",),
 )  # fmt: skip
 
 NO_PROCESS_GROUP = Signature(
@@ -228,7 +228,7 @@ NO_PROCESS_GROUP = Signature(
     "`if torch.distributed.is_initialized():`",
     source="https://github.com/Lightning-AI/pytorch-lightning/issues/20690",
     quote="ValueError: Default process group has not been initialized, please make sure to call init_process_group.",
-    needles=('process', 'initialized'),
+    needles=("process", "initialized"),
 )  # fmt: skip
 
 # --- devices ---------------------------------------------------------------------------------------------------
@@ -244,7 +244,7 @@ INVALID_DEVICE_ORDINAL = Signature(
     source="https://github.com/tatsu-lab/stanford_alpaca/issues/67",
     quote="RuntimeError: CUDA error: invalid device ordinal\nCUDA kernel errors might be asynchronously reported at "
     "some other API call,so the stacktrace below might be incorrect.",
-    needles=('invalid device ordinal',),
+    needles=("invalid device ordinal",),
 )  # fmt: skip
 
 REQUESTED_GPUS_MISSING = Signature(
@@ -258,7 +258,7 @@ REQUESTED_GPUS_MISSING = Signature(
     "sees",
     source="https://github.com/Lightning-AI/pytorch-lightning/issues/16828",
     quote="MisconfigurationException('You requested gpu: [0, 1, 2, 3, 4, 5, 6, 7]\\n But your machine only has: [0]",
-    needles=('you requested',),
+    needles=("you requested",),
 )  # fmt: skip
 
 FORK_AFTER_CUDA = Signature(
@@ -272,7 +272,7 @@ FORK_AFTER_CUDA = Signature(
     source="https://github.com/Lightning-AI/pytorch-lightning/issues/7088",
     quote="RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must "
     "use the 'spawn' start method",
-    needles=('re-initialize',),
+    needles=("re-initialize",),
 )  # fmt: skip
 
 # --- first steps of the strategies -----------------------------------------------------------------------------
@@ -289,7 +289,7 @@ DDP_UNUSED_PARAMETERS = Signature(
     source="https://github.com/pytorch/pytorch/issues/57473",
     quote="RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. This "
     "error indicates that your module has parameters that were not used in producing loss.",
-    needles=('reduction', 'lightningmodule'),
+    needles=("reduction", "lightningmodule"),
 )  # fmt: skip
 
 FSDP_MIXED_DTYPES = Signature(
@@ -303,7 +303,7 @@ FSDP_MIXED_DTYPES = Signature(
     "FSDP2 `fsdp2` presets accept mixed dtypes)",
     source="https://github.com/huggingface/peft/issues/484",
     quote="[rank0]: ValueError: Must flatten tensors with uniform dtype but got torch.bfloat16 and torch.float32",
-    needles=('uniform dtype',),
+    needles=("uniform dtype",),
 )  # fmt: skip
 
 FSDP_MIXED_REQUIRES_GRAD = Signature(
@@ -317,7 +317,7 @@ FSDP_MIXED_REQUIRES_GRAD = Signature(
     "auto_wrap_policy that puts the frozen and the trainable parameters in separate units",
     source="https://github.com/pytorch/pytorch/issues/104690",
     quote="ValueError: `FlatParameter` requires uniform `requires_grad`",
-    needles=('uniform',),
+    needles=("uniform",),
 )  # fmt: skip
 
 DEEPSPEED_BATCH_SIZE = Signature(
@@ -332,7 +332,7 @@ DEEPSPEED_BATCH_SIZE = Signature(
     source="https://github.com/deepspeedai/DeepSpeed/issues/6914",
     quote="[rank0]: AssertionError: Check batch related parameters. train_batch_size is not equal to "
     "micro_batch_per_gpu * gradient_acc_step * world_size 8 != 2 * 1 * 1",
-    needles=('train_batch_size',),
+    needles=("train_batch_size",),
 )  # fmt: skip
 
 DTENSOR_MIXED = Signature(
@@ -347,7 +347,7 @@ DTENSOR_MIXED = Signature(
     source="https://github.com/pytorch/torchtitan/issues/875",
     quote="RuntimeError: npu.npu_fusion_attention.default: got mixed torch.Tensor and DTensor, need to convert all "
     "torch.Tensor to DTensor before calling distributed operators.",
-    needles=('got mixed',),
+    needles=("got mixed",),
 )  # fmt: skip
 
 # --- memory ----------------------------------------------------------------------------------------------------
@@ -364,7 +364,7 @@ CUDA_OUT_OF_MEMORY = Signature(
     source="https://github.com/meta-pytorch/torchtune/issues/2071",
     quote="[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 5 has a total "
     "capacity of 23.43 GiB of which 210.06 MiB is free.",
-    needles=('out of memory',),
+    needles=("out of memory",),
 )  # fmt: skip
 
 HOST_OUT_OF_MEMORY = Signature(
@@ -378,7 +378,7 @@ HOST_OUT_OF_MEMORY = Signature(
     "(a meta-device init, `configure_model`), fewer num_workers, or ask for more memory (#SBATCH --mem)",
     source="https://github.com/lzhxmu/CPPO/issues/6",
     quote="  exitcode  : -9 (pid: 14750)\n  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 14750",
-    needles=('sigkill', 'exitcode'),
+    needles=("sigkill", "exitcode"),
 )  # fmt: skip
 
 # --- checkpoints, builds and versions --------------------------------------------------------------------------
@@ -395,7 +395,7 @@ STATE_DICT_MISMATCH = Signature(
     quote="RuntimeError: Error(s) in loading state_dict for Qwen2ForCausalLM:\n        size mismatch for "
     "model.layers.21.self_attn.v_proj.bias: copying a param with shape torch.Size([1024]) from checkpoint, the shape "
     "in current model is torch.Size([4096]).",
-    needles=('error(s) in loading state_dict',),
+    needles=("error(s) in loading state_dict",),
 )  # fmt: skip
 
 EXTENSION_ABI = Signature(
@@ -410,7 +410,7 @@ EXTENSION_ABI = Signature(
     source="https://github.com/rusty1s/pytorch_scatter/issues/133",
     quote="OSError: /home/unreal/miniconda3/envs/pytorch/lib/python3.6/site-packages/torch_sparse/_version.so: "
     "undefined symbol: _ZN5torch3jit17parseSchemaOrNameERKSs",
-    needles=('undefined symbol',),
+    needles=("undefined symbol",),
 )  # fmt: skip
 
 CUDA_HOME_MISSING = Signature(
@@ -424,7 +424,7 @@ CUDA_HOME_MISSING = Signature(
     source="https://github.com/deepspeedai/DeepSpeed/issues/2772",
     quote="deepspeed.ops.op_builder.builder.MissingCUDAException: CUDA_HOME does not exist, unable to compile CUDA "
     "op(s)",
-    needles=('cuda_home',),
+    needles=("cuda_home",),
 )  # fmt: skip
 
 LIGHTNING_PACKAGES_MIXED = Signature(
@@ -437,7 +437,7 @@ LIGHTNING_PACKAGES_MIXED = Signature(
     "everywhere), and pip install one version of each",
     source="https://github.com/Lightning-AI/pytorch-lightning/issues/19252",
     quote="TypeError: `model` must be a `LightningModule` or `torch._dynamo.OptimizedModule`, got `LightningModule`",
-    needles=('must be a `lightningmodule`',),
+    needles=("must be a `lightningmodule`",),
 )  # fmt: skip
 
 NO_KERNEL_IMAGE = Signature(
@@ -452,7 +452,7 @@ NO_KERNEL_IMAGE = Signature(
     source="https://github.com/PrateekMunjal/TorchAL/issues/4",
     quote="NVIDIA A100-PCIE-40GB with CUDA capability sm_80 is not compatible with the current PyTorch installation.",
     flags=re.IGNORECASE,
-    needles=('no kernel image', 'cuda capability'),
+    needles=("no kernel image", "cuda capability"),
 )  # fmt: skip
 
 # --- what no signature knows -----------------------------------------------------------------------------------
