@@ -30,7 +30,7 @@ NCCL_SHARED_MEMORY = Signature(
     code="LP041", title="NCCL could not create its shared-memory segment in /dev/shm",
     category="nccl_shm",
     pattern=r"(?:Error while (?:creating|attaching to) shared memory segment|failed to extend) (?:/dev/shm/)?nccl-"
-    r"\S{0,200}(?:[^\n]{0,400}error: (?P<error>[^(\n]{0,199}[^(\s])[ \t]{0,20}(?:\(|$))?|"
+    r"\S{0,100}(?:[^\n]{0,200}error: (?P<error>[^(\n]{0,199}[^(\s])[ \t]{0,20}(?:\(|$))?|"
     r"NCCL WARN Call to posix_fallocate failed ?: (?P<error_b>[^\n]{0,199}\S)[ \t]{0,20}$",
     cause="NCCL could not create its shared-memory segment in /dev/shm ({error}): the container's /dev/shm is too "
     "small (docker's default is 64 MiB) or not writable",
