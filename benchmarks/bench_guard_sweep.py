@@ -3,16 +3,21 @@ that fails.
 
 Each sampled configuration (a preset that trains on CPU × Trainer arguments × overrides × model and loop; see
 ``sweep/space.py``) is asked of the guards (``Trainer(...)`` and a dry ``fit`` with the guards on, and
-``lightning-presets check``), then run for real with every guard off (``LIGHTNING_PRESETS_SKIP=all``): a 2-process
-gloo ``Trainer.fit`` of 3 steps with a timeout, classified against a single-process plain-Lightning reference as
-``trains``, ``crashes``, ``hangs`` or ``trains_wrong`` (``sweep/classify.py``). Writes
-``benchmarks/results/guard_sweep.json``: ``runs``, ``false_rejections`` (a guard error, the run trains),
-``missed_failures`` (no guard error, the run crashes, hangs or trains wrong) and ``missed_warnings`` (the run trains
-what the reference trains but silently without a setting it asked for, such as offload or a DDP flag, and no guard
-warned: legal, so the severity policy owes a warning, not an error).
+``lightning-presets check`` without and with ``--model``: the job's own module, where what only a training step
+reveals, such as a parameter DDP waits for, is decided), then run for real with every guard off
+(``LIGHTNING_PRESETS_SKIP=all``): a 2-process gloo ``Trainer.fit`` of 3 steps with a timeout, classified against a
+single-process plain-Lightning reference as ``trains``, ``crashes``, ``hangs`` or ``trains_wrong``
+(``sweep/classify.py``). Writes ``benchmarks/results/guard_sweep.json``: ``runs``, ``false_rejections`` (a guard
+error, the run trains), ``missed_failures`` (no guard error, the run crashes, hangs or trains wrong) and
+``missed_warnings`` (the run trains what the reference trains but silently without a setting it asked for, such as
+offload or a DDP flag, and no guard warned: legal, so the severity policy owes a warning, not an error).
 
     python benchmarks/bench_guard_sweep.py --sample 300 --seed 0
     python benchmarks/bench_guard_sweep.py --preset ddp_static_graph --sample 10 --out /tmp/sweep.json
+    python benchmarks/bench_guard_sweep.py --sample 300 --seed 0 --update --only tp2d_hybrid-005
+
+``--update`` keeps the recorded runs (their outcome does not depend on the guards, which they run without), gives each
+the current guards' verdicts, and repeats for real only the ``--only`` ids.
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ METHOD = {
     "tolerances": {tol.name: {**tol.limits(), "why": tol.why} for tol in classify.TOLERANCES},
     "verdict": "guards on: lightning_presets.strategy(...) when overridden, Trainer(...), then fit under the "
     "package's dry run (trainer, model and setup stages on the real module); PresetConfigError codes are errors, "
-    "PresetWarning codes warnings; `check` is run_check on the same arguments (no model)",
+    "PresetWarning codes warnings; `check` is run_check on the same arguments (no model), `check_model` the same "
+    "with model='sweep_worker:check_model' (the job's module, one training step under fake tensors)",
     "judgement": runner.judge.__doc__,
 }
 
@@ -120,12 +126,14 @@ def report(records: list[dict[str, Any]], configs: list[dict[str, Any]], command
             "runs": len(records),
             "outcomes": dict(Counter(r["outcome"] for r in records)),
             "guard_errors": sum(bool(r["verdict"]["errors"]) for r in records),
+            "check_model_errors": sum(bool(r.get("check_model", {}).get("errors")) for r in records),
             "false_rejections": len(judged.get("false_rejection", [])),
             "missed_failures": len(judged.get("missed_failure", [])),
             "missed_warnings": len(judged.get("missed_warning", [])),
             "plain_lightning_failures": len(judged.get("plain_lightning_failure", [])),
             "check_disagreements": len(disagreements),
             "harness_errors": [r["id"] for r in records if r["outcome"] == runner.HARNESS_ERROR],
+            "check_model_not_run": [r["id"] for r in records if _not_run(r.get("check_model", {}))],
             "seconds": round(seconds, 1),
             "median_seconds_per_run": round(statistics.median(per_run), 2) if per_run else None,
         },
@@ -178,8 +186,15 @@ def _without_messages(record: dict[str, Any]) -> dict[str, Any]:
     """A run as listed in ``runs``: codes only (the messages are in the judged lists)."""
     slim = dict(record)
     slim["verdict"] = {key: value for key, value in record["verdict"].items() if key != "messages"}
-    slim["check"] = {key: value for key, value in record["check"].items() if key != "messages"}
+    for key in ("check", "check_model"):
+        if key in record:
+            slim[key] = {name: value for name, value in record[key].items() if name != "messages"}
     return slim
+
+
+def _not_run(check: dict[str, Any]) -> bool:
+    """``check`` could not run at all (a usage error): it decided nothing, which must not read as a pass."""
+    return (check.get("lightning_error") or "").startswith("check could not run")
 
 
 def _check_disagrees(record: dict[str, Any]) -> bool:
@@ -194,8 +209,34 @@ def _check_disagrees(record: dict[str, Any]) -> bool:
 
 
 def _entry(record: dict[str, Any]) -> dict[str, Any]:
-    keep = ("id", "call", "outcome", "detail", "stage", "reasons", "verdict", "config")
+    keep = ("id", "call", "outcome", "detail", "stage", "reasons", "verdict", "check_model", "config")
     return {key: record[key] for key in keep if key in record}
+
+
+def update(path: Path, configs: list[dict[str, Any]], rerun: set[str], options: runner.Options,
+           command: str) -> dict[str, Any]:  # fmt: skip
+    """The result at ``path`` with every run's verdicts recomputed and the ``rerun`` ids run again for real."""
+    before = json.loads(path.read_text())
+    recorded = {record["id"]: record for record in before["runs"]}
+    if set(recorded) != {config["id"] for config in configs}:
+        raise SystemExit(f"{path} holds other configurations than this sample: pass its --sample/--seed/--preset")
+    unknown = rerun - set(recorded)
+    if unknown:
+        raise SystemExit(f"--only {sorted(unknown)}: not in this sample")
+    start = time.monotonic()
+    records = sweep([config for config in configs if config["id"] in rerun], options, log=sys.stderr)
+    fresh = {record["id"]: record for record in records}
+    merged = []
+    for config in configs:
+        record = fresh.get(config["id"]) or {**recorded[config["id"]], **runner.verdicts(config)}
+        merged.append(record)
+    environment = before["environment"]
+    recorded_options = runner.Options(timeout=environment["timeout_s"], launch=environment["launch"])
+    result = report(merged, configs, f"{before['command']}; updated: {command}", before["summary"]["seconds"],
+                    recorded_options)  # fmt: skip
+    result["summary"]["update"] = {"reran": sorted(rerun), "verdicts_recomputed": len(configs) - len(fresh),
+                                   "seconds": round(time.monotonic() - start, 1)}  # fmt: skip
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,15 +250,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="run only these configuration ids of the sample")
     parser.add_argument("--keep", type=Path, help="keep each run's logs and results under this folder")
     parser.add_argument("--out", type=Path, default=RESULT)
+    parser.add_argument("--update", action="store_true",
+                        help="keep the runs recorded in --out (the same --sample, --seed and --preset): give every "
+                        "one the current guards' verdicts (in this process; the runs have every guard off, so none "
+                        "is repeated) and run again for real only the --only ids")  # fmt: skip
     args = parser.parse_args(argv)
     configs = space.sample(args.sample, args.seed, tuple(args.preset) if args.preset else None)
-    if args.only:
-        configs = [config for config in configs if config["id"] in set(args.only)]
-    options = runner.Options(timeout=args.timeout, launch=args.launch, keep=args.keep)
-    start = time.monotonic()
-    records = sweep(configs, options, args.jobs, log=sys.stderr)
     command = "python benchmarks/bench_guard_sweep.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    result = report(records, configs, command, time.monotonic() - start, options)
+    options = runner.Options(timeout=args.timeout, launch=args.launch, keep=args.keep)
+    if args.update:
+        result = update(args.out, configs, set(args.only or ()), options, command)
+    else:
+        if args.only:
+            configs = [config for config in configs if config["id"] in set(args.only)]
+        start = time.monotonic()
+        records = sweep(configs, options, args.jobs, log=sys.stderr)
+        result = report(records, configs, command, time.monotonic() - start, options)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["summary"], indent=1))

@@ -131,7 +131,35 @@ def _record(outcome: str, errors: list[str], reference: str = "ok", stage: str |
         (_record("crashes", [], stage="construction"), None),
         (_record("crashes", [], reference="error"), "plain_lightning_failure"),
         (_record("trains_wrong", [], reference="diverged"), "plain_lightning_failure"),
+        ({**_record("crashes", []), "check_model": {"errors": ["LP732"]}}, None),
+        ({**_record("trains", []), "check_model": {"errors": ["LP732"]}}, "false_rejection"),
+        ({**_record("crashes", []), "check_model": {"errors": []}}, "missed_failure"),
     ],
 )
 def test_judgement(record: dict[str, Any], judged: str | None) -> None:
     assert runner.judge(record) == judged
+
+
+def test_the_sweeps_module_clips_as_lightning_does_unless_sabotaged() -> None:
+    """A module overriding configure_gradient_clipping clips its own way as far as LP215 knows: only the sabotaged
+    configuration may override it, or the sweep's tp2d_hybrid runs that clip by norm go unjudged (three did)."""
+    from lightning.pytorch import LightningModule
+    from sweep.launch import worker
+
+    job = {"architecture": "plain", "manual": False, "optimizer": "adamw", "configure_model": True}
+    hook = LightningModule.configure_gradient_clipping
+    assert worker().module_class(job).configure_gradient_clipping is hook
+    assert worker().module_class({**job, "configure_model": False}).configure_gradient_clipping is hook
+    assert worker().module_class({**job, "sabotage": "ignore_clipping"}).configure_gradient_clipping is not hook
+
+
+def test_check_model_decides_what_only_a_step_reveals() -> None:
+    """DDP waiting for a parameter the loss never reaches fails in its second step; no guard inside the run can see
+    it, ``check --model`` on the sweep's own module does (LP732), and a module that uses every parameter passes."""
+    from sweep import verdict
+
+    job = {"preset": "ddp_bf16_compress", "overrides": {}, "trainer": {"devices": 2}, "architecture": "unused",
+           "configure_model": False, "optimizer": "adamw", "manual": False, "plugin": None, "id": "unused"}  # fmt: skip
+    assert verdict.check_verdict(job, model=True).error_codes == ["LP732"]
+    assert verdict.check_verdict(job).error_codes == []  # without the model: a condition, not an error
+    assert verdict.check_verdict({**job, "architecture": "plain"}, model=True).error_codes == []

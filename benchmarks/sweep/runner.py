@@ -81,20 +81,29 @@ def reference(
     return result
 
 
+def verdicts(config: dict[str, Any]) -> dict[str, Any]:
+    """The guards' answers on one configuration, in this process: ``verdict`` (the user's script: construction and
+    a dry ``fit``), ``check`` (``lightning-presets check``, no model) and ``check_model`` (``check --model`` on the
+    job's own module). They never depend on the real run, which has every guard off."""
+    with _in_process:
+        return {
+            "verdict": verdict.api_verdict(config).as_dict(),
+            "check": verdict.check_verdict(config).as_dict(),
+            "check_model": verdict.check_verdict(config, model=True).as_dict(),
+        }
+
+
 def run(config: dict[str, Any], options: Options, cache: References) -> dict[str, Any]:
     """Everything known about one configuration, as a JSON-able record."""
     start = time.monotonic()
-    with _in_process:
-        api = verdict.api_verdict(config)
-        check = verdict.check_verdict(config)
-        built = verdict.construct_unguarded(config)
     record: dict[str, Any] = {
         "id": config["id"],
         "call": space.describe(config),
         "config": {k: v for k, v in config.items() if k not in ("id", "deviations")},
-        "verdict": api.as_dict(),
-        "check": check.as_dict(),
+        **verdicts(config),
     }
+    with _in_process:
+        built = verdict.construct_unguarded(config)
     if built.error is not None:
         outcome = classify.Outcome("crashes", built.error, stage="construction")
         record.update(outcome.as_dict(), seconds=round(time.monotonic() - start, 2))
@@ -161,9 +170,12 @@ def judge(record: dict[str, Any]) -> str | None:
     A false rejection: a guard error for a job that trains. A missed failure: no guard error and no construction
     error from Lightning, while the run crashes, hangs or trains wrong. Listed apart as a plain-Lightning failure: the
     same, when plain Lightning (the reference) crashes on the job too, or trains it wrong too (its loss goes
-    non-finite) while the run trains wrong.
+    non-finite) while the run trains wrong. A guard error is one the user's script meets (``verdict``) or one
+    ``check --model`` reports on the job's own module (``check_model``): what only a training step reveals (a
+    parameter DDP waits for, LP732) is decided there, never inside a run; either, on a job that trains, is a false
+    rejection.
     """
-    rejected = bool(record["verdict"]["errors"])
+    rejected = bool(record["verdict"]["errors"]) or bool(record.get("check_model", {}).get("errors"))
     outcome = record["outcome"]
     if outcome == HARNESS_ERROR:
         return None

@@ -15,6 +15,7 @@ the job at construction, and how many processes it would start.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import warnings
@@ -118,8 +119,14 @@ def api_verdict(config: dict[str, Any]) -> Verdict:
     return verdict
 
 
-def check_verdict(config: dict[str, Any]) -> Verdict:
-    """``lightning-presets check`` on the same arguments (no model: its stages after construction do not run)."""
+CHECK_MODEL = "sweep_worker:check_model"
+"""The factory ``check --model`` builds the configuration's module with (``tests/scripts/sweep_worker.py``)."""
+
+
+def check_verdict(config: dict[str, Any], model: bool = False) -> Verdict:
+    """``lightning-presets check`` on the same arguments: without a model (its stages after construction do not
+    run), or with ``model`` as ``check --model`` on the job's own module (its model-stage rules, and one training
+    step under fake tensors: the parameters DDP would wait for, LP732)."""
     from lightning_presets.tools.check import CheckRequest, run_check
 
     arguments = {"strategy": config["preset"], **worker().plain_arguments(config)}
@@ -128,14 +135,18 @@ def check_verdict(config: dict[str, Any]) -> Verdict:
         arguments={key: value for key, value in arguments.items() if key not in worker().QUIET},
         plugins=(config["plugin"],) if config.get("plugin") else (),
         overrides=dict(config["overrides"]),
+        model=CHECK_MODEL if model else None,
     )
     verdict = Verdict()
+    os.environ[worker().CHECK_CONFIG] = json.dumps(config)
     with guards(on=True), quiet():
         try:
             report = run_check(request)
         except Exception as error:  # a usage error of the check itself is a finding about the check
             verdict.lightning_error = f"check could not run: {last_line(error)}"
             return verdict
+        finally:
+            os.environ.pop(worker().CHECK_CONFIG, None)
     for reported in report.reported:
         entry = {"code": reported.finding.code, "message": reported.finding.message}
         (verdict.errors if reported.finding.severity == "error" else verdict.warnings).append(entry)

@@ -117,6 +117,7 @@ def module_class(config: dict[str, Any]) -> type:
             torch.manual_seed(0)
             self.model = SweepTransformer(config["architecture"], ghost_chunks)
             self.automatic_optimization = not config["manual"]
+            self.recording = True
             self.facts: dict[str, Any] = {"losses": [], "ids": [], "val": [], "grad_norms": [], "lrs": [],
                                           "optimizer_steps": 0, "configure_model_calls": 0}  # fmt: skip
 
@@ -130,6 +131,8 @@ def module_class(config: dict[str, Any]) -> type:
             if self.sabotage == "hang" and self.global_rank == 1 and batch_idx == 1:
                 time.sleep(3600)  # rank 0 waits in the next collective
             loss, logits = self._loss(batch)
+            if not self.recording:  # `check --model`'s step, under fake tensors: nothing to record
+                return loss
             self.facts["losses"].append(loss.item())
             self.facts["ids"].append(batch[0].tolist())
             self.facts.setdefault("observed", {
@@ -166,10 +169,6 @@ def module_class(config: dict[str, Any]) -> type:
             scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-        def configure_gradient_clipping(self, optimizer: Any, *args: Any, **kwargs: Any) -> None:
-            if self.sabotage != "ignore_clipping":
-                super().configure_gradient_clipping(optimizer, *args, **kwargs)
-
         def on_train_start(self) -> None:
             for optimizer in self.trainer.optimizers:
                 optimizer.register_step_post_hook(self._after_step)
@@ -192,10 +191,21 @@ def module_class(config: dict[str, Any]) -> type:
             self.facts["cudnn_benchmark"] = torch.backends.cudnn.benchmark
             self.facts["final_parameters"] = unsharded_parameters(self)
 
-    if not config["configure_model"]:
-        return SweepModule
+    job: type = SweepModule
+    if config.get("sabotage") == "ignore_clipping":
+        # Only here: a module that overrides configure_gradient_clipping clips its own way as far as the guards
+        # know (LP215's exception), so every other configuration keeps Lightning's own hook.
+        class SkipsClipping(SweepModule):
+            def configure_gradient_clipping(self, optimizer: Any, *args: Any, **kwargs: Any) -> None:
+                if self.sabotage != "ignore_clipping":
+                    super().configure_gradient_clipping(optimizer, *args, **kwargs)
 
-    class ShardsItself(SweepModule):
+        job = SkipsClipping
+
+    if not config["configure_model"]:
+        return job
+
+    class ShardsItself(job):  # type: ignore[misc,valid-type]
         """The usual ModelParallelStrategy module: tensor parallelism and ``fully_shard`` on ``self.device_mesh``."""
 
         def configure_model(self) -> None:
@@ -215,6 +225,23 @@ def module_class(config: dict[str, Any]) -> type:
             fully_shard(self.model, mesh=mesh["data_parallel"])
 
     return ShardsItself
+
+
+CHECK_CONFIG = "LIGHTNING_PRESETS_SWEEP_CONFIG"
+"""The variable holding the configuration (JSON) :func:`check_model` builds: ``lightning-presets check --model
+sweep_worker:check_model`` takes a factory without arguments, and may call it in a process of its own."""
+
+
+def check_model() -> Any:
+    """The job's module as ``check --model`` builds it (under fake tensors), with one batch as its
+    ``example_input_array``: what the dataloader yields (sample indices, token sequences)."""
+    module = module_class(json.loads(os.environ[CHECK_CONFIG]))(ghost_chunks=1)
+    module.recording = False
+    module.example_input_array = [
+        torch.arange(PER_RANK_BATCH),
+        torch.zeros(PER_RANK_BATCH, SEQUENCE_LENGTH + 1, dtype=torch.long),
+    ]
+    return module
 
 
 def describe_wrapping(strategy: Any, model: nn.Module) -> dict[str, Any]:
