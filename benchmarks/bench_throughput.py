@@ -1,14 +1,15 @@
-"""``plan``'s step-time estimate against published measurements: the calibration row, and rows it was not fitted on.
+"""``plan``'s step-time estimate against torchtitan's published measurements, none of them fitted on.
 
-    python benchmarks/bench_throughput.py [--calibrate] [--output benchmarks/results/throughput.txt]
+    python benchmarks/bench_throughput.py [--output benchmarks/results/throughput.txt]
 
 Every row is torchtitan's (``benchmarks/llama3_h100_202412_torchtitan.md`` in pytorch/torchtitan, December 2024:
 https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_h100_202412_torchtitan.md): Llama 3.1 8B,
 FSDP, bf16, local batch 2, sequence 8,192, selective activation checkpointing, on H100s of 96 GB HBM2e at 500 W,
-400 Gb/s RDMA per GPU between hosts. The first row (8 GPUs, eager: 5,762 tokens/s/GPU) is the only one
-``matmul_efficiency`` is fitted on (``--calibrate`` fits it and prints the value for
-``tools/plan/calibration.py``); the others are judged: with ``torch.compile`` (``--compile``: 6,667), and on
-128 GPUs (16 nodes: the FSDP collectives cross the network; 5,605 eager, 6,514 compiled). The Float8 rows
+400 Gb/s RDMA per GPU between hosts. Every row is judged: 8 GPUs eager (5,762 tokens/s/GPU; it was the
+calibration row until the efficiency became per GPU generation, fitted on llm-foundry's rows:
+``tools/plan/calibration.py``, ``benchmarks/bench_plan_published.py --calibrate``), with ``torch.compile``
+(``--compile``: 6,667), and on 128 GPUs (16 nodes: the FSDP collectives cross the network; 5,605 eager, 6,514
+compiled). The Float8 rows
 and the context-parallel and 70B/405B rows are not judged: the planner models neither Float8 linears nor
 context or pipeline parallelism.
 
@@ -27,7 +28,6 @@ import os
 import platform
 import subprocess
 import sys
-from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from lightning_presets.tools.plan.counts import StepCounts
 MODEL = "lightning_presets.tools.plan.reference_models:llama3_8b"
 CACHE = Path("benchmarks/results/throughput_counts.json")
 ROWS = (  # (name, nodes, compile, published tokens/s/GPU, fitted on)
-    ("8 GPUs, eager", 1, False, 5762, True),
+    ("8 GPUs, eager", 1, False, 5762, False),
     ("8 GPUs, torch.compile", 1, True, 6667, False),
     ("128 GPUs, eager", 16, False, 5605, False),
     ("128 GPUs, torch.compile", 16, True, 6514, False),
@@ -87,26 +87,19 @@ def _counts(nodes: int, retrace: bool) -> tuple[StepCounts, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", default="benchmarks/results/throughput.txt")
-    parser.add_argument("--calibrate", action="store_true", help="fit matmul_efficiency on the calibration row")
     parser.add_argument("--retrace", action="store_true", help="trace again instead of reading the cache")
     args = parser.parse_args()
     gpu = hardware.CALIBRATION_GPU.name
     inter = 400 / 8  # 400 Gb/s per GPU
     counts = {nodes: _counts(nodes, args.retrace) for nodes in sorted({row[1] for row in ROWS})}
     constants = calibration.CALIBRATION
-    if args.calibrate:
-        steps, batch = counts[1]
-        fitted = throughput.fit_matmul_efficiency(steps, hardware.cluster(gpu, 8, 1, inter), samples=batch,
-                                                  measured_tokens_per_s=calibration.MEASURED_TOKENS_PER_S)  # fmt: skip
-        print(f"matmul_efficiency fitted on the calibration row: {fitted:.4f} (in the code: "
-              f"{constants.matmul_efficiency:.4f})")  # fmt: skip
-        constants = replace(constants, matmul_efficiency=fitted)
     load = " ".join(f"{value:.1f}" for value in os.getloadavg())
     lines = [
         "plan's step-time estimate against torchtitan's published Llama 3.1 8B rows (benchmarks/bench_throughput.py)",
         f"python {platform.python_version()}, torch {version('torch')}, {os.cpu_count()} CPU(s), load average {load}",
         f"model {MODEL}, preset fsdp2, bf16-mixed, batch 2 × 8,192, torchtitan's selective checkpointing; GPU {gpu}",
-        f"constants: matmul_efficiency {constants.matmul_efficiency:.4f} (fitted on the first row only), "
+        f"constants: Hopper's matmul efficiency {constants.matmul_efficiency:.4f} (fitted on llm-foundry's MPT-7B "
+        "8 × H100 row, none of these), "
         f"memory_efficiency {constants.memory_efficiency}, link_efficiency {constants.link_efficiency} (priors)",
         "",
         "| row | published tokens/s/GPU | predicted | error | step s | compute s | exposed comm s | MFU | fitted on |",
@@ -127,9 +120,8 @@ def main() -> None:
               f"{constants.judged_error:.0%})"]  # fmt: skip
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
-    if not args.calibrate:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text)
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(text)
 
 
 if __name__ == "__main__":

@@ -510,3 +510,97 @@ def test_the_request_reaches_the_child_whole() -> None:
     defaults = PlanRequest(gpus_per_node=1, model="tests.models:batch")
     assert all(getattr(request, name) != getattr(defaults, name) for name in given), "a value equal to its default"
     assert PlanRequest.from_dict(request.as_dict()) == request
+
+
+# --- the table and the recommendation ------------------------------------------------------------------------------
+
+
+def _estimate(name: str, rank: int, peak: float, rate: float | None, *, fits: bool = True,
+              evidence: str = "traced") -> _plan.Estimate:  # fmt: skip
+    from lightning_presets.tools.plan.throughput import Throughput
+
+    speed = None if rate is None else Throughput(
+        step_time_s=1.0, tokens_per_s_per_gpu=rate, samples_per_s=None, mfu=0.4, flops_per_step=1,
+        comm_bytes_per_step=0, compute_s=1.0, exposed_comm_s=0.0, offload_s=0.0, low=rate, high=rate)  # fmt: skip
+    return _plan.Estimate(preset=name, rank=(rank, 0, 0), summary="", applicable=True, fits=fits, evidence=evidence,
+                          parameters=round(peak / 4), gradients=0, optimizer=0, activations=round(peak / 2),
+                          total_peak=round(peak), usable_gpu_bytes=72 * GIB, throughput=speed)  # fmt: skip
+
+
+def _rendered(result: _plan.Plan, capsys: pytest.CaptureFixture[str]) -> str:
+    from lightning_presets.cli._output import emit
+    from lightning_presets.cli._plan import render
+
+    capsys.readouterr()
+    emit(render(result))
+    return capsys.readouterr().out
+
+
+def test_table_gives_every_figure_its_own_unit_and_evidence_one_word(capsys: pytest.CaptureFixture[str]) -> None:
+    """A 70B table mixes a 14.56 GiB offload row with a 1.5 TiB DDP row: each figure keeps its own unit (the whole
+    table in TiB read the recommended row as 0.01), and the evidence column is one word, its details under how and
+    why."""
+    from lightning_presets.tools.plan.planner import order
+
+    long = "arithmetic + traced activations, 3 and 4 of 80 blocks extrapolated"
+    request = PlanRequest(params=70 * 10**9, gpus_per_node=8)
+    estimates = order([_estimate("fsdp_offload_ckpt", 6, 14.56 * GIB, 400.0, evidence=long),
+                       _estimate("ddp_static_graph", 0, 1.5 * 2**40, 900.0, fits=False)])  # fmt: skip
+    out = _rendered(_plan.Plan(request, estimates), capsys)
+    row = next(line for line in out.splitlines() if "*fsdp_offload_ckpt" in line)
+    assert all(figure in row for figure in ("14.6 GiB", "7.3 GiB", "3.6 GiB"))
+    assert "formula+trace~" in row
+    assert "extrapolated" not in row
+    assert "1.5 TiB" in next(line for line in out.splitlines() if line.lstrip().startswith("ddp_static_graph"))
+    assert f"evidence: {long}" in " ".join(out.split())
+
+
+def test_the_recommendation_names_the_runner_up_and_by_how_much(capsys: pytest.CaptureFixture[str]) -> None:
+    from lightning_presets.tools.plan.planner import order
+
+    request = PlanRequest(params=7 * 10**9, gpus_per_node=8)
+    result = _plan.Plan(
+        request,
+        order(
+            [
+                _estimate("fsdp2", 3, 60 * GIB, 9000.0),
+                _estimate("fsdp_grad_op", 1, 70 * GIB, 10000.0),
+                _estimate("ddp_static_graph", 0, 90 * GIB, 12000.0, fits=False),
+            ]
+        ),
+    )
+    fastest = result.as_dict()["fastest"]
+    assert fastest == {"preset": "fsdp_grad_op", "rate": 10000.0, "unit": "tokens/s/GPU", "runner_up": "fsdp2",
+                       "runner_up_rate": 9000.0, "runner_up_slower_by": pytest.approx(0.1)}  # fmt: skip
+    out = _rendered(result, capsys)
+    assert "fsdp_grad_op at 10,000 tokens/s/GPU; runner-up fsdp2 at 9,000 (10% slower)" in " ".join(out.split())
+    alone = _plan.Plan(request, order([_estimate("fsdp2", 3, 60 * GIB, None)]))
+    assert alone.as_dict()["fastest"]["preset"] == "fsdp2"  # no step time (--params): still named
+    assert alone.fastest_text() == "fsdp2 (no step time); the only preset that fits"
+    nothing = _plan.Plan(request, order([_estimate("fsdp2", 3, 90 * GIB, 9000.0, fits=False)]))
+    assert nothing.as_dict()["fastest"] is None
+
+
+def test_when_nothing_fits_the_smallest_change_that_fits_is_planned() -> None:
+    """70B on one 24 GiB GPU: nothing fits; doubling GPUs, then nodes, the first that fits is 8 × 8 (fsdp2 at 16.3 GiB
+    of 16.8 usable), planned as the request is; a traced request also tries checkpointing and halved micro-batches."""
+    from lightning_presets.tools.plan import planner
+
+    request = PlanRequest(params=70 * 10**9, gpus_per_node=1, gpu_memory=24 * GIB, cpu_memory=64 * GIB)
+    result = plan(request)
+    assert not result.fitting
+    (more,) = result.suggestions
+    assert (more.change, more.preset, more.peak) == ("--gpus 8 --num-nodes 8", "fsdp2", 70 * 10**9 * 16 // 64)
+    assert result.as_dict()["suggestions"][0]["change"] == "--gpus 8 --num-nodes 8"
+    assert plan(replace_request(request, gpus_per_node=8, num_nodes=8)).suggestions == ()  # it fits: nothing to suggest
+    traced = PlanRequest(model="lightning_presets.tools.plan.reference_models:decoder_tiny", gpus_per_node=8)
+    kinds = {kind: [step for step in steps] for kind, _flag, steps in planner._changes(traced, batch=4)}
+    assert kinds["checkpointing"] == [{"activation_checkpointing": "full"}]
+    assert kinds["micro-batch"] == [{"batch_size": 2}, {"batch_size": 1}]
+    assert kinds["more nodes"][0] == {"num_nodes": 2, "gpus_per_node": 8}
+
+
+def replace_request(request: PlanRequest, **changes: Any) -> PlanRequest:
+    from dataclasses import replace
+
+    return replace(request, **changes)

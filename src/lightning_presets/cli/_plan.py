@@ -27,8 +27,9 @@ _EVIDENCE_MODEL = (
 )
 _SPEED = (
     "step time: an ESTIMATE from the traced step's FLOPs and bytes per operator (roofline) on {cluster}, plus "
-    "the communication compute cannot hide and offload traffic; calibrated on one published run (torchtitan, "
-    "Llama 3.1 8B, 8 × H100); range = how far to trust it"
+    "the communication compute cannot hide and offload traffic; calibrated per GPU generation on one published "
+    "run each (llm-foundry's MPT-7B on 8 × H100 and on 8 × A100; judged on 15 other published runs: "
+    "benchmarks/results/plan_published.txt); range = how far to trust it"
 )
 _GIB = _plan.GIB
 
@@ -220,17 +221,22 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-_UNITS = (("TiB", 2**40), ("GiB", _GIB), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+def _in(value: float | None) -> str:
+    """One figure in its own unit (``14.6 GiB``, ``812.0 MiB``): a table of a 70B model's offload rows and its
+    DDP rows mixes MiB and TiB."""
+    return "-" if value is None else _plan.format_bytes(value)
 
 
-def _unit(estimates: tuple[_plan.Estimate, ...]) -> tuple[str, int]:
-    """The unit the table's figures are given in: the largest that keeps the largest figure at least 1."""
-    largest = max((each.total_peak for each in estimates), default=0)
-    return next(((name, size) for name, size in _UNITS if largest >= size), ("B", 1))
+_EVIDENCE_WORDS = (("failed", "failed"), ("arithmetic + traced activations", "formula+trace"),
+                   ("traced", "traced"), ("arithmetic", "formula"))  # fmt: skip
 
 
-def _in(value: float | None, unit: int) -> str:
-    return "-" if value is None else f"{value / unit:.2f}"
+def evidence_word(evidence: str) -> str:
+    """The table's one word for an estimate's evidence (the whole of it is in ``how and why`` and ``--json``):
+    ``traced``, ``formula+trace`` (model states by formula, activations traced), ``formula`` or ``failed``; a
+    ``~`` after it when the figures were extrapolated from 3 and 4 blocks."""
+    word = next((short for prefix, short in _EVIDENCE_WORDS if evidence.startswith(prefix)), evidence)
+    return word + ("~" if "extrapolated" in evidence else "")
 
 
 def render(result: _plan.Plan, *, gpu_type_read: bool = False) -> Group:
@@ -261,7 +267,6 @@ def render(result: _plan.Plan, *, gpu_type_read: bool = False) -> Group:
         headers += ["tokens/s/GPU" if _tokens(result) else "samples/s", "step s"]
     if r.max_batch:
         headers.append("max batch")
-    unit_name, unit = _unit(result.estimates)
     rows = []
     for each in result.estimates:
         verdict_ = (Text("fits", style="green") if each.fits else Text("n/a", style="dim") if not each.applicable
@@ -269,20 +274,25 @@ def render(result: _plan.Plan, *, gpu_type_read: bool = False) -> Group:
                     else Text("no", style="bold red"))  # fmt: skip
         name = Text(("*" if each is result.recommended else "") + each.preset,
                     style="bold" if each is result.recommended else "")  # fmt: skip
-        row: list[str | Text] = [name, verdict_, each.evidence,
-               _in(each.parameters, unit), _in(each.gradients, unit), _in(each.optimizer, unit),
-               _in(each.activations, unit), _in(each.total_peak, unit),
-               _in(each.cpu_bytes_per_node, unit) if each.cpu_bytes_per_node else "-"]  # fmt: skip
+        row: list[str | Text] = [name, verdict_, evidence_word(each.evidence),
+               _in(each.parameters), _in(each.gradients), _in(each.optimizer),
+               _in(each.activations), _in(each.total_peak),
+               _in(each.cpu_bytes_per_node) if each.cpu_bytes_per_node else "-"]  # fmt: skip
         if timed:
             row += _speed_cells(each)
         if r.max_batch:
             row.append(str(each.max_batch) if each.max_batch else "-")
         rows.append(row)
-    parts.append(heading(f"{unit_name} per GPU (" + ("ESTIMATE" if not r.traced else "one traced training step") + ")"))
-    parts += [table(headers, rows, wrap=(2,)), "", heading("how and why")]
+    parts.append(
+        heading(
+            "memory per GPU (" + ("ESTIMATE" if not r.traced else "one traced training step") + "); "
+            "evidence: traced, formula+trace, formula, failed; ~ extrapolated from 3 and 4 blocks"
+        )
+    )
+    parts += [table(headers, rows), "", heading("how and why")]
     reasons = []
     for each in result.estimates:
-        details = [each.formula, *each.why[1:], *_speed_details(each)]
+        details = [f"evidence: {each.evidence}", each.formula, *each.why[1:], *_speed_details(each)]
         if each.max_batch_note:
             details.append(f"max batch: {each.max_batch_note}")
         reasons.append((each.preset, "; ".join(part for part in details if part)))
@@ -294,12 +304,18 @@ def render(result: _plan.Plan, *, gpu_type_read: bool = False) -> Group:
         parts += [
             verdict("NOTHING FITS" + judged + (" (estimate)." if not r.traced else "."), ok=False),
             fields([("hint", result.hint() or "")], indent=0),
+            *(
+                [fields([("fits with", "; ".join(each.text() for each in result.suggestions))], indent=0)]
+                if result.suggestions
+                else []
+            ),
         ]
     else:
         parts += [
             verdict(f"recommended{' (estimate)' if not r.traced else ''}: {best.preset}", ok=True),
             fields(
                 [
+                    ("fastest", result.fastest_text() or ""),
                     ("rule", _plan.RULE),
                     ("Trainer", result.trainer_line() or ""),
                     ("Fabric", result.fabric_line() or ""),

@@ -55,6 +55,11 @@ class Gpu:
     host_bandwidth: float
     """Bytes/s per GPU per direction to CPU memory (PCIe): offload traffic."""
     source: str
+    generation: str = ""
+    """The chip family (``ampere``, ``hopper``, ...): the calibration's efficiency is per generation."""
+    mamf: float | None = None
+    """Maximum achievable matmul FLOP/s over the dense peak (bf16), measured (:data:`MAMF_SOURCE`); ``None``:
+    not measured."""
 
     def flops_for(self, dtype: str) -> float:
         """Peak dense FLOP/s for an operator's dtype (``float32`` matmuls run without TF32, torch's default)."""
@@ -65,7 +70,7 @@ class Gpu:
         return {"name": self.name, "memory_bytes": self.memory_bytes, "peak_flops": dict(self.peak_flops),
                 "memory_bandwidth": self.memory_bandwidth, "in_node_bandwidth": self.in_node_bandwidth,
                 "in_node_link": self.in_node_link, "host_bandwidth": self.host_bandwidth,
-                "source": self.source}  # fmt: skip
+                "source": self.source, "generation": self.generation, "mamf": self.mamf}  # fmt: skip
 
 
 _A100 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
@@ -74,30 +79,42 @@ _GIB = 2**30
 
 
 def _gpu(name: str, memory_gb: float, bf16: float, fp8: float | None, fp32: float, bandwidth_tb: float,
-         link_gb: float, link: str, host_gb: float, source: str, *, gib: bool = False) -> Gpu:  # fmt: skip
+         link_gb: float, link: str, host_gb: float, source: str, *, gib: bool = False, generation: str = "",
+         mamf: float | None = None) -> Gpu:  # fmt: skip
     flops = {"bf16": bf16 * TERA, "fp16": bf16 * TERA, "fp32": fp32 * TERA}
     if fp8 is not None:
         flops["fp8"] = fp8 * TERA
     memory = int(memory_gb * (_GIB if gib else GB))
     return Gpu(name=name, memory_bytes=memory, peak_flops=flops, memory_bandwidth=bandwidth_tb * TERA,
                in_node_bandwidth=link_gb * GB, in_node_link=link, host_bandwidth=host_gb * GB,
-               source=source)  # fmt: skip
+               source=source, generation=generation, mamf=mamf)  # fmt: skip
 
+
+MAMF_SOURCE = (
+    "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md (Maximum Achievable "
+    "Matmul FLOPS comparison table, BF16: A100 SXM 271.2 of 312 TFLOPS, 86.9 %; H100 SXM 794.5 of 989, "
+    "80.3 %; GH200 828.6 of 989, 83.8 %; B200 1,745 of 2,250, 77.6 %; MI300X 781.9 of 1,300, 60.1 %)"
+)
+"""Where :attr:`Gpu.mamf` comes from: the best large bf16 ``matmul`` each chip reached in a shape search."""
 
 GPUS: dict[str, Gpu] = {gpu.name: gpu for gpu in (
-    _gpu("A100-40GB", 40, 312, None, 19.5, 1.555, 300, "NVLink 3 (600 GB/s bidirectional)", 32, _A100, gib=True),
-    _gpu("A100-80GB", 80, 312, None, 19.5, 2.039, 300, "NVLink 3 (600 GB/s bidirectional)", 32, _A100, gib=True),
-    _gpu("H100-SXM", 80, 989.5, 1979, 67, 3.35, 450, "NVLink 4 (900 GB/s bidirectional)", 64, _H100, gib=True),
+    _gpu("A100-40GB", 40, 312, None, 19.5, 1.555, 300, "NVLink 3 (600 GB/s bidirectional)", 32, _A100, gib=True,
+         generation="ampere", mamf=0.869),
+    _gpu("A100-80GB", 80, 312, None, 19.5, 2.039, 300, "NVLink 3 (600 GB/s bidirectional)", 32, _A100, gib=True,
+         generation="ampere", mamf=0.869),
+    _gpu("H100-SXM", 80, 989.5, 1979, 67, 3.35, 450, "NVLink 4 (900 GB/s bidirectional)", 64, _H100, gib=True,
+         generation="hopper", mamf=0.803),
     _gpu("H100-PCIe", 80, 756, 1513, 51, 2.0, 64, "PCIe Gen5 x16 (NVLink bridges pair GPUs only)", 64, _H100,
-         gib=True),
+         gib=True, generation="hopper"),
     _gpu("H200", 141, 989.5, 1979, 67, 4.8, 450, "NVLink 4 (900 GB/s bidirectional)", 64,
-         "https://www.nvidia.com/en-us/data-center/h200/"),
+         "https://www.nvidia.com/en-us/data-center/h200/", generation="hopper", mamf=0.838),
     _gpu("B200", 180, 2250, 4500, 75, 8.0, 900, "NVLink 5 (1.8 TB/s bidirectional)", 64,
-         "https://www.nvidia.com/en-us/data-center/hgx/"),
+         "https://www.nvidia.com/en-us/data-center/hgx/", generation="blackwell", mamf=0.776),
     _gpu("L40S", 48, 362.05, 733, 91.6, 0.864, 32, "PCIe Gen4 x16 (no NVLink)", 32,
-         "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413", gib=True),
+         "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413", gib=True, generation="ada"),
     _gpu("MI300X", 192, 1307.4, 2614.9, 163.4, 5.3, 448, "Infinity Fabric (7 links × 64 GB/s per direction)", 64,
-         "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf"),
+         "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf",
+         generation="cdna3", mamf=0.601),
 )}  # fmt: skip
 DEFAULT_GPU = "H100-SXM"
 
@@ -106,8 +123,9 @@ CALIBRATION_GPU = replace(
     source="https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_h100_202412_torchtitan.md (Grand "
     "Teton: 96 GB HBM2e, 2.4 TB/s, 500 W power limit; peak FLOP/s unknown, SXM's used)",
 )  # fmt: skip
-CALIBRATED_TYPES = ("H100-SXM",)
-"""GPU types of the calibration's family: predictions for the others say they were not calibrated on."""
+CALIBRATED_TYPES = ("H100-SXM", "A100-80GB", "A100-40GB")
+"""GPU types a published row was fitted on (an A100-40GB is the A100-80GB's chip with less memory): predictions for
+the others say they were not calibrated on."""
 
 
 def gpu(name: str) -> Gpu:

@@ -25,7 +25,7 @@ simulated GPUs: the same guards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lightning_presets.tools.plan.estimates import Estimate, arithmetic_estimate
@@ -52,6 +52,26 @@ RULE = (
 
 
 @dataclass(frozen=True, slots=True)
+class Suggestion:
+    """A change to the request that makes a preset fit, and that plan's fastest preset."""
+
+    change: str
+    """The flags that change (``--activation-checkpointing full``, ``--batch-size 2``, ``--num-nodes 2``)."""
+    preset: str
+    rate: float | None
+    unit: str
+    peak: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"change": self.change, "preset": self.preset, "rate": self.rate, "unit": self.unit,
+                "peak_bytes": self.peak}  # fmt: skip
+
+    def text(self) -> str:
+        speed = f", {self.rate:,.0f} {self.unit}" if self.rate else ""
+        return f"{self.change}: {self.preset} fits ({format_bytes(self.peak)} per GPU{speed})"
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     request: PlanRequest
     estimates: tuple[Estimate, ...]
@@ -59,6 +79,8 @@ class Plan:
     notes: tuple[str, ...] = field(default=())
     model_parameters: int | None = None
     """Parameters of the traced model (``--params`` gives its own count)."""
+    suggestions: tuple[Suggestion, ...] = field(default=())
+    """When nothing fits: the smallest changes that make a preset fit, each planned (:func:`suggest`)."""
 
     @property
     def fitting(self) -> tuple[Estimate, ...]:
@@ -67,6 +89,34 @@ class Plan:
     @property
     def recommended(self) -> Estimate | None:
         return self.fitting[0] if self.fitting else None
+
+    def fastest(self) -> dict[str, Any] | None:
+        """The recommended preset with its estimated rate, and the runner-up that fits with how much slower it is
+        (``None`` when nothing fits; rates ``None`` without a step time, as with ``--params``)."""
+        best = self.recommended
+        if best is None:
+            return None
+        unit = "tokens/s/GPU" if best.throughput is not None and best.throughput.tokens_per_s_per_gpu else "samples/s"
+        runner = self.fitting[1] if len(self.fitting) > 1 else None
+        rate = _rate(best)
+        other = _rate(runner) if runner is not None else None
+        slower = None if not rate or other is None else 1 - other / rate
+        return {"preset": best.preset, "rate": rate, "unit": unit,
+                "runner_up": runner.preset if runner is not None else None, "runner_up_rate": other,
+                "runner_up_slower_by": slower}  # fmt: skip
+
+    def fastest_text(self) -> str | None:
+        """``fsdp2 at 10,643 tokens/s/GPU; runner-up fsdp_grad_op at 9,870 (7% slower)``, or ``None``."""
+        data = self.fastest()
+        if data is None:
+            return None
+        head = str(data["preset"]) + (f" at {data['rate']:,.0f} {data['unit']}" if data["rate"] else " (no step time)")
+        if data["runner_up"] is None:
+            return head + "; the only preset that fits"
+        if data["runner_up_slower_by"] is None:
+            return head + f"; runner-up {data['runner_up']} (preference order, no step time to compare)"
+        return head + str(f"; runner-up {data['runner_up']} at {data['runner_up_rate']:,.0f} "
+                       f"({data['runner_up_slower_by']:.0%} slower)")  # fmt: skip
 
     @property
     def exit_code(self) -> int:
@@ -151,16 +201,23 @@ class Plan:
             "request": self.request.as_dict(),
             "model_parameters": self.model_parameters if self.request.traced else self.request.params,
             "recommended": best.preset if best else None,
+            "fastest": self.fastest(),
             "rule": RULE,
             "trainer": self.trainer_line(),
             "fabric": self.fabric_line(),
             "check": self.check_command(),
             "hint": self.hint(),
+            "suggestions": [each.as_dict() for each in self.suggestions],
             "step": list(self.step),
             "presets": [each.as_dict() for each in self.estimates],
             "notes": list(self.notes),
             "exit_code": self.exit_code,
         }
+
+
+def _rate(estimate: Estimate) -> float | None:
+    speed = estimate.throughput
+    return speed.rate if speed is not None and speed.rate > 0 and estimate.evidence != "failed" else None
 
 
 def _speed(estimate: Estimate) -> float:
@@ -181,6 +238,13 @@ def plan(request: PlanRequest, progress: Progress | None = None, notes: tuple[st
     a factory that aborts the interpreter cannot take the caller down. Raises ``ValueError`` for a bad
     request and :class:`lightning_presets.tools.plan.worker.PlanFailed` when the model cannot be planned.
     """
+    result = _plan(request, progress, notes)
+    if result.fitting or not any(each.applicable for each in result.estimates):
+        return result
+    return replace(result, suggestions=suggest(request, result, progress))
+
+
+def _plan(request: PlanRequest, progress: Progress | None, notes: tuple[str, ...]) -> Plan:
     notes = (*notes, *unplanned(request))
     if not plannable(request):
         raise ValueError(nothing_to_plan())
@@ -192,3 +256,58 @@ def plan(request: PlanRequest, progress: Progress | None = None, notes: tuple[st
 
     estimates, parameters = plan_worker.run(request, progress)
     return Plan(request, order(estimates), notes, parameters)
+
+
+GPUS_PER_NODE = 8
+"""GPUs per node tried up to (an HGX/DGX node's)."""
+MORE_NODES = 8
+"""More nodes are tried by doubling, up to this many times the request's."""
+
+
+def _changes(request: PlanRequest, batch: int | None) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """The changes tried when nothing fits, each a sequence of requests from the smallest step up: checkpointing
+    (one step), a smaller micro-batch (halved down to 1, traced requests of a known batch), more GPUs (nodes
+    doubled)."""
+    changes: list[tuple[str, str, list[dict[str, Any]]]] = []
+    if request.traced and request.activation_checkpointing == "none":
+        changes.append(("checkpointing", "--activation-checkpointing full", [{"activation_checkpointing": "full"}]))
+    if request.traced and batch and batch > 1:
+        sizes = []
+        size = batch
+        while size > 1:
+            size = max(1, size // 2)
+            sizes.append({"batch_size": size})
+        changes.append(("micro-batch", "--batch-size {batch_size}", sizes))
+    gpus: list[dict[str, Any]] = []
+    per_node = request.gpus_per_node
+    while per_node * 2 <= GPUS_PER_NODE:
+        per_node *= 2
+        gpus.append({"gpus_per_node": per_node})
+    changes.append(("more GPUs per node", "--gpus {gpus_per_node}", gpus))
+    nodes = []
+    count = request.num_nodes
+    while count * 2 <= MORE_NODES * request.num_nodes:
+        count *= 2
+        nodes.append({"num_nodes": count, "gpus_per_node": max(per_node, request.gpus_per_node)})
+    changes.append(("more nodes", "--gpus {gpus_per_node} --num-nodes {num_nodes}", nodes))
+    return changes
+
+
+def suggest(request: PlanRequest, result: Plan, progress: Progress | None = None) -> tuple[Suggestion, ...]:
+    """When nothing fits: for each kind of change (:func:`_changes`), the smallest that makes a preset fit, planned
+    as the request itself is (traced changes trace again), with that plan's fastest preset and its speed."""
+    batch = next((each.batch for each in result.estimates if each.batch), None)
+    found: list[Suggestion] = []
+    for _kind, flag, steps in _changes(request, batch):
+        for step in steps:
+            changed = replace(request, **step)
+            tried = _plan(changed, progress, ())
+            best = tried.recommended
+            if best is None:
+                continue
+            rate = best.throughput.rate if best.throughput is not None and best.throughput.rate > 0 else None
+            unit = "tokens/s/GPU" if best.throughput is not None and best.throughput.tokens_per_s_per_gpu else (
+                "samples/s")  # fmt: skip
+            found.append(Suggestion(flag.format(**step), best.preset, rate, unit, best.total_peak))
+            break
+    return tuple(found)

@@ -1,32 +1,33 @@
-"""How fast one training step runs under a preset: a per-operator roofline over the traced step, plus the
-communication compute cannot hide, plus offload traffic and the CPU optimizer step.
+"""How fast one training step runs under a preset: a per-operator roofline over the traced step, plus the communication
+compute cannot hide, plus offload traffic and the CPU optimizer step.
 
-**Compute** (:func:`compute_seconds`): every operator the trace counted (:mod:`.counting`) takes
-``max(FLOPs / (peak(dtype) · matmul_efficiency), bytes / (memory bandwidth · memory_efficiency))`` per call;
-operators that are neither matmuls nor attention are memory-bound. The GPU runs ahead of Python, so a phase
-takes the longer of that and its kernel launches (``launch_s`` each). Checkpointed blocks are recomputed in
-the trace's backward: their operators are counted there, so recomputation costs what it costs.
+**Compute** (:func:`compute_seconds`): every operator the trace counted (:mod:`.counting`) takes ``max(FLOPs /
+(peak(dtype) · efficiency(GPU)), bytes / (memory bandwidth · memory_efficiency))`` per call; operators that are
+neither matmuls nor attention are memory-bound. The GPU runs ahead of Python, so a phase takes the longer of that
+and its kernel launches (``launch_s`` each). Checkpointed blocks are recomputed in the trace's backward: their
+operators are counted there, so recomputation costs what it costs.
 
-**Communication** (:func:`collective_seconds`): a ring all-gather or reduce-scatter of a full tensor of ``B``
-bytes over ``g`` ranks moves ``B·(g-1)/g`` per rank, an all-reduce twice that, over the link of the level it
-crosses: in-node (NVLink, per direction) or between nodes (the network port per GPU), at ``link_efficiency``
-of it, plus ``latency_s`` per call. FSDP's all-gathers are prefetched and its reduce-scatters run behind
-backward, DDP's bucketed all-reduces too: they hide behind the compute of their phase except the first unit's
-gather and the last unit's reduction; what exceeds the phase's compute is exposed. Tensor-parallel all-reduces
-are waited for at once (eager): all exposed. Collectives issued after the optimizer step (DeepSpeed's
-parameter all-gather) are exposed.
+**Communication** (:func:`collective_seconds`): a ring all-gather or reduce-scatter of a full tensor of ``B`` bytes
+over ``g`` ranks moves ``B·(g-1)/g`` per rank, an all-reduce twice that, over the link of the level it crosses:
+in-node (NVLink, per direction), or, for a group spanning nodes, the slower of the in-node link and the node's
+network ports together (NCCL's rings cross each node boundary once per ring, its channels spread over the node's
+ports: a group of ``k`` GPUs per node moves ``1/k`` of each rank's bytes through each port), at ``link_efficiency``
+of it, plus ``latency_s`` per call. FSDP's all-gathers are prefetched and its reduce-scatters run behind backward,
+DDP's bucketed all-reduces too: they hide behind the compute of their phase except the first unit's gather and the
+last unit's reduction; what exceeds the phase's compute is exposed. Tensor-parallel all-reduces are waited for at
+once (eager): all exposed. Collectives issued after the optimizer step (DeepSpeed's parameter all-gather) are
+exposed.
 
-**Offload** (:func:`offload_seconds`): shards copied to the GPU for each gather and gradients copied back
-over the host link (PCIe, per direction), hidden like FSDP's gathers; the optimizer step runs on the CPU at
-``cpu_bandwidth`` bytes/s per node shared by the node's ranks (memory-bound), never hidden.
+**Offload** (:func:`offload_seconds`): shards copied to the GPU for each gather and gradients copied back over the
+host link (PCIe, per direction), hidden like FSDP's gathers; the optimizer step runs on the CPU at ``cpu_bandwidth``
+bytes/s per node shared by the node's ranks (memory-bound), never hidden.
 
-**Calibration** (:mod:`.calibration`): ``matmul_efficiency`` is the one constant fitted, on the one published
-measurement named there; the others are priors, stated, not fitted. ``compile=True`` (``--compile``) changes
-two things: pointwise operators move only what a fused kernel moves (an input a pointwise operator wrote is
-read in registers: :attr:`OpCost.fused_bytes`) and launch once per matmul (Inductor fuses the rest into few
-kernels); FLOPs and communication are unchanged. That is a model of Inductor's fusion, judged (not fitted)
-against torchtitan's compiled rows in the throughput benchmark.
-"""
+**Calibration** (:mod:`.calibration`): the share of the peak matmuls reach is the one constant fitted, per GPU
+generation, on one published measurement each (named there); the others are priors, stated, not fitted.
+``compile=True`` (``--compile``) changes two things: pointwise operators move only what a fused kernel moves (an
+input a pointwise operator wrote is read in registers: :attr:`OpCost.fused_bytes`) and launch once per matmul
+(Inductor fuses the rest into few kernels); FLOPs and communication are unchanged. That is a model of Inductor's
+fusion, judged (not fitted) against torchtitan's compiled rows in the throughput benchmark."""
 
 from __future__ import annotations
 
@@ -110,7 +111,7 @@ def op_seconds(op: OpCost, cluster: Cluster, calibration: Calibration, *, compil
     memory = moved / (gpu.memory_bandwidth * calibration.memory_efficiency)
     if op.pointwise or not op.flops:
         return memory
-    return max(op.flops / (gpu.flops_for(op.dtype) * calibration.matmul_efficiency), memory)
+    return max(op.flops / (gpu.flops_for(op.dtype) * calibration.efficiency(gpu)), memory)
 
 
 def compute_seconds(ops: Iterable[OpCost], cluster: Cluster, calibration: Calibration, *, compile: bool) -> float:
@@ -122,12 +123,20 @@ def compute_seconds(ops: Iterable[OpCost], cluster: Cluster, calibration: Calibr
 
 
 def collective_seconds(collective: Collective, cluster: Cluster, calibration: Calibration) -> float:
-    """A ring collective's time: ``(g-1)/g`` of the full tensor per rank (twice for an all-reduce) over its link."""
+    """A ring collective's time: ``(g-1)/g`` of the full tensor per rank (twice for an all-reduce) over its link.
+
+    A group of ``k`` GPUs on each of its nodes crosses the network in NCCL's rings once per node and ring, and the
+    node's ``k`` network ports carry different rings (channels) at once: of the ``(g-1)/g`` each rank moves, the
+    ports carry ``1/k`` each, the in-node link the rest. The slower of the two levels sets the time."""
     group = collective.group_size
     if group <= 1:
         return 0.0
     factor = 2.0 if collective.kind == "all_reduce" else 1.0
-    bandwidth = cluster.link_bandwidth(collective.crosses_nodes) * calibration.link_efficiency
+    bandwidth = cluster.gpu.in_node_bandwidth
+    if collective.crosses_nodes:
+        per_node = max(1, min(cluster.gpus_per_node, group // max(cluster.num_nodes, 1)))
+        bandwidth = min(bandwidth, per_node * cluster.inter_node_bandwidth)
+    bandwidth *= calibration.link_efficiency
     return factor * collective.bytes * (group - 1) / group / bandwidth + collective.calls * calibration.latency_s
 
 
@@ -219,7 +228,8 @@ def trust(cluster: Cluster, offload: bool, comm_source: str) -> tuple[tuple[floa
     why = []
     if cluster.gpu.name not in CALIBRATED_TYPES:
         low, high = low + 0.15, high + 0.15
-        why.append(f"{cluster.gpu.name}: not calibrated on this GPU type (calibrated on H100), range widened")
+        why.append(f"{cluster.gpu.name}: not calibrated on this GPU type (calibrated on H100-SXM and A100), range "
+                   "widened")  # fmt: skip
     if offload:
         low, high = low + 0.3, high + 0.2
         why.append("offload: the CPU optimizer step at an assumed CPU memory bandwidth, range widened")
@@ -235,14 +245,13 @@ def ring_units(bytes_: float, bucket: float = DDP_BUCKET_BYTES) -> int:
 
 def fit_matmul_efficiency(counts: StepCounts, cluster: Cluster, *, samples: int, measured_tokens_per_s: float,
                           calibration: Calibration = CALIBRATION, compile: bool = False) -> float:  # fmt: skip
-    """The ``matmul_efficiency`` at which :func:`estimate` gives ``measured_tokens_per_s`` (bisection: the rate
-    rises with the efficiency)."""
-    from dataclasses import replace
-
+    """The efficiency of ``cluster``'s GPU generation (:meth:`Calibration.efficiency`) at which :func:`estimate`
+    gives ``measured_tokens_per_s`` (bisection: the rate rises with the efficiency)."""
+    generation = cluster.gpu.generation or "hopper"
     low, high = 0.01, 1.0
     for _ in range(60):
         middle = (low + high) / 2
         rate = estimate(counts, cluster, samples=samples, compile=compile,
-                        calibration=replace(calibration, matmul_efficiency=middle)).rate  # fmt: skip
+                        calibration=calibration.with_efficiency(generation, middle)).rate  # fmt: skip
         low, high = (middle, high) if rate < measured_tokens_per_s else (low, middle)
     return (low + high) / 2
