@@ -26,15 +26,22 @@ REFERENCES = ROOT / "tests" / "evidence" / "references.py"
 POLICY = """\
 ## Severity policy
 
-- **error**: the configuration would fail, hang, or train silently wrong. Every error names its evidence below
-  ("How we know"), an executed proof: a test under `tests/evidence/` that runs the configuration with the guard
-  switched off (`LIGHTNING_PRESETS_SKIP`), or the Lightning, torch or DeepSpeed code that fails, and observes the
-  failure (`runtime: tests/evidence/...`), or a check of the GPU harness where nothing runs without a GPU
-  (`gpu: benchmarks/gpu/...`). A test fails for an error without one; the few errors still without an executed
-  proof cite the code that fails (`source: ...`) and are listed, with the reason, in `tests/test_examples.py`.
+- **error**: the configuration would fail, hang, or train silently wrong. *Silently wrong* means the run trains
+  numbers that none of the user's explicit settings asks for: a setting that changes the computation is dropped with
+  nothing of the user's in its place (`sync_batchnorm=True` under ModelParallelStrategy: each rank normalises its
+  own batch, LP217), or gradients are never reduced where the settings say they are. Every error names its evidence
+  below ("How we know"), an executed proof: a test under `tests/evidence/` that runs the configuration with the
+  guard switched off (`LIGHTNING_PRESETS_SKIP`), or the Lightning, torch or DeepSpeed code that fails, and observes
+  the failure (`runtime: tests/evidence/...`), or a check of the GPU harness where nothing runs without a GPU
+  (`gpu: benchmarks/gpu/...`). A test fails for an error without one; the few errors still without an executed proof
+  cite the code that fails (`source: ...`) and are listed, with the reason, in `tests/test_examples.py`.
 - **warning**: legal but slow, wasteful or unusual (tensor groups across nodes, an uneven mesh, bf16 emulated on
   a pre-Ampere GPU, no block found to checkpoint), a preset option that contradicts the preset's name, or a check
-  that could not be made (capability unknown without NVML).
+  that could not be made (capability unknown without NVML). Also an option silently overridden or left out when the
+  run still does what one of the user's own explicit settings says: two settings that disagree, one of which wins
+  (the DeepSpeed config's `gradient_clipping` over `gradient_clip_val`, LP421), or an option the strategy ignores
+  that changes only speed, memory or traffic, not the numbers (the bf16 compression hook off CUDA, LP311; parameter
+  offload below ZeRO-3, LP404). The warning names the setting that wins.
 - A false rejection is worse than a miss: what works is never refused.
 
 Every example below is executed by the test suite (`lightning_presets.tools.examples.check_examples` for the rule

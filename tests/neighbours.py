@@ -822,17 +822,6 @@ _add(
     n(_t(_ds('{"zero_optimization": {"stage": 2}, "steps_per_print": 100}')), "a top-level key"),
 )
 _add(
-    "LP421",
-    n(_t(_ds("{" + _Z2 + "}"), "cuda", ", gradient_clip_val=0.3"), "the Trainer's threshold, the config has none"),
-    n(_t(_ds('{"gradient_clipping": 1.0, ' + _Z2 + "}")), "the config's threshold, the Trainer sets none"),
-    n(_t(_ds('{"gradient_clipping": 1.0, ' + _Z2 + "}"), "cuda", ", gradient_clip_val=1"), "the same threshold twice"),
-    n(_t(_ds('{"gradient_clipping": 1.0, ' + _Z2 + "}"), "cuda", ", gradient_clip_val=0.0"), "the Trainer clips none"),
-    n(
-        _fabric_ds.format(_ds('{"gradient_clipping": 1.0, ' + _Z2 + "}", target=', target="fabric"'), 8),
-        "Fabric: the config's threshold is the only one",
-    ),
-)
-_add(
     "LP422",
     n(_offload(more=', "zero_force_ds_cpu_optimizer": False'), "one optimizer"),
     n(

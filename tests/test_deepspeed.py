@@ -449,3 +449,58 @@ def test_lp420_reads_the_device_indices_lightning_resolved(cuda8: SimulatedGPU) 
 def test_the_hooks_docstring_is_the_class_docstring() -> None:
     assert hooks._DeepSpeedHooks.__doc__ is not None
     assert "repeated blocks" in hooks._DeepSpeedHooks.__doc__
+
+
+# --- LP421 (a warning: an option silently overridden by another explicit setting) and LP417, both sides ---------
+
+_CLIPPING = {"zero_optimization": {"stage": 2}}
+
+
+def _clipping_findings(configured: float | None, requested: float | None) -> set[str]:
+    config = dict(_CLIPPING) if configured is None else {**_CLIPPING, "gradient_clipping": configured}
+    strategy = lightning_presets.strategy("deepspeed_zero2_offload", config=config)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer(strategy, **({} if requested is None else {"gradient_clip_val": requested}))
+    return {each.message.finding.code for each in caught if isinstance(each.message, PresetWarning)}
+
+
+@needs_deepspeed
+@pytest.mark.parametrize(("configured", "requested"), [(1.0, 0.3), (0.3, 1.0), (1, 2)])
+def test_lp421_warns_whichever_threshold_is_larger(cuda8: SimulatedGPU, configured: float, requested: float) -> None:
+    """The config's gradient_clipping wins over a different gradient_clip_val, larger or smaller: a warning, never an
+    error (the run trains, at the config's threshold)."""
+    assert "LP421" in _clipping_findings(configured, requested)
+
+
+@needs_deepspeed
+@pytest.mark.parametrize(
+    ("configured", "requested"),
+    [(None, 0.3), (1.0, None), (1.0, 1), (0.3, 0.3), (1.0, 0.0)],
+    ids=["the-trainer's-alone", "the-config's-alone", "the-same-twice", "the-same-below-1", "the-trainer-clips-none"],
+)
+def test_lp421_is_quiet_with_one_threshold(cuda8: SimulatedGPU, configured: float | None, requested: float) -> None:
+    assert "LP421" not in _clipping_findings(configured, requested)
+
+
+def test_lp421_is_a_warning() -> None:
+    assert config_rules.one_clipping_threshold.severity == "warning"
+
+
+_OFFLOADED = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("name", ["adam.DeepSpeedCPUAdam", "lion.DeepSpeedCPULion"])
+def test_lp417_takes_deepspeeds_own_cpu_optimizers_with_the_offload(cuda8: SimulatedGPU, name: str) -> None:
+    """DeepSpeed's engine takes its CPU Adam and CPU Lion with ZeRO-Offload (zero_force_ds_cpu_optimizer left true);
+    a torch optimizer it refuses (LP417)."""
+    import importlib
+
+    module, _, class_name = name.partition(".")
+    klass = getattr(importlib.import_module(f"deepspeed.ops.{module}"), class_name)
+    own = klass.__new__(klass)  # an instance is all the rule reads; building one compiles DeepSpeed's CPU op
+    strategy = fabric(_OFFLOADED)._strategy
+    strategy._lp_check_optimizers(None, [own])
+    with pytest.raises(PresetConfigError, match="LP417"):
+        strategy._lp_check_optimizers(None, [torch.optim.AdamW(nn.Linear(2, 2).parameters())])

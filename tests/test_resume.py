@@ -144,6 +144,24 @@ def test_lp804_no_optimizer_state_while_the_job_restores_one() -> None:
     assert codes(ctx("ddp_static_graph"), validate) == []
     assert codes(ctx("ddp_static_graph"), resume(TRAINER_FILE)) == []
     fabric = dataclasses.replace(weights, writer="fabric", model_key="model")
+def test_lp804_accepts_what_lightning_and_fabric_load_without_an_optimizer_state() -> None:
+    """LP804's accepted side beside the rule (each case a neighbour of tests/neighbours.py, run there too): the
+    Trainer's file with an empty optimizer_states list (a fit without an optimizer) loads; Fabric.load(strict=False)
+    skips what the file lacks; Fabric.load of a state whose optimizer key the checkpoint holds; an entry that may be an
+    optimizer's own state dict."""
+    listed = dataclasses.replace(TRAINER_FILE, optimizers=0, optimizer_keys="none")  # 'optimizer_states': []
+    assert "optimizer_states" in listed.top_level
+    assert codes(ctx("ddp_static_graph"), resume(listed)) == []
+    fabric = dataclasses.replace(listed, writer="fabric", model_key="model", top_level=("model",))
+    assert codes(ctx("fsdp2", kind="fabric"), resume(fabric, how="load(...)")) == ["LP804"]
+    assert codes(ctx("fsdp2", kind="fabric"), resume(fabric, how="load(...)", strict=False)) == []
+    held = dataclasses.replace(fabric, top_level=("model", "optimizer"))
+    assert codes(ctx("fsdp2", kind="fabric"), resume(held, how="load(...)", state_optimizers=("optimizer",))) == []
+    assert codes(ctx("fsdp2", kind="fabric"), resume(held, how="load(...)", state_optimizers=("opt",))) == ["LP804"]
+    unknown = dataclasses.replace(fabric, top_level=("model", "extra"), unknown_entries=("extra",))
+    assert codes(ctx("fsdp2", kind="fabric"), resume(unknown, how="load(...)")) == []
+
+
     assert codes(ctx("fsdp2", kind="fabric"), resume(fabric, how="load(...)")) == ["LP804"]
     assert codes(ctx("fsdp2", kind="fabric"), resume(fabric, how="load(...)", restores_optimizer=False)) == []
 

@@ -68,7 +68,6 @@ PROOFS: dict[str, str] = {
     "LP417": "tests/evidence/test_fails_job.py::test_lp417_deepspeed_refuses_a_torch_optimizer_with_offload",
     "LP418": "tests/evidence/test_fails_job.py::test_lp418_the_parser_is_deepspeeds_own",
     "LP420": "tests/evidence/test_fails_job.py::test_lp420_deepspeed_refuses_device_indices",
-    "LP421": "tests/evidence/test_fails_deepspeed.py::test_lp421_the_configs_clipping_silently_wins_over_gradient_clip_val",
     "LP422": "tests/evidence/test_fails_deepspeed.py::test_lp422_two_optimizers_fail_in_lightnings_deepspeed_setup",
     "LP501": "tests/evidence/test_fails_xla.py::test_lp501_lightning_cannot_build_xla_fsdp_on_a_broken_torch_xla",
     "LP504": "tests/evidence/test_fails_xla.py::test_lp504_xla_fsdp_refuses_a_single_device",

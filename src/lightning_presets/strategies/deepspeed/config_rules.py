@@ -244,14 +244,16 @@ def _number(value: object) -> TypeGuard[float]:
 
 
 @rule(
-    "LP421", "error", "construction", "gradient_clipping in the config and a different gradient_clip_val",
+    "LP421", "warning", "construction", "gradient_clipping in the config and a different gradient_clip_val",
     fails=_zero2('{"gradient_clipping": 1.0, "zero_optimization": {"stage": 2}}',
                  'accelerator="cuda", gradient_clip_val=0.3'),
     fixed=_zero2('{"zero_optimization": {"stage": 2}}', 'accelerator="cuda", gradient_clip_val=0.3'),
-    evidence="runtime: Lightning's _format_batch_size_and_grad_accum_config keeps the config's gradient_clipping, "
-    "and DeepSpeed clips at it: the Trainer's gradient_clip_val is dropped without a word",
 )  # fmt: skip
 def one_clipping_threshold(ctx: Context) -> Problem | None:
+    """Lightning's ``_format_batch_size_and_grad_accum_config`` keeps the config's ``gradient_clipping`` and DeepSpeed
+    clips at it: the run trains, at a threshold the user set explicitly (in the config), and the Trainer's
+    ``gradient_clip_val`` is dropped without a word. An option silently overridden by another explicit setting of the
+    user's: a warning (the severity policy in docs/errors.md)."""
     configured = config_view(ctx).gradient_clipping
     requested = ctx.arguments.get("gradient_clip_val")
     if ctx.kind != "trainer" or not _number(configured) or not _number(requested) or requested <= 0:
