@@ -107,11 +107,11 @@ def test_the_core_needs_neither_torch_nor_lightning(graph: grimp.ImportGraph) ->
 
 
 def test_tools_is_a_few_subpackages_named_for_what_they_do() -> None:
-    """A newcomer finds ``check``, ``explain``, ``plan`` and the simulation from the folder names; few modules stay
-    loose."""
+    """A newcomer finds ``check``, ``convert``, ``explain``, ``plan`` and the simulation from the folder names; few
+    modules stay loose."""
     tools = PACKAGE / "tools"
     folders = {path.name for path in tools.iterdir() if (path / "__init__.py").exists()}
-    assert folders == {"check", "explain", "plan", "simulation"}
+    assert folders == {"check", "convert", "explain", "plan", "simulation"}
     loose = [path.name for path in tools.glob("*.py") if path.name != "__init__.py"]
     assert len(loose) <= 8, loose
 

@@ -90,11 +90,7 @@ def message(code: str, context: Context, state: Resume) -> str:
 def test_lp801_a_sharded_folder_into_ddp_and_its_accepted_neighbours() -> None:
     assert codes(ctx("ddp_static_graph"), resume(SHARDED)) == ["LP801"]
     consolidate = hint("LP801", ctx("ddp_static_graph"), resume(SHARDED))
-    consolidation = (
-        "python -m lightning.fabric.utilities.consolidate_checkpoint run.ckpt --output_file run.ckpt.consolidated"
-    )
-    assert consolidation in consolidate
-    assert "c['optimizer_states'] = [c.pop('optimizer_0')]" in consolidate
+    assert "`python -m lightning_presets convert run.ckpt run.ckpt.consolidated`" in consolidate
     assert codes(ctx("ddp_static_graph"), resume(TRAINER_FILE)) == []
     assert codes(ctx("fsdp2"), resume(SHARDED)) == []  # a sharded folder, at another world size too
     assert codes(ctx("fsdp2", devices=8), resume(TRAINER_FILE)) == []  # a full file into a sharded preset
@@ -106,7 +102,7 @@ def test_lp801_a_sharded_folder_into_ddp_and_its_accepted_neighbours() -> None:
 def test_lp801_deepspeed_and_files() -> None:
     for preset in ("ddp_static_graph", "fsdp2", "fsdp_offload_ckpt"):
         assert codes(ctx(preset), resume(DEEPSPEED)) == ["LP801"]
-    assert "convert_zero_checkpoint_to_fp32_state_dict('run.ckpt', 'run.ckpt.consolidated')" in hint(
+    assert "`python -m lightning_presets convert run.ckpt run.ckpt.consolidated`" in hint(
         "LP801", ctx("fsdp2"), resume(DEEPSPEED)
     )
     assert codes(ctx("deepspeed_zero2_offload"), resume(TRAINER_FILE, zero_stage=2)) == ["LP801"]
@@ -144,6 +140,10 @@ def test_lp804_no_optimizer_state_while_the_job_restores_one() -> None:
     assert codes(ctx("ddp_static_graph"), validate) == []
     assert codes(ctx("ddp_static_graph"), resume(TRAINER_FILE)) == []
     fabric = dataclasses.replace(weights, writer="fabric", model_key="model")
+    assert codes(ctx("fsdp2", kind="fabric"), resume(fabric, how="load(...)")) == ["LP804"]
+    assert codes(ctx("fsdp2", kind="fabric"), resume(fabric, how="load(...)", restores_optimizer=False)) == []
+
+
 def test_lp804_accepts_what_lightning_and_fabric_load_without_an_optimizer_state() -> None:
     """LP804's accepted side beside the rule (each case a neighbour of tests/neighbours.py, run there too): the
     Trainer's file with an empty optimizer_states list (a fit without an optimizer) loads; Fabric.load(strict=False)
@@ -162,15 +162,10 @@ def test_lp804_accepts_what_lightning_and_fabric_load_without_an_optimizer_state
     assert codes(ctx("fsdp2", kind="fabric"), resume(unknown, how="load(...)")) == []
 
 
-    assert codes(ctx("fsdp2", kind="fabric"), resume(fabric, how="load(...)")) == ["LP804"]
-    assert codes(ctx("fsdp2", kind="fabric"), resume(fabric, how="load(...)", restores_optimizer=False)) == []
-
-
 def test_lp805_the_trainers_sharded_layout_of_the_other_fsdp_strategy() -> None:
     fsdp_layout = dataclasses.replace(SHARDED, model_key="model")
     assert codes(ctx("fsdp2"), resume(fsdp_layout)) == ["LP805"]
-    consolidation = "python -m lightning.pytorch.utilities.consolidate_checkpoint"
-    assert consolidation in hint("LP805", ctx("fsdp2"), resume(fsdp_layout))
+    assert "python -m lightning_presets convert run.ckpt" in hint("LP805", ctx("fsdp2"), resume(fsdp_layout))
     assert codes(ctx("fsdp_offload_ckpt"), resume(SHARDED)) == ["LP805"]  # ModelParallelStrategy's into FSDPStrategy
     assert codes(ctx("fsdp_offload_ckpt"), resume(fsdp_layout)) == []
     assert codes(ctx("fsdp2", kind="fabric"), resume(fsdp_layout, how="load(...)")) == []  # Fabric: the user's keys
@@ -255,17 +250,19 @@ def test_a_conversion_runs_as_its_steps_say() -> None:
     (step,) = conversion.steps
     assert isinstance(step, Command)
     assert command_line(step, "/bin/py") == [
-        "/bin/py", "-m", "lightning.pytorch.utilities.consolidate_checkpoint", "my run's.ckpt", "--output_file",
-        "my run's.ckpt.consolidated",
+        "/bin/py", "-m", "lightning_presets", "convert", "my run's.ckpt", "my run's.ckpt.consolidated",
     ]  # fmt: skip
     assert render(conversion) == (  # quoted for a shell, as the hint shows it
-        "`python -m lightning.pytorch.utilities.consolidate_checkpoint 'my run'\"'\"'s.ckpt' --output_file "
-        "'my run'\"'\"'s.ckpt.consolidated'`"
+        "`python -m lightning_presets convert 'my run'\"'\"'s.ckpt' 'my run'\"'\"'s.ckpt.consolidated'`"
     )
-    keyed = conversion_for("LP806", ctx("fsdp2"), resume(dataclasses.replace(SHARDED, optimizer_keys="ids")))
+    ids = dataclasses.replace(SHARDED, optimizer_keys="ids")
+    keyed = conversion_for("LP806", ctx("fsdp2"), resume(ids))
     assert keyed is not None
-    assert [type(each) for each in keyed.steps] == [Command, Python, Python]  # consolidate, list, re-key
-    assert command_line(keyed.steps[-1], "py")[:2] == ["py", "-c"]
+    assert [type(each) for each in keyed.steps] == [Command]  # convert re-keys the Trainer's layout itself
+    fabric = conversion_for("LP806", ctx("fsdp2"), resume(dataclasses.replace(ids, writer="torch", model_key=None)))
+    assert fabric is not None
+    assert [type(each) for each in fabric.steps] == [Python, Python]  # torch's consolidation, then the re-key
+    assert command_line(fabric.steps[-1], "py")[:2] == ["py", "-c"]
     assert conversion_for("LP807", ctx("deepspeed_zero2_offload"), resume(DEEPSPEED)) is None  # a path, no steps
     weights = conversion_for("LP804", ctx("ddp_static_graph"), resume(TRAINER_FILE))
     assert weights is not None

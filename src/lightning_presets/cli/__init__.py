@@ -1,4 +1,5 @@
-"""The ``lightning-presets`` command: ``list``, ``show``, ``check``, ``matrix``, ``doctor`` and ``plan``.
+"""The ``lightning-presets`` command: ``list``, ``show``, ``check``, ``matrix``, ``doctor``, ``plan``, ``explain``
+and ``convert``.
 
 Exit codes: 0 valid, 1 rejected (errors; warnings too with ``--strict``), 2 usage error.
 """
@@ -25,7 +26,7 @@ _REQUIRED = {
 
 def _parser() -> argparse.ArgumentParser:
     from lightning_presets._version import __version__
-    from lightning_presets.cli import _check, _doctor, _explain, _list, _matrix, _plan, _show
+    from lightning_presets.cli import _check, _convert, _doctor, _explain, _list, _matrix, _plan, _show
 
     parser = argparse.ArgumentParser(
         prog="lightning-presets",
@@ -42,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         ("doctor", _doctor, "explain this environment: versions, autoload, registries, trust, extras, cluster"),
         ("plan", _plan, "per-GPU memory of a model under every preset (traced with --model) and which fits"),
         ("explain", _explain, "explain a failed run's logs: one cause and one fix per failure, the first one first"),
+        ("convert", _convert, "convert a checkpoint to one file or to safetensors, written safely and verified"),
     ):
         sub = commands.add_parser(name, help=text, description=text)
         module.add_arguments(sub)

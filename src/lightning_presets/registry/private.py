@@ -122,6 +122,8 @@ LIGHTNING: tuple[Private, ...] = (
     Private(f"{_PL}.trainer.trainer:Trainer", "_run", "read", _RUNTIME[:1]),
     Private(f"{_PL}.trainer.configuration_validator", "_verify_loop_configurations", "call",
             ("tools.check.fit_start",)),
+    Private(f"{_FABRIC}.utilities.load", "_load_distributed_checkpoint", "call", ("tools.convert.loading",)),
+    Private(f"{_PL}.strategies.deepspeed:DeepSpeedStrategy", "_init_optimizers", "call", ("tools.check.rehearsal",)),
     Private(_CONNECTOR, "_register_external_accelerators_and_strategies", "probe", ("registry.compat",)),
     *(Private(f"{_FABRIC}.accelerators.xla", flag, "patch", ("tools.simulation.stand_ins",)) for flag in _XLA_FLAGS),
     Private(f"{_FABRIC}.plugins.precision.transformer_engine", "_TRANSFORMER_ENGINE_AVAILABLE", "patch",
@@ -273,6 +275,26 @@ def verify_loop_configurations(trainer: Any) -> None:
     from lightning.pytorch.trainer.configuration_validator import _verify_loop_configurations
 
     _verify_loop_configurations(trainer)
+
+
+def deepspeed_init_optimizers(module: Any) -> None:
+    """Lightning's ``DeepSpeedStrategy._init_optimizers`` on ``module`` (a LightningModule attached to a Trainer):
+    what DeepSpeed's set-up makes of ``configure_optimizers`` (raises Lightning's ``MisconfigurationException`` for
+    more than one optimizer or scheduler). It reads nothing of the strategy but the module."""
+    from lightning.pytorch.strategies.deepspeed import DeepSpeedStrategy
+
+    DeepSpeedStrategy._init_optimizers(SimpleNamespace(lightning_module=module))
+
+
+def load_distributed_checkpoint(folder: Any) -> dict[str, Any]:
+    """Lightning's ``_load_distributed_checkpoint``: a ``torch.distributed.checkpoint`` folder read whole into CPU
+    memory without a process group, with Lightning's ``meta.pt`` (the Trainer's or Fabric's other state) merged in."""
+    from pathlib import Path
+
+    from lightning.fabric.utilities.load import _load_distributed_checkpoint
+
+    loaded: dict[str, Any] = _load_distributed_checkpoint(Path(folder))
+    return loaded
 
 
 def has_launcher_hook(owner: object) -> bool:

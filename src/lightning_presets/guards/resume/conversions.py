@@ -84,30 +84,10 @@ def to_one_file(facts: CheckpointFacts) -> Conversion:
     out = consolidated_path(facts)
     if facts.format == "file":
         return Conversion(steps=(), result=facts.path, key=facts.model_key)
-    if facts.format == "deepspeed":
-        if facts.writer == "trainer":  # Lightning's converter keeps the Trainer's state beside the weights
-            code = (
-                "from lightning.pytorch.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict; "
-                f"convert_zero_checkpoint_to_fp32_state_dict({facts.path!r}, {out!r})"
-            )
-            return Conversion(steps=(Python(code),), result=out, key="state_dict")
-        code = (
-            "import torch; from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint; "
-            f"torch.save(get_fp32_state_dict_from_zero_checkpoint({facts.path!r}), {out!r})"
-        )
-        return Conversion(steps=(Python(code),), result=out)
+    if facts.format == "deepspeed" or facts.writer == "trainer":  # lightning-presets convert, verified
+        key = "state_dict" if facts.writer == "trainer" else None
+        return Conversion(steps=(_module("lightning_presets", "convert", facts.path, out),), result=out, key=key)
     arguments = (facts.path, "--output_file", out)
-    if facts.writer == "trainer" and facts.model_key == "model":  # FSDPStrategy's layout: Lightning renames it
-        consolidate = _module("lightning.pytorch.utilities.consolidate_checkpoint", *arguments)
-        return Conversion(steps=(consolidate,), result=out, key="state_dict")
-    if facts.writer == "trainer":  # ModelParallelStrategy's layout: the optimizers still need the Trainer's list
-        pops = ", ".join(f"c.pop('optimizer_{index}')" for index in range(facts.optimizers))
-        listed = Python(
-            f"import torch; c = torch.load({out!r}, weights_only=False); c['optimizer_states'] = [{pops}]; "
-            f"torch.save(c, {out!r})"
-        )
-        consolidate = _module("lightning.fabric.utilities.consolidate_checkpoint", *arguments)
-        return Conversion(steps=(consolidate, listed), result=out, key=facts.model_key)
     if facts.writer == "fabric":
         consolidate = _module("lightning.fabric.utilities.consolidate_checkpoint", *arguments)
         return Conversion(steps=(consolidate,), result=out, key=facts.model_key)

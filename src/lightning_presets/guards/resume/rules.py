@@ -295,8 +295,11 @@ def sharded_optimizer_keyed_by_name(ctx: Context, resume: Resume) -> Problem | N
 
 
 def _keyed_conversion(facts: CheckpointFacts) -> Conversion:
-    """LP806's conversion: one file, its optimizer state keyed by parameter indices again; the job resumes from it."""
+    """LP806's conversion: one file, its optimizer state keyed by parameter indices again; the job resumes from it
+    (``lightning-presets convert`` re-keys the Trainer's layout itself)."""
     file = to_one_file(facts)
+    if facts.writer == "trainer":
+        return file.resuming()
     return file.then(integer_keys(facts, file.result)).resuming()
 
 
