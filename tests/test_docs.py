@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import errors_doc as _docs
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,3 +51,52 @@ def test_readme_lists_every_builtin_preset() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     names = [*lightning_presets.presets(), *precision_catalog().presets]
     assert [name for name in names if f"`{name}`" not in readme] == []
+
+
+USER_DOCS = (
+    "README.md", "docs/cli.md", "docs/plan.md", "docs/resume.md", "docs/third-party-presets.md",
+    "docs/how-it-works.md", "docs/runtime-guards.md", "docs/evidence.md", "docs/ci.md", "docs/benchmarks.md",
+)  # fmt: skip
+
+
+def test_the_benchmark_figures_are_quoted_from_the_results() -> None:
+    """docs/benchmarks.md's figures are the committed outputs' own lines (scripts/benchmarks_doc.py)."""
+    import benchmarks_doc
+
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert benchmarks_doc.replace(page, benchmarks_doc.generate()) == page, (
+        "run `python scripts/benchmarks_doc.py --write docs/benchmarks.md`"
+    )
+    assert "benchmarks/results/construction.txt" in page
+
+
+@pytest.mark.parametrize("document", USER_DOCS)
+def test_a_figure_written_next_to_its_results_file_is_that_files(document: str) -> None:
+    """A paragraph that names a file under benchmarks/results/ quotes only figures (ms, s, GiB, %, ...) that file
+    holds: a stale figure written by hand fails here. Elsewhere the pages link to docs/benchmarks.md."""
+    import benchmarks_doc
+
+    assert benchmarks_doc.unmatched_figures((ROOT / document).read_text(encoding="utf-8")) == []
+
+
+def test_a_stale_figure_is_found() -> None:
+    """The check above can fail: the stale plan time the README used to quote beside the file that says otherwise."""
+    import benchmarks_doc
+
+    stale = "A plan of llama3_8b takes 151 s (`benchmarks/results/plan_llama.txt`), its peak 0.44 GiB."
+    assert [figure for figure, _ in benchmarks_doc.unmatched_figures(stale)] == ["151 s", "0.44 GiB"]
+    current = "A plan of llama3_8b takes 17.5 s (`benchmarks/results/plan_llama.txt`)."
+    assert benchmarks_doc.unmatched_figures(current) == []
+
+
+def test_the_readme_stays_short_and_leads_with_the_quick_start() -> None:
+    """The README is the first hour: at most 400 lines, the quick-start within 80, the command line within 200, and
+    every page its sections moved to linked from it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = readme.splitlines()
+    assert len(lines) <= 400, len(lines)
+    assert next(i for i, line in enumerate(lines) if line.startswith("Quick-start (installs torch")) < 80
+    assert next(i for i, line in enumerate(lines) if line == "## Command line") < 200
+    assert "--index-url https://download.pytorch.org/whl/cpu" in "\n".join(lines[:80])
+    for page in [*USER_DOCS[1:], "docs/troubleshooting.md", "docs/errors.md"]:
+        assert f"]({page})" in readme, page

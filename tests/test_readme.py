@@ -1,4 +1,7 @@
-"""Every code block of the README is executed, or is proved to be what CI executes.
+"""Every code block of the README and of the user docs it links to is executed, or is proved to be what CI executes.
+
+The documents are ``DOCUMENTS``: the README and the pages its sections moved to (the CLI reference, plan, resuming,
+third-party presets, how it works, the runtime guards, evidence, CI, benchmarks); their blocks are checked alike.
 
 - Python blocks run statement by statement on 8 simulated GPUs (compute capability 9.0). A statement followed by
   ``# lightning_presets.PresetConfigError: ...`` comment lines must raise that error with that message; one followed
@@ -35,6 +38,10 @@ import lightning_presets
 from harness import run_command
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = (
+    "README.md", "docs/cli.md", "docs/plan.md", "docs/resume.md", "docs/third-party-presets.md",
+    "docs/how-it-works.md", "docs/runtime-guards.md", "docs/evidence.md", "docs/ci.md", "docs/benchmarks.md",
+)  # fmt: skip
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 CI = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 CODES = re.compile(r"\bLP\d{3}\b")
@@ -45,10 +52,11 @@ class Block:
     language: str
     line: int
     text: str
+    document: str = "README.md"
 
     @property
     def id(self) -> str:
-        return f"README.md:{self.line}"
+        return f"{self.document}:{self.line}"
 
     @property
     def excerpt_of(self) -> Path | None:
@@ -60,8 +68,10 @@ class Block:
 
 def _blocks() -> list[Block]:
     found = []
-    for match in re.finditer(r"^```(\w*)\n(.*?)^```$", README, re.S | re.M):
-        found.append(Block(match.group(1), README[: match.start()].count("\n") + 1, match.group(2)))
+    for document in DOCUMENTS:
+        text = (ROOT / document).read_text(encoding="utf-8")
+        for match in re.finditer(r"^```(\w*)\n(.*?)^```$", text, re.S | re.M):
+            found.append(Block(match.group(1), text[: match.start()].count("\n") + 1, match.group(2), document))
     return found
 
 
@@ -69,12 +79,15 @@ BLOCKS = _blocks()
 EXCERPTS = [block for block in BLOCKS if block.excerpt_of is not None]
 PYTHON = [block for block in BLOCKS if block.language == "python" and block.excerpt_of is None]
 BASH = [block for block in BLOCKS if block.language == "bash"]
+QUOTED = [block for block in BLOCKS if block.language == "text" and block.document == "docs/benchmarks.md"]
+"""Benchmark outputs quoted from benchmarks/results/ (generated; ``tests/test_docs.py`` checks them)."""
 
 
 def test_every_block_is_of_a_kind_this_module_executes() -> None:
-    kinds = {block.id: block.language for block in BLOCKS if block not in EXCERPTS + PYTHON + BASH}
+    kinds = {block.id: block.language for block in BLOCKS if block not in EXCERPTS + PYTHON + BASH + QUOTED}
     assert kinds == {}
     assert len(BLOCKS) >= 10
+    assert {block.document for block in BLOCKS} >= {"README.md", "docs/cli.md", "docs/third-party-presets.md"}
 
 
 # ---------------------------------------------------------------------------------------------------- excerpts
