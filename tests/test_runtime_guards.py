@@ -11,10 +11,12 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 from harness import SCRIPTS_PATH, run_job
 from lightning_presets import PresetWarning
@@ -175,6 +177,27 @@ def test_a_collective_entered_by_one_rank_is_reported_with_its_line_and_hook() -
 
 
 @pytest.mark.distributed
+def test_a_rank_stuck_in_its_step_while_the_others_wait_in_ddps_reduction_is_reported() -> None:
+    """Issue 36: DDP issues its gradient all-reduce from C++, where no wrapper sees it. Rank 1 stays in its third
+    training_step (a data source that never returns) while rank 0 waits in that reduction: rank 0, idle in its
+    backward pass past the limit, asks the others where they are and reports rank 1's line; both ranks end. Run as a
+    script: Lightning's own launcher starts rank 1."""
+    env = {variables.DIAGNOSE_VARIABLE: "1", variables.COLLECTIVE_TIMEOUT_VARIABLE: "3"}
+    start = time.monotonic()
+    job = run_job(str(Path(SCRIPTS_PATH) / "hang_in_step.py"), launcher="fresh", timeout=150, env=env)
+    assert time.monotonic() - start < 140, job.describe()  # the report ended it, not the harness
+    assert job.outcome == "died", job.describe()
+    output = job.stdout
+    assert "LP034 error: the backward pass of step 3, whose gradient reductions DDP and FSDP issue from C++" in output
+    assert "waited in by rank 0 on node " in output, output
+    assert "never entered by rank 1 on node " in output
+    assert "it has begun 2 backward pass(es); its code is now at `inputs = SOURCE.get()" in output
+    assert "in training_step at hang_in_step.py:" in output
+    assert "LP034 error: rank 1 ends: rank 0 reported" in output
+    assert "RESULT" not in output
+
+
+@pytest.mark.distributed
 def test_diagnose_mode_never_ends_a_rank_that_writes_a_checkpoint() -> None:
     """Issue 38: rank 0 writes last.ckpt for 5 s (a slow disk: no CPU, the same line) while rank 1 waits in
     Lightning's checkpoint barrier past the 2 s limit. Rank 0 is slow, not hung: no report, the fit completes and
@@ -254,42 +277,51 @@ def test_a_function_argument_is_compared_by_its_name_not_its_address() -> None:
 
 
 _SETS_JOB = """
-import functools, json, sys
-from torch import nn
-from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+import functools, json
 from lightning_presets.guards.runtime.handshake import _digest
 
-class EncoderLayer(nn.Module): pass
-class DecoderLayer(nn.Module): pass
+class EncoderLayer: pass
+class DecoderLayer: pass
+class WrapPolicy:  # an object whose own repr prints a set, as torch's ModuleWrapPolicy's does
+    def __init__(self, classes): self.classes = set(classes)
+    def __repr__(self): return f"WrapPolicy({self.classes})"
 def parallelize(model, mesh, blocks=()): return model
 
-blocks = set(sys.argv[1].split(","))
+blocks = set(BLOCKS.split(","))
 options = {
     "parallelize_fn": functools.partial(parallelize, blocks=blocks),  # tp2d_hybrid, target="fabric"
     "activation_checkpointing_policy": {EncoderLayer, DecoderLayer},  # FSDP1
-    "auto_wrap_policy": ModuleWrapPolicy({EncoderLayer, DecoderLayer, nn.Linear}),
+    "auto_wrap_policy": WrapPolicy(blocks),
     "checkpoint_blocks": frozenset(blocks),  # DeepSpeed
     "resolved config": {"zero_optimization": {"stage": 3}, "names": [blocks, (1, None)]},
 }
-print(json.dumps({"digest": _digest(options), "repr": repr(blocks)}))
+DIGEST = json.dumps({"digest": _digest(options), "repr": repr(blocks)})
 """
 
 
-def _digest_in_a_fresh_interpreter(seed: str, blocks: str = "Stem,Block,Head") -> dict[str, str]:
-    result = subprocess.run([sys.executable, "-c", _SETS_JOB, blocks], env={**os.environ, "PYTHONHASHSEED": seed},
+def _digest_in_a_fresh_interpreter(seed: str) -> dict[str, str]:
+    code = f"BLOCKS = 'Stem,Block,Head'\n{_SETS_JOB}\nprint(DIGEST)"
+    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed},
                             capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def _digest_here(blocks: str) -> str:
+    namespace: dict[str, Any] = {"__name__": "__main__", "BLOCKS": blocks}  # the classes' module, as in `python -c`
+    exec(compile(_SETS_JOB, "<sets>", "exec"), namespace)
+    return str(json.loads(namespace["DIGEST"])["digest"])
 
 
 def test_set_valued_arguments_digest_the_same_in_processes_of_other_string_hashes() -> None:
     """Issue 37: ``parallelize_fn=functools.partial(parallelize, blocks={"Stem", "Block", "Head"})`` made LP030
     refuse about every other launch, because a set's repr follows its members' hashes, which differ between the
     interpreters a launcher starts (``PYTHONHASHSEED``, addresses). Two fresh interpreters whose sets print in
-    another order (the seeds are chosen so) digest the same arguments to the same value; other blocks still differ."""
+    another order (the seeds are chosen so) digest the same arguments to the same value, as this one does; other
+    blocks still differ."""
     first, second = _digest_in_a_fresh_interpreter("0"), _digest_in_a_fresh_interpreter("2")
     assert first["repr"] != second["repr"]  # the two processes order the set differently, as two launched ranks may
-    assert first["digest"] == second["digest"]
-    assert _digest_in_a_fresh_interpreter("2", "Stem,Block")["digest"] != first["digest"]  # another setting differs
+    assert first["digest"] == second["digest"] == _digest_here("Stem,Block,Head")
+    assert _digest_here("Stem,Block") != first["digest"]  # another setting differs
 
 
 def test_the_canonical_form_sorts_sets_and_names_code_by_module_and_qualified_name() -> None:
@@ -303,6 +335,11 @@ def test_the_canonical_form_sorts_sets_and_names_code_by_module_and_qualified_na
     assert canonical(PresetWarning("x").with_traceback) == "PresetWarning('x').with_traceback"
     assert canonical(_Strategy(None, 2).__init__) == "<test_runtime_guards._Strategy>.__init__"  # no address
     assert canonical(len) == "builtins.len"
+    policy = ModuleWrapPolicy({torch.nn.Linear, torch.nn.Conv2d, torch.nn.ReLU})  # its repr: the set in hash order
+    assert canonical(policy) == (
+        "<torch.distributed.fsdp.wrap.ModuleWrapPolicy>(set({torch.nn.modules.activation.ReLU, "
+        "torch.nn.modules.conv.Conv2d, torch.nn.modules.linear.Linear}))"
+    )
 
 
 class _Executes:

@@ -15,9 +15,12 @@ moved within the limit (its Python stack changed, or its process used the CPU: :
 ended inside a checkpoint write (the strategy's or its checkpoint IO's ``save_checkpoint``, ``torch.save`` on any
 thread): the write finishes first, so diagnose mode never truncates a checkpoint.
 
-What it does not see: collectives that torch issues from C++ (DDP's gradient buckets, FSDP1's), and the completion of
-``async_op=True`` work (recorded as complete when the call returns). A rank waiting in one of those is reported by
-where its Python code is.
+The collectives DDP and FSDP issue from C++ (the gradient reduction) are seen through the backward pass: the
+strategy's ``backward`` is wrapped, and a rank that has made no progress inside it for the limit waits for its peers;
+it asks the others where they are as above, and reports the rank that is behind in its step (a data source that never
+returns in ``training_step``) with its line. What it does not see: C++ collectives outside the backward pass (DDP's
+buffer broadcast in the forward pass) and the completion of ``async_op=True`` work (recorded as complete when the call
+returns). A rank waiting in one of those is reported by where its Python code is, when a peer's collective times out.
 """
 
 from __future__ import annotations
@@ -106,6 +109,10 @@ class Recorder:
         self.changed = threading.Event()
         self.writes = 0
         """Checkpoint writes in flight in this process (any thread): a rank is never ended inside one."""
+        self.section: dict[str, Any] | None = None
+        """The backward pass this rank is in, with the collectives DDP and FSDP issue from C++ (unseen by the
+        wrappers): a rank idle in it waits for its peers."""
+        self.backwards = 0
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -165,6 +172,28 @@ class Recorder:
             self.current = entry
         self.changed.set()
         return entry
+
+    def enter_section(self, op: str, group: list[int], frame: FrameType | None) -> dict[str, Any]:
+        site = self.site(frame)
+        with self.lock:
+            self.backwards += 1
+            entry = {"op": op, "group": group, "seq": self.backwards, "site": asdict(site), "since": time.monotonic(),
+                     "label": f"the backward pass of step {self.backwards}, whose gradient reductions DDP and FSDP "
+                              "issue from C++"}  # fmt: skip
+            self.section = entry
+        self.changed.set()
+        return entry
+
+    def leave_section(self, entry: dict[str, Any]) -> None:
+        with self.lock:
+            if self.section is entry:
+                self.section = None
+        self.changed.set()
+
+    def waiting(self) -> dict[str, Any] | None:
+        """What this rank may be waiting in: the collective it is in, else the backward pass."""
+        with self.lock:
+            return self.current if self.current is not None else self.section
 
     def leave(self, entry: dict[str, Any] | None) -> None:
         self.depth.value = getattr(self.depth, "value", 1) - 1
@@ -329,8 +358,9 @@ class Monitor:
 
     def state(self, *, now: bool) -> dict[str, Any]:
         with self.recorder.lock:
-            current, last = self.recorder.current, self.recorder.last
-        state: dict[str, Any] = {"rank": self.rank, "host": self.host, "current": current, "last": last}
+            current, last = self.recorder.current or self.recorder.section, self.recorder.last
+        state: dict[str, Any] = {"rank": self.rank, "host": self.host, "current": current, "last": last,
+                                 "backwards": self.recorder.backwards}  # fmt: skip
         if now:
             frame = sys._current_frames().get(self.main.ident or 0)
             state["now"] = asdict(self.recorder.site(frame))
@@ -361,9 +391,8 @@ class Monitor:
             if not answered and self.store.check([f"{self.prefix}/request"]):
                 self._publish("answer", self.state(now=True))
                 answered = True
-            with self.recorder.lock:
-                current = self.recorder.current
-            if current is None or now - current["since"] <= self.limit():
+            current = self.recorder.waiting()
+            if current is None or self._waited(current, now) <= self.limit():
                 continue
             if self.probed_at is None:  # ask the others whether they move before calling this a hang
                 self.probed_at = now
@@ -377,10 +406,16 @@ class Monitor:
                 self._publish("answer", self.state(now=True))
                 answered = True
 
+    def _waited(self, current: Mapping[str, Any], now: float) -> float:
+        """Seconds this rank has waited in ``current``: since it entered a collective; in a backward pass (which
+        computes before it waits), since it last made progress."""
+        if current is self.recorder.section:
+            return min(now - float(current["since"]), self.progress.idle(now))
+        return now - float(current["since"])
+
     def _say_progress(self, now: float) -> None:
         self.beats += 1
-        with self.recorder.lock:
-            current = self.recorder.current
+        current = self.recorder.waiting()
         self._publish("progress", {
             "idle": self.progress.idle(now), "writing": self.progress.writing(), "beat": self.beats,
             "in": None if current is None else [",".join(map(str, current["group"])), current["seq"], current["op"]],
@@ -466,7 +501,7 @@ class Monitor:
 
 
 def _collective(entry: Mapping[str, Any]) -> str:
-    return f"{entry['op']} #{entry['seq']}"
+    return str(entry.get("label") or f"{entry['op']} #{entry['seq']}")
 
 
 def _site(entry: Mapping[str, Any] | None) -> str:
@@ -487,8 +522,13 @@ def describe(
     which = "the job's default group" if group == list(range(len(group))) else f"the group of ranks {key}"
     when = (f"{variables.COLLECTIVE_TIMEOUT_VARIABLE}, after the first step" if after_first_step
             else "the process group's timeout, during set-up and the first step")  # fmt: skip
-    lines = [f"{COLLECTIVE_HANG.code} error: {_collective(hung)} of {which} ({len(group)} ranks) waited more than "
-             f"{limit:g} s ({when})"]  # fmt: skip
+    section = bool(hung.get("label"))
+    if section:  # DDP's/FSDP's own collectives, issued from C++: the ranks idle in the backward pass wait in them
+        lines = [f"{COLLECTIVE_HANG.code} error: {_collective(hung)} ({which}, {len(group)} ranks): ranks waited in it "
+                 f"more than {limit:g} s with no progress ({when})"]  # fmt: skip
+    else:
+        lines = [f"{COLLECTIVE_HANG.code} error: {_collective(hung)} of {which} ({len(group)} ranks) waited more "
+                 f"than {limit:g} s ({when})"]  # fmt: skip
     entered: dict[str, list[int]] = {}
     elsewhere: list[str] = []
     for rank in group:
@@ -504,6 +544,8 @@ def describe(
             continue
         last = state.get("last")
         done = f"its last collective was {_collective(last)} ({_site(last['site'])})" if last else "no collective yet"
+        if section:
+            done = f"it has begun {int(state.get('backwards', 0))} backward pass(es)"
         if current is not None:
             where = f"it waits in {_collective(current)} instead, {_site(current['site'])}"
         elif rank in answers:
@@ -514,8 +556,15 @@ def describe(
             where = "it no longer answers (ended?)"
         elsewhere.append(f"  never entered by rank {rank} on node {hosts[rank]}: {done}; {where}")
     for site, ranks in entered.items():
-        lines.append(f"  entered by {on_nodes(ranks, hosts)}: {site}")
+        lines.append(f"  {'waited in by' if section else 'entered by'} {on_nodes(ranks, hosts)}: {site}")
     lines.extend(elsewhere)
+    if section:
+        lines.append(
+            "  fix: a rank behind in its step (a data source that never returns, a wait for something else, a "
+            "rank-dependent number of batches) keeps the others in the step's gradient reduction: make every rank "
+            "run the same steps, and see the line above where it stands"
+        )
+        return "\n".join(lines)
     lines.append(
         "  fix: every rank of a group must enter the same collectives in the same order: a collective under "
         "`if self.global_rank == 0` (self.log(..., sync_dist=True), a barrier, a broadcast) or after a rank-dependent "
@@ -577,6 +626,22 @@ def install(strategy: Any) -> None:
         return result
 
     strategy.optimizer_step = optimizer_step
+    backward = strategy.backward
+    world = list(range(int(dist.get_world_size())))
+
+    @functools.wraps(backward)
+    def backward_pass(*args: Any, **kwargs: Any) -> Any:
+        try:
+            entry = recorder.enter_section("backward", world, sys._getframe(1))
+        except Exception:  # recording must never change what the backward pass does
+            entry = None
+        try:
+            return backward(*args, **kwargs)
+        finally:
+            if entry is not None:
+                recorder.leave_section(entry)
+
+    strategy.backward = backward_pass
     _record_writes(strategy, recorder)
     pg_timeout = _timeout_seconds(strategy)
     monitor = Monitor(recorder, int(dist.get_rank()), int(dist.get_world_size()), 0.9 * pg_timeout,
