@@ -61,6 +61,7 @@ def _plan(row: dict[str, Any]) -> dict[str, Any]:
                           batch_size=row["micro_batch"], gpu_type=row["gpu_type"],
                           activation_checkpointing="full" if row["activation_checkpointing"] else "none",
                           inter_node_bandwidth=A100_INTER_NODE_GBPS if row["gpu_type"].startswith("A100") else None,
+                          fp8=row.get("fp8", "none"),
                           timeout_s=1700)  # fmt: skip
     started = time.perf_counter()
     result = plan(request)
@@ -131,7 +132,8 @@ def _row_text(row: dict[str, Any], data: dict[str, Any], calibrated: set[str]) -
     flops = speed.get("flops_per_step")
     text = (
         f"| {row['id']} | {row['model']} | {row['gpus']} × {row['gpu_type']} | {row['micro_batch']} × "
-        f"{row['sequence']} | {'full' if row['activation_checkpointing'] else 'none'} | "
+        f"{row['sequence']}{' fp8 ' + row['fp8'] if row.get('fp8') else ''} | "
+        f"{'full' if row['activation_checkpointing'] else 'none'} | "
         f"{'yes' if full['fits'] else 'NO'} | {peak:.1f} / {usable:.1f} | "
         f"{'yes' if ran <= usable_ran else 'NO'} | {ran / 2**30:.1f} | {len(fitting)} | "
         f"{data['recommended'] or '-'} | {row['tokens_per_s_per_gpu']:,} | "

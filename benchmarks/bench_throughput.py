@@ -9,9 +9,8 @@ FSDP, bf16, local batch 2, sequence 8,192, selective activation checkpointing, o
 calibration row until the efficiency became per GPU generation, fitted on llm-foundry's rows:
 ``tools/plan/calibration.py``, ``benchmarks/bench_plan_published.py --calibrate``), with ``torch.compile``
 (``--compile``: 6,667), and on 128 GPUs (16 nodes: the FSDP collectives cross the network; 5,605 eager, 6,514
-compiled). The Float8 rows
-and the context-parallel and 70B/405B rows are not judged: the planner models neither Float8 linears nor
-context or pipeline parallelism.
+compiled), and with torchao's Float8 linears (``plan --fp8 torchao``: 8,532 and 8,380, compiled). The
+context-parallel and 70B/405B rows are not judged: the planner models neither context nor pipeline parallelism.
 
 The model is ``lightning_presets.tools.plan.reference_models:llama3_8b`` (Llama 3.1 8B's shapes) traced
 under the ``fsdp2`` preset with and without full checkpointing, in a child process per world size (a fake
@@ -37,11 +36,13 @@ from lightning_presets.tools.plan.counts import StepCounts
 
 MODEL = "lightning_presets.tools.plan.reference_models:llama3_8b"
 CACHE = Path("benchmarks/results/throughput_counts.json")
-ROWS = (  # (name, nodes, compile, published tokens/s/GPU, fitted on)
-    ("8 GPUs, eager", 1, False, 5762, False),
-    ("8 GPUs, torch.compile", 1, True, 6667, False),
-    ("128 GPUs, eager", 16, False, 5605, False),
-    ("128 GPUs, torch.compile", 16, True, 6514, False),
+ROWS = (  # (name, nodes, compile, published tokens/s/GPU, fitted on, fp8)
+    ("8 GPUs, eager", 1, False, 5762, False, "none"),
+    ("8 GPUs, torch.compile", 1, True, 6667, False, "none"),
+    ("8 GPUs, torch.compile + Float8", 1, True, 8532, False, "torchao"),
+    ("128 GPUs, eager", 16, False, 5605, False, "none"),
+    ("128 GPUs, torch.compile", 16, True, 6514, False, "none"),
+    ("128 GPUs, torch.compile + Float8", 16, True, 8380, False, "torchao"),
 )
 _CHILD = """
 import json, sys
@@ -106,10 +107,10 @@ def main() -> None:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     errors = []
-    for name, nodes, compiled, published, fitted_on in ROWS:
+    for name, nodes, compiled, published, fitted_on, fp8 in ROWS:
         steps, batch = counts[nodes]
         estimate = throughput.estimate(steps, hardware.cluster(gpu, 8, nodes, inter), samples=batch,
-                                       compile=compiled, calibration=constants)  # fmt: skip
+                                       compile=compiled, calibration=constants, fp8=fp8)  # fmt: skip
         error = (estimate.rate - published) / published
         if not fitted_on:
             errors.append(abs(error))

@@ -503,7 +503,7 @@ def test_the_request_reaches_the_child_whole() -> None:
              "batch_size": 3, "batch": "tests.models:batch", "kernels": "cpu", "max_batch": True,
              "presets": ("fsdp2",), "gpu_type": "A100-80GB", "inter_node_bandwidth": 25.0,
              "nvlink_bandwidth": 300.0, "activation_checkpointing": "full", "compile": True,
-             "full_trace": True}  # fmt: skip
+             "full_trace": True, "fp8": "te"}  # fmt: skip
     parent_only = {"timeout_s", "params"}  # params: the other kind of request (a count, not a model)
     assert set(given) | parent_only == {field.name for field in dataclasses.fields(PlanRequest)}
     request = PlanRequest(**given)  # type: ignore[arg-type]

@@ -168,6 +168,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="--model: time the step as torch.compile runs it (fused pointwise operators, fewer "
                         "launches; FLOPs and communication unchanged)")  # fmt: skip
+    parser.add_argument("--fp8", choices=("none", "torchao", "te"), default="none",
+                        help="--model: time the Linear layers in fp8 (torchao's Float8Linear or Transformer Engine): "
+                        "fp8 peak plus the casts, memory as bf16; modelled, not run (default none)")  # fmt: skip
     parser.add_argument("--full-trace", dest="full_trace", action="store_true",
                         help="--model: trace every block, even where the model's identical blocks allow tracing 3 "
                         "and 4 of them and extrapolating (slower; to check the extrapolation on your "
@@ -200,7 +203,7 @@ def request_from(args: argparse.Namespace) -> _plan.PlanRequest:
                                  inter_node_bandwidth=args.inter_node_bandwidth,
                                  nvlink_bandwidth=args.nvlink_bandwidth,
                                  activation_checkpointing=args.activation_checkpointing,
-                                 compile=args.compile, full_trace=args.full_trace)  # fmt: skip
+                                 compile=args.compile, full_trace=args.full_trace, fp8=args.fp8)  # fmt: skip
     except ValueError as error:
         raise UsageError(str(error)) from None
 

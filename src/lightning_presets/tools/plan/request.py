@@ -27,6 +27,7 @@ CPU_MEMORY_PER_GPU_MEMORY = 2
 MAX_BATCH = 2**16
 KERNELS = ("cuda", "cpu")
 ACTIVATION_CHECKPOINTING = ("none", "full")
+FP8 = ("none", "torchao", "te")
 Progress = Callable[[str, int, int], None]
 """``progress(what, done, total)``: called while tracing (``total`` may grow as batch sizes are searched)."""
 
@@ -72,6 +73,9 @@ class PlanRequest:
     """``full``: plan the presets that do not checkpoint activations as if they checkpointed every block."""
     compile: bool = False
     """Time the step as ``torch.compile`` runs it (fused pointwise operators, fewer launches)."""
+    fp8: str = "none"
+    """Time the Linear layers in fp8: ``torchao`` (``Float8Linear``) or ``te`` (Transformer Engine); memory as bf16
+    (:data:`.throughput.FP8_EVIDENCE`)."""
     full_trace: bool = False
     """Trace every block, even where the model's identical blocks allow tracing 3 and 4 of them and extrapolating
     (:mod:`.depth`): slower, to check the extrapolation on this model."""
@@ -112,6 +116,8 @@ class PlanRequest:
                             ("nvlink_bandwidth", self.nvlink_bandwidth)):  # fmt: skip
             if value is not None and not value > 0:
                 problems.append(f"{name}={value} must be a positive number of GB/s")
+        if self.fp8 not in FP8:
+            problems.append(f"fp8={self.fp8!r} is not one of {', '.join(FP8)}")
         if self.activation_checkpointing not in ACTIVATION_CHECKPOINTING:
             problems.append(f"activation_checkpointing={self.activation_checkpointing!r} is not one of "
                             f"{', '.join(ACTIVATION_CHECKPOINTING)}")  # fmt: skip
@@ -168,7 +174,7 @@ class PlanRequest:
                 "presets": list(self.presets), "gpu_type": self.gpu_type,
                 "inter_node_bandwidth_gbps": self.inter_node_bandwidth, "nvlink_bandwidth_gbps": self.nvlink_bandwidth,
                 "activation_checkpointing": self.activation_checkpointing, "compile": self.compile,
-                "full_trace": self.full_trace}  # fmt: skip
+                "full_trace": self.full_trace, "fp8": self.fp8}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PlanRequest:
@@ -180,7 +186,7 @@ class PlanRequest:
                    inter_node_bandwidth=data["inter_node_bandwidth_gbps"],
                    nvlink_bandwidth=data["nvlink_bandwidth_gbps"],
                    activation_checkpointing=data["activation_checkpointing"], compile=data["compile"],
-                   full_trace=data["full_trace"])  # fmt: skip
+                   full_trace=data["full_trace"], fp8=data.get("fp8", "none"))  # fmt: skip
 
 
 def _gib(value: float) -> str:

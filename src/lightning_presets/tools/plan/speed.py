@@ -111,4 +111,5 @@ def preset_throughput(layout: Layout, request: PlanRequest, traced: Any,
     return estimate(traced.counts, request.cluster, samples=traced.batch,
                     tensor_parallel=(mesh or {}).get("tensor_parallel", 1), collectives=collectives,
                     offload=_offload(layout, request, traced), gpu_optimizer_bytes=optimizer, compile=request.compile,
-                    comm_source="traced" if traced_comm else "arithmetic", notes=tuple(notes))  # fmt: skip
+                    comm_source="traced" if traced_comm else "arithmetic", notes=tuple(notes),
+                    fp8=request.fp8)  # fmt: skip

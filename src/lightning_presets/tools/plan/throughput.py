@@ -40,6 +40,21 @@ from lightning_presets.tools.plan.calibration import CALIBRATION, Calibration
 from lightning_presets.tools.plan.counts import Collective, OpCost, StepCounts
 from lightning_presets.tools.plan.hardware import CALIBRATED_TYPES, Cluster
 
+FP8_RECIPES = ("none", "torchao", "te")
+"""``--fp8``: none, torchao's ``Float8Linear`` (dynamic tensorwise scaling), or Transformer Engine (delayed scaling)."""
+FP8_CAST_BYTES = {"torchao": 2.5, "te": 1.5}
+"""Memory traffic of casting a matmul's bf16 inputs to fp8, over the inputs' bf16 bytes, eager: torchao's dynamic
+scaling reads each input for its amax and again to cast it, writing one byte per element (2 + 2 + 1 of 2 bytes);
+Transformer Engine scales by the previous steps' amax history, so one read and one write (2 + 1 of 2)."""
+FP8_CAST_BYTES_COMPILED = 1.5
+"""Under ``torch.compile`` the amax and the cast fuse into one pass: 2 + 1 of 2 bytes."""
+FP8_EVIDENCE = (
+    "modelled, not run: the Linear layers' matmuls at the GPU's fp8 datasheet peak at the generation's calibrated "
+    "share, plus the casts of their inputs; judged against torchtitan's Float8 rows (Llama 3.1 8B, compiled, "
+    "torchao: benchmarks/results/throughput.txt); memory as bf16 (torchtitan's published peak with and without "
+    "Float8: 76.8 and 77.0 GiB)"
+)
+
 DDP_BUCKET_BYTES = 25 * 2**20
 """DDP's default ``bucket_cap_mb``: the last bucket's all-reduce cannot overlap."""
 
@@ -104,6 +119,26 @@ class Throughput:
                    high=data["range"][1], notes=tuple(data["notes"]), comm_source=data["comm"])  # fmt: skip
 
 
+def with_fp8(counts: StepCounts, recipe: str, *, compile: bool) -> StepCounts:
+    """``counts`` with its bf16 matmuls (``mm``, ``addmm``: the Linear layers) in fp8, each plus the pointwise
+    traffic of casting its inputs (:data:`FP8_CAST_BYTES`); attention, the optimizer and everything else as they
+    were. The output head's matmul is converted too (torchtitan leaves it in bf16: a few % of the FLOPs)."""
+    if recipe == "none":
+        return counts
+    share = FP8_CAST_BYTES_COMPILED if compile else FP8_CAST_BYTES[recipe]
+    ops: list[OpCost] = []
+    for op in counts.ops:
+        if op.name in ("mm", "addmm") and op.dtype == "bfloat16" and op.flops and op.phase != "optimizer":
+            inputs = op.bytes * 2 // 3  # of a matmul's reads and write, its two inputs (an estimate for any shape)
+            cast = round(share * inputs)
+            ops.append(OpCost(op.name, op.phase, "float8_e4m3fn", op.calls, op.flops, op.bytes, False, op.fused_bytes,
+                              op.shape_key))  # fmt: skip
+            ops.append(OpCost("fp8_cast", op.phase, "bfloat16", 2 * op.calls, 0, cast, True, cast, op.shape_key))
+        else:
+            ops.append(op)
+    return StepCounts(ops=tuple(ops), collectives=counts.collectives, tokens=counts.tokens)
+
+
 def op_seconds(op: OpCost, cluster: Cluster, calibration: Calibration, *, compile: bool) -> float:
     """One operator class's GPU time: the roofline of its FLOPs and bytes, per call, times its calls."""
     gpu = cluster.gpu
@@ -162,6 +197,7 @@ def estimate(
     calibration: Calibration = CALIBRATION,
     comm_source: str = "traced",
     notes: tuple[str, ...] = (),
+    fp8: str = "none",
 ) -> Throughput:
     """The step time of one rank's traced ``counts`` on ``cluster``.
 
@@ -169,7 +205,14 @@ def estimate(
     formula); ``offload``: what an offload preset moves and the CPU optimizer step (its optimizer operators then
     run on the CPU, not the GPU); ``gpu_optimizer_bytes``: an optimizer step the trace did not run (memory-bound,
     on the GPU). ``samples``: the micro-batch of one rank; ``tensor_parallel``: ranks sharing one micro-batch.
+    ``fp8``: the Linear layers in fp8 (:func:`with_fp8`; a GPU without fp8 tensor cores ignores it, and says so).
     """
+    if fp8 != "none":
+        if "fp8" in cluster.gpu.peak_flops:
+            counts = with_fp8(counts, fp8, compile=compile)
+            notes = (*notes, f"--fp8 {fp8}: {FP8_EVIDENCE}")
+        else:
+            notes = (*notes, f"--fp8 {fp8}: {cluster.gpu.name} has no fp8 tensor cores; timed in bf16")
     comms = counts.collectives if collectives is None else collectives
     window: dict[str, float] = {}
     for phase in ("forward", "backward", "optimizer"):
@@ -205,6 +248,8 @@ def estimate(
     model_flops = 3 * forward_flops
     dtype = max(((op.dtype, op.flops) for op in counts.ops if op.flops), key=lambda pair: pair[1],
                 default=("bfloat16", 0))[0]  # fmt: skip
+    if dtype.startswith("float8"):
+        dtype = "bfloat16"  # MFU of an fp8 step over the bf16 peak (torchtitan: over the fp8 one it is not defined)
     mfu = model_flops / step / cluster.gpu.flops_for(dtype) if step > 0 else 0.0
     timed = step > 0
     tokens = None if counts.tokens is None or not timed else counts.tokens / tensor_parallel / step
