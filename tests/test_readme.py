@@ -272,6 +272,8 @@ def test_a_cli_line_runs_with_the_exit_code_and_codes_its_comment_says(
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # `plan` traces in a child process
     if "--resume-from" in argv:  # the README's checkpoint: the folder an fsdp2 run of the Trainer saves
         _sharded_checkpoint(tmp_path / argv[argv.index("--resume-from") + 1])
+    if argv[1] == "convert":  # the README's example converts the same folder
+        _sharded_checkpoint(tmp_path / argv[2])
     if argv[1] == "explain":  # the README's example: the log folder of the 2-rank CPU run (tests/test_explain_run.py)
         shutil.copytree(ROOT / "tests" / "explain_logs" / "rank1_raises", tmp_path / argv[2])
     try:
