@@ -26,9 +26,9 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
 
-SMALL, LARGE = 1_000, 4_000
+SMALL, LARGE = 1_500, 6_000
 """Adversarial line lengths: linear time grows 4x between them, quadratic time 16x."""
-MAX_RATIO = 9.0
+MAX_RATIO = 10.0
 """The most the large lines may cost over the small ones (the linear 4x with room for a loaded machine's noise)."""
 _CLASS = {
     sre_constants.CATEGORY_DIGIT: "7", sre_constants.CATEGORY_NOT_DIGIT: "a", sre_constants.CATEGORY_WORD: "a",

@@ -44,15 +44,28 @@ def _ranks(failure: _explain.Failure) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
 
+MAX_PLACES = 4
+"""Places listed per rank (and ranks listed) before the rest are counted."""
+
+
 def _places(failure: _explain.Failure) -> str:
-    """Where it was seen, by rank: ``rank 1: a/error.json:7, a/stderr.log:9``."""
+    """Where it was seen, by rank: ``rank 1: a/error.json:7, a/stderr.log:9``; a failure seen thousands of times is
+    a few lines and a count, not a line per place."""
     by_rank: dict[int | None, list[str]] = {}
     for event in failure.events:
         by_rank.setdefault(event.rank, []).append(f"{event.source}:{event.line}")
-    return "\n".join(
-        f"{'rank ' + str(rank) if rank is not None else 'rank unknown'}: {', '.join(dict.fromkeys(places))}"
-        for rank, places in sorted(by_rank.items(), key=lambda item: (item[0] is None, item[0] or 0))
-    )
+    ordered = sorted(by_rank.items(), key=lambda item: (item[0] is None, item[0] or 0))
+    lines = []
+    for rank, places in ordered[:MAX_PLACES]:
+        unique = list(dict.fromkeys(places))
+        more = f", ... ({len(unique) - MAX_PLACES} more)" if len(unique) > MAX_PLACES else ""
+        lines.append(f"{'rank ' + str(rank) if rank is not None else 'rank unknown'}: "
+                     f"{', '.join(unique[:MAX_PLACES])}{more}")  # fmt: skip
+    if len(ordered) > MAX_PLACES:
+        lines.append(f"... and {len(ordered) - MAX_PLACES} more ranks")
+    if failure.count > len(failure.events):
+        lines.append(f"seen {failure.count} times in all (the first {len(failure.events)} are listed above)")
+    return "\n".join(lines)
 
 
 def _paragraph(number: int, failure: _explain.Failure, first: _explain.Failure | None) -> RenderableType:
@@ -75,7 +88,13 @@ def _paragraph(number: int, failure: _explain.Failure, first: _explain.Failure |
 def render(report: _explain.Report) -> Group:
     files = len(report.places)
     lines = sum(count for _, count in report.places)
-    parts: list[RenderableType] = [heading(f"lightning-presets explain: {files} file(s) read, {lines} line(s)"), ""]
+    parts: list[RenderableType] = [heading(f"lightning-presets explain: {files} file(s) read, {lines} line(s)")]
+    for path, start in report.windows:
+        parts.append(indented(f"{path}: only its end was read, from line {start} (the last "
+                              f"{_explain.MAX_BYTES >> 20} MiB); line numbers are the file's own"))  # fmt: skip
+    for path, why in report.skipped:
+        parts.append(indented(f"{path}: not read ({why})"))
+    parts.append("")
     first = report.first
     for number, failure in enumerate(report.failures, start=1):
         parts += [_paragraph(number, failure, first), ""]

@@ -8,6 +8,6 @@ a SLURM output folder) and standard input (:mod:`.reading`), matches the failure
 from __future__ import annotations
 
 from lightning_presets.tools.explain.analysis import Event, Failure, Report, analyse, explain
-from lightning_presets.tools.explain.reading import Read, Stream, read
+from lightning_presets.tools.explain.reading import MAX_BYTES, Read, Stream, read
 
-__all__ = ["Event", "Failure", "Read", "Report", "Stream", "analyse", "explain", "read"]
+__all__ = ["MAX_BYTES", "Event", "Failure", "Read", "Report", "Stream", "analyse", "explain", "read"]

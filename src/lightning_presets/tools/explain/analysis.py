@@ -10,18 +10,24 @@ reported as killed by the host: its traceback says more.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from lightning_presets.guards.failures import SIGNATURES, UNKNOWN_EXCEPTION, Signature, matches, run_probe
 from lightning_presets.guards.failures.signatures import HOST_OUT_OF_MEMORY
-from lightning_presets.tools.explain.reading import Read, Stream, read, summary_spans
+from lightning_presets.tools.explain.reading import Read, Stream, places, summary_spans, text_of
 
 MAX_EVIDENCE = 6
 """Evidence lines kept per failure (the count of the others is said)."""
+MAX_EVENTS = 200
+"""Events kept per failure (a failure repeated a million times is counted, not kept: the ranks, places and first
+lines are what the report says of it)."""
+MAX_UNKNOWN = 5
+"""Unrecognised exceptions reported one by one; the others are counted in one more failure."""
 
 _TRACEBACK = "Traceback (most recent call last):"
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
@@ -57,6 +63,18 @@ class Failure:
     events: list[Event] = field(default_factory=list)
     first: bool = False
     probe: str | None = None
+    seen: int = 0
+    """Every time it was seen (``events`` keeps the first :data:`MAX_EVENTS` and every timed one)."""
+    ranks_seen: set[int] = field(default_factory=set)
+    sources_seen: dict[str, None] = field(default_factory=dict)
+
+    def add(self, event: Event) -> None:
+        self.seen += 1
+        if event.rank is not None:
+            self.ranks_seen.add(event.rank)
+        self.sources_seen.setdefault(event.source)
+        if len(self.events) < MAX_EVENTS or event.timestamp is not None:
+            self.events.append(event)
 
     @property
     def code(self) -> str:
@@ -72,11 +90,15 @@ class Failure:
 
     @property
     def ranks(self) -> list[int]:
-        return sorted({event.rank for event in self.events if event.rank is not None})
+        return sorted(self.ranks_seen | {event.rank for event in self.events if event.rank is not None})
 
     @property
     def sources(self) -> list[str]:
-        return list(dict.fromkeys(event.source for event in self.events))
+        return list(dict.fromkeys([*(event.source for event in self.events), *self.sources_seen]))
+
+    @property
+    def count(self) -> int:
+        return max(self.seen, len(self.events))
 
     @property
     def timestamp(self) -> float | None:
@@ -96,8 +118,8 @@ class Failure:
         for event in self.events[:MAX_EVIDENCE]:
             where = f"rank {event.rank}, " if event.rank is not None else ""
             lines.append(f"{where}{event.source}:{event.line}: {event.text}")
-        if len(self.events) > MAX_EVIDENCE:
-            lines.append(f"... and {len(self.events) - MAX_EVIDENCE} more")
+        if self.count > MAX_EVIDENCE:
+            lines.append(f"... and {self.count - MAX_EVIDENCE} more")
         return lines
 
     def as_dict(self) -> dict[str, Any]:
@@ -111,6 +133,7 @@ class Failure:
             "evidence": self.evidence(),
             "role": self.role,
             "source": self.signature.source,
+            "seen": self.count,
         }
         if self.probe:
             data["probe"] = self.probe
@@ -123,6 +146,10 @@ class Report:
 
     failures: tuple[Failure, ...]
     places: tuple[tuple[str, int], ...]
+    windows: tuple[tuple[str, int], ...] = ()
+    """The places of which only the end was read, and the line their part starts at."""
+    skipped: tuple[tuple[str, str], ...] = ()
+    """Files of a folder not read, and why."""
 
     @property
     def explained(self) -> bool:
@@ -138,103 +165,186 @@ class Report:
         return next((failure for failure in self.failures if failure.first), None)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "failures": [failure.as_dict() for failure in self.failures],
-            "read": [{"path": path, "lines": lines} for path, lines in self.places],
-        }
+        starts = dict(self.windows)
+        read: list[dict[str, Any]] = []
+        for path, lines in self.places:
+            read.append({"path": path, "lines": lines})
+            if path in starts:
+                read[-1]["read_from_line"] = starts[path]
+        data: dict[str, Any] = {"failures": [failure.as_dict() for failure in self.failures], "read": read}
+        if self.skipped:
+            data["skipped"] = [{"path": path, "why": why} for path, why in self.skipped]
+        return data
 
 
 def explain(paths: Sequence[str], stdin: TextIO | None = None, *, probe: bool = False) -> Report:
     """Read ``paths`` (files, folders, ``-``) and explain the failures in them; ``probe``: also look at this machine
-    (only meaningful when the logs come from it)."""
-    return analyse(read(paths, stdin), probe=probe)
+    (only meaningful when the logs come from it). One place is held at a time: its events are kept, its text is not."""
+    events: list[Event] = []
+    counts: list[tuple[str, int]] = []
+    windows: list[tuple[str, int]] = []
+    skipped: list[tuple[str, str]] = []
+    failures: dict[tuple[str, str], Failure] = {}
+    for order, place in enumerate(places(paths, stdin, skipped)):
+        counts.append((place.name, place.lines))
+        if place.first_line > 1:
+            windows.append((place.name, place.first_line))
+        for stream in place.streams(order):
+            events.extend(_events(stream))
+        events = _collect(events, failures)
+    return _report(failures, events, probe, tuple(counts), tuple(windows), tuple(skipped))
 
 
 def analyse(what: Read, *, probe: bool = False) -> Report:
     events: list[Event] = []
+    failures: dict[tuple[str, str], Failure] = {}
     for stream in what.streams:
         events.extend(_events(stream))
-    events = _without_killed_with_traceback(events)
-    failures: dict[tuple[str, str], Failure] = {}
+    events = _collect(events, failures)
+    return _report(failures, events, probe, what.places, what.windows, what.skipped)
+
+
+def _collect(events: list[Event], failures: dict[tuple[str, str], Failure]) -> list[Event]:
+    """Events grouped into failures, except the host-OOM ones, which wait for every rank's traceback to be known."""
+    waiting = []
     for event in events:
-        key = (event.signature.code, event.cause if event.signature is UNKNOWN_EXCEPTION else "")
-        failure = failures.setdefault(key, Failure(event.signature, event.cause))
-        failure.events.append(event)
+        if event.signature is HOST_OUT_OF_MEMORY:
+            waiting.append(event)
+            continue
+        key = (event.signature.code, _family(event.cause) if event.signature is UNKNOWN_EXCEPTION else "")
+        failures.setdefault(key, Failure(event.signature, event.cause)).add(event)
+    return waiting
+
+
+_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
+
+
+def _family(cause: str) -> str:
+    """An unrecognised exception's message with its numbers taken out: one failure repeated with another step or
+    address each time is one failure."""
+    return _NUMBERS.sub("#", cause)
+
+
+def _report(
+    failures: dict[tuple[str, str], Failure], waiting: list[Event], probe: bool,
+    places: tuple[tuple[str, int], ...], windows: tuple[tuple[str, int], ...], skipped: tuple[tuple[str, str], ...],
+) -> Report:  # fmt: skip
+    explained = {
+        rank for f in failures.values() if f.signature.role == "cause" for rank in f.ranks
+    }  # a rank whose own traceback is known was not killed by the host without a word
+    for event in waiting:
+        if event.rank is None or event.rank not in explained:
+            failures.setdefault((event.signature.code, ""), Failure(event.signature, event.cause)).add(event)
     ordered = sorted(failures.values(), key=Failure.sort_key)
+    unknown = [failure for failure in ordered if failure.signature is UNKNOWN_EXCEPTION]
+    if len(unknown) > MAX_UNKNOWN:
+        rest = unknown[MAX_UNKNOWN:]
+        ordered = [failure for failure in ordered if all(failure is not other for other in rest)]
+        more = Failure(UNKNOWN_EXCEPTION, UNKNOWN_EXCEPTION.describe(
+            {"exception": f"{len(rest)} more unrecognised exceptions (first: {rest[0].events[0].text})"}))  # fmt: skip
+        for failure in rest:
+            for event in failure.events[:MAX_EVIDENCE]:
+                more.add(event)
+            more.seen += failure.count - min(len(failure.events), MAX_EVIDENCE)
+            more.ranks_seen |= set(failure.ranks)
+        ordered.append(more)
     for failure in ordered:
         failure.events.sort(key=lambda e: (e.timestamp if e.timestamp is not None else math.inf, e.order))
         if probe:
-            failure.probe = run_probe(failure.signature.probe, "\n".join(e.matched for e in failure.events))
+            failure.probe = run_probe(failure.signature.probe, "\n".join(e.matched for e in failure.events[:20]))
     if ordered:
         ordered[0].first = True
-    return Report(failures=tuple(ordered), places=what.places)
+    return Report(failures=tuple(ordered), places=places, windows=windows, skipped=skipped)
 
 
 def _events(stream: Stream) -> list[Event]:
     skip = [] if stream.summary else summary_spans(stream)
-    found = [m for m in matches(stream.text, SIGNATURES) if not any(a <= m.start < b for a, b in skip)]
-    events = [_event(stream, m.signature, m.cause, m.start, m.line, m.line) for m in found]
+    found = [m for m in matches(stream.text, SIGNATURES) if not _inside(m.start, skip)]
+    starts = [m.start for m in found]  # in order
+    pending = [(m.signature, m.cause, m.start, m.line, m.line) for m in found]
     for start, end, exception in _exceptions(stream.text):
-        if any(a <= start < b for a, b in skip) or _LAUNCHER.search(exception.partition(":")[0]):
+        if _inside(start, skip) or _LAUNCHER.search(exception.partition(":")[0]):
             continue
-        if any(start <= m.start <= end + _COVER for m in found):
+        at = bisect.bisect_left(starts, start)
+        if at < len(starts) and starts[at] <= end + _COVER:
             continue
         cause = UNKNOWN_EXCEPTION.describe({"exception": exception})
-        events.append(_event(stream, UNKNOWN_EXCEPTION, cause, end, exception, exception))
-    return events
+        pending.append((UNKNOWN_EXCEPTION, cause, end, exception, exception))
+    numbers = stream.lines_of([offset for _, _, offset, _, _ in pending])
+    return [_event(stream, *each, number) for each, number in zip(pending, numbers, strict=True)]
 
 
-def _event(stream: Stream, signature: Signature, cause: str, offset: int, line: str, matched: str) -> Event:
+def _inside(offset: int, spans: list[tuple[int, int]]) -> bool:
+    return any(a <= offset < b for a, b in spans)
+
+
+def _event(
+    stream: Stream, signature: Signature, cause: str, offset: int, line: str, matched: str, number: int
+) -> Event:
+    cause, line, matched = text_of(cause), text_of(line), text_of(matched)
     rank = stream.rank
     if rank is None and (named := _LINE_RANK.search(line)):
         rank = int(named.group("rank") or named.group("local"))
-    number = stream.line_of(offset)
     return Event(signature, cause, rank, stream.source, number, line[:300], stream.timestamp, (stream.order, number),
                  matched)  # fmt: skip
 
 
+_TRACEBACK_LINE = re.compile(r"[ \t]*Traceback \(most recent call last\):[ \t]*$", re.MULTILINE)
+
+
+def _traceback_heads(text: str) -> Iterator[re.Match[str]]:
+    """Each line that is a traceback's head (found with ``str.find``, then checked)."""
+    at = text.find(_TRACEBACK)
+    while at >= 0:
+        begin = text.rfind("\n", 0, at) + 1
+        found = _TRACEBACK_LINE.match(text, begin)
+        if found:
+            yield found
+        at = text.find(_TRACEBACK, at + len(_TRACEBACK))
+
+
 def _exceptions(text: str) -> list[tuple[int, int, str]]:
-    """Each traceback (chained ones together) as (start, offset of its exception line, the exception line)."""
+    """Each traceback (chained ones together) as (start, offset of its exception line, the exception line): only the
+    lines from each traceback's head to its exception are walked."""
     found: list[tuple[int, int, str]] = []
-    lines = text.split("\n")
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line) + 1)
-    index = 0
-    while index < len(lines):
-        if lines[index].strip() != _TRACEBACK:
-            index += 1
-            continue
-        start, last = offsets[index], None
-        base = len(lines[index]) - len(lines[index].lstrip())
-        index += 1
-        while index < len(lines):
-            line = lines[index]
+    resume = 0
+    for head in _traceback_heads(text):
+        if head.start() < resume:
+            continue  # a chained traceback already walked
+        start = head.start()
+        base = len(head.group(0)) - len(head.group(0).lstrip())
+        position, last = head.end() + 1, None
+        while position <= len(text):
+            stop = text.find("\n", position)
+            stop = len(text) if stop < 0 else stop
+            line = text[position:stop]
+            following = stop + 1
             indent = len(line) - len(line.lstrip())
             stripped = line.strip()
-            if not stripped or indent > base:
-                index += 1
-                continue
-            if stripped == _TRACEBACK or stripped.startswith(_CHAINED):
-                index += 1
+            if not stripped or indent > base or stripped == _TRACEBACK or stripped.startswith(_CHAINED):
+                position = following
                 continue
             if _EXCEPTION_LINE.match(stripped):
-                last = (offsets[index], stripped)
-                index += 1
-                if index < len(lines) and (lines[index].strip().startswith(_CHAINED)):
+                last = (position, stripped)
+                if _chained_after(text, following):
+                    position = following
                     continue  # the chain goes on: its last exception is the one raised
-                following = next(
-                    (lines[i].strip() for i in range(index, min(index + 3, len(lines))) if lines[i].strip()), ""
-                )
-                if following.startswith(_CHAINED):
-                    continue
             break
+        resume = position
         if last is not None:
             found.append((start, last[0], last[1][:300]))
     return found
 
 
-def _without_killed_with_traceback(events: list[Event]) -> list[Event]:
-    """A rank killed with SIGKILL whose own traceback is known was not killed by the host without a word."""
-    explained = {e.rank for e in events if e.signature is not HOST_OUT_OF_MEMORY and e.signature.role == "cause"}
-    return [e for e in events if e.signature is not HOST_OUT_OF_MEMORY or e.rank is None or e.rank not in explained]
+def _chained_after(text: str, position: int) -> bool:
+    """The first non-blank of the next three lines starts a chained exception's message."""
+    for _ in range(3):
+        if position >= len(text):
+            return False
+        stop = text.find("\n", position)
+        stop = len(text) if stop < 0 else stop
+        stripped = text[position:stop].strip()
+        if stripped:
+            return stripped.startswith(_CHAINED)
+        position = stop + 1
+    return False

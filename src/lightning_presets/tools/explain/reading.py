@@ -9,24 +9,36 @@ the time it was written when the place says so. :mod:`.analysis` matches the sig
 from __future__ import annotations
 
 import datetime
+import errno
 import itertools
 import json
 import os
 import re
+import stat
 import textwrap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from lightning_presets.core.findings import UsageError
 
 MAX_BYTES = 32 << 20
-"""Of a larger file only the last 32 MiB are read (a failure is at the end of a log)."""
+"""Of a larger file (or standard input, a pipe) only the last 32 MiB are kept (a failure is at the end of a log); the
+lines before them are counted, so that line numbers stay true, and the report says where its window starts."""
+CHUNK = 4 << 20
+"""What is read at a time: what one command holds is at most a window and a chunk, one place at a time."""
 MAX_FILES = 2000
 """A folder with more files than this is a usage error (the wrong folder)."""
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_ESCAPES = re.compile(
+    r"\x1b\][^\x07\x1b\n]{0,4096}(?:\x07|\x1b\\)?"  # OSC: window titles, OSC 8 hyperlinks
+    r"|\x1b\[[0-9;:?<=>!]{0,64}[ -/]{0,4}[@-~]"  # CSI: colours, cursor moves
+    r"|\x1b[ -/]{0,4}[0-~]?"  # the rest: resets (ESC c), character sets
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]"  # what else a terminal acts on (bell, backspace)
+)
+"""Terminal escape sequences and control characters: taken out of what is read, so that none reaches the output."""
+_CONTROLS = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 _PREFIX = re.compile(r"^(?:(?:\[(?:default|rank)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d{1,5}: ) ?)+")
 """torchrun's ``[rankN]:``/``[defaultN]:`` (``--tee``), mpirun's ``[job,rank]<stderr>:``, srun's ``--label`` ``N: ``."""
 _PREFIX_PART = re.compile(r"\[(default|rank)(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:|^\s*(\d{1,5}): ")
@@ -54,17 +66,32 @@ class Stream:
     rank: int | None
     """The global rank, when the place or the lines' prefixes say; ``None`` for the launcher or an unknown rank."""
     line_numbers: tuple[int, ...]
-    """For each line of ``text``, its line number in ``source`` (1-based)."""
+    """For each line of ``text``, its line number in ``source`` (1-based); empty: the lines follow each other from
+    ``first_line``."""
     order: int
     """The place's position among everything read (files in the order given, a folder's files sorted)."""
     timestamp: float | None = None
     """When the failure in it was recorded (torchelastic's error files and summary), seconds since the epoch."""
     summary: bool = False
     """One entry of torchrun's failure summary (the launcher's view of a rank)."""
+    first_line: int = 1
+    """The line number of the text's first line where ``line_numbers`` is empty."""
 
     def line_of(self, offset: int) -> int:
-        index = self.text.count("\n", 0, offset)
-        return self.line_numbers[index] if index < len(self.line_numbers) else index + 1
+        return self.lines_of([offset])[0]
+
+    def lines_of(self, offsets: Sequence[int]) -> list[int]:
+        """The line numbers of the offsets, counted once through the text (not once per offset)."""
+        result: dict[int, int] = {}
+        index, position = 0, 0
+        for offset in sorted(set(offsets)):
+            index += self.text.count("\n", position, offset)
+            position = max(position, offset)
+            if self.line_numbers:
+                result[offset] = self.line_numbers[index] if index < len(self.line_numbers) else index + 1
+            else:
+                result[offset] = self.first_line + index
+        return [result[offset] for offset in offsets]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,45 +100,221 @@ class Read:
 
     streams: tuple[Stream, ...]
     places: tuple[tuple[str, int], ...]
+    windows: tuple[tuple[str, int], ...] = ()
+    """The places read in part: their path and the line number the part read starts at."""
+    skipped: tuple[tuple[str, str], ...] = ()
+    """Files of a folder that were not read, and why (a dangling link, a FIFO, a device, unreadable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """One place's text as read: its name, text, the rank its path names, whether it is an error file, its line count
+    and the line number its text starts at (more than 1 where only its end was kept)."""
+
+    name: str
+    text: str
+    rank: int | None
+    error_file: bool
+    first_line: int = 1
+
+    @property
+    def lines(self) -> int:
+        return self.first_line - 1 + self.text.count("\n") + (1 if self.text and not self.text.endswith("\n") else 0)
+
+    def streams(self, order: int) -> list[Stream]:
+        if self.error_file:
+            return _error_file(self.name, self.text, self.rank, order)
+        return _log_streams(self.name, self.text, self.rank, order, self.first_line)
 
 
 def read(paths: Sequence[str], stdin: TextIO | None = None) -> Read:
     """Read the given files, folders (recursively) and ``-`` (standard input, once); a path that does not exist or
     cannot be read is a usage error."""
+    streams: list[Stream] = []
+    counts: list[tuple[str, int]] = []
+    windows: list[tuple[str, int]] = []
+    skipped: list[tuple[str, str]] = []
+    for order, place in enumerate(places(paths, stdin, skipped)):
+        counts.append((place.name, place.lines))
+        if place.first_line > 1:
+            windows.append((place.name, place.first_line))
+        streams.extend(place.streams(order))
+    return Read(tuple(streams), tuple(counts), tuple(windows), tuple(skipped))
+
+
+def places(paths: Sequence[str], stdin: TextIO | None, skipped: list[tuple[str, str]]) -> Iterator[Place]:
+    """Each place's text, one at a time (the caller keeps what it needs of one before the next is read); files of a
+    folder that cannot be read are added to ``skipped`` with the reason."""
     if not paths:
         raise UsageError("name at least one log file, folder or - (standard input)")
     if list(paths).count("-") > 1:
         raise UsageError("- (standard input) can be given once")
-    places: list[tuple[str, str, int | None, bool]] = []  # (name, text, rank from the place, error file)
-    for given in paths:
+    checked = [(given, _kind(given)) for given in paths]  # every path is checked before any is read
+    for given, kind in checked:
         if given == "-":
             if stdin is None:
                 raise UsageError("no standard input to read")
-            places.append(("<stdin>", stdin.read()[-MAX_BYTES:], None, False))
-            continue
-        path = Path(given)
-        if not path.exists():
-            raise UsageError(f"{given}: no such file or folder")
-        files = sorted(itertools.islice(_files(path), MAX_FILES + 1)) if path.is_dir() else [path]
-        if path.is_dir() and not files:
-            raise UsageError(f"{given}: the folder has no files")
-        if len(files) > MAX_FILES:
-            raise UsageError(f"{given}: more than {MAX_FILES} files; name the run's log folder")
-        for file in files:
-            text = _text(file, given)
-            if text is None:
-                continue
-            name = str(file)
-            places.append((name, text, _rank_of_path(name), file.name == "error.json"))
-    streams: list[Stream] = []
-    counts: list[tuple[str, int]] = []
-    for order, (name, text, rank, error_file) in enumerate(places):
-        counts.append((name, text.count("\n") + (1 if text and not text.endswith("\n") else 0)))
-        if error_file:
-            streams.extend(_error_file(name, text, rank, order))
+            text, first = _stream_text(_chunks_of(stdin), "<stdin>", "standard input")
+            yield Place("<stdin>", text, None, False, first)
+        elif kind == "folder":
+            files = sorted(itertools.islice(_files(Path(given)), MAX_FILES + 1))
+            if not files:
+                raise UsageError(f"{given}: the folder has no files")
+            if len(files) > MAX_FILES:
+                raise UsageError(f"{given}: more than {MAX_FILES} files; name the run's log folder")
+            for file in files:
+                name = str(file)
+                why = _not_readable(file)
+                if why is not None:
+                    skipped.append((name, why))
+                    continue
+                try:
+                    found = _file_text(file, name, in_folder=True)
+                except UsageError as error:
+                    skipped.append((name, str(error).removeprefix(f"{name}: ")))
+                    continue
+                if found is not None:
+                    yield Place(name, found[0], _rank_of_path(name), file.name == "error.json", found[1])
         else:
-            streams.extend(_log_streams(name, text, rank, order))
-    return Read(streams=tuple(streams), places=tuple(counts))
+            found = _file_text(Path(given), given, in_folder=False)
+            if found is not None:
+                yield Place(given, found[0], _rank_of_path(given), Path(given).name == "error.json", found[1])
+
+
+def _kind(given: str) -> str:
+    """``folder``, ``file`` (a regular file, a FIFO or a pipe) or ``-``; anything else is a usage error that says what
+    the path is."""
+    if given == "-":
+        return "-"
+    try:
+        mode = os.stat(given).st_mode
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UsageError(f"{given}: a symbolic link that loops (it leads back to itself)") from None
+        if os.path.islink(given):
+            target = os.readlink(given)
+            raise UsageError(f"{given}: a dangling symbolic link (to {target}, which does not exist)") from None
+        if error.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise UsageError(f"{given}: no such file or folder") from None
+        raise UsageError(f"{given}: cannot be read ({error.strerror or error})") from None
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode):
+        return "file"
+    what = "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else "a socket"
+    raise UsageError(f"{given}: {what}, not a log file (a log is a regular file, a pipe or -)")
+
+
+def _not_readable(file: Path) -> str | None:
+    """Why a file found in a folder is not read, or None: only regular files are (a FIFO there may never end)."""
+    try:
+        mode = os.stat(file).st_mode
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "a symbolic link that loops"
+        if os.path.islink(file):
+            return "a dangling symbolic link"
+        return f"cannot be read ({error.strerror or error})"
+    if not stat.S_ISREG(mode):
+        return "not a regular file (a FIFO, a device or a socket)"
+    return None
+
+
+def _file_text(file: Path, given: str, *, in_folder: bool) -> tuple[str, int] | None:
+    """A file's text (a large file's last :data:`MAX_BYTES`, from a line's start) and the line number it starts at;
+    ``None`` for a binary file inside a folder. A FIFO is read like standard input: to its end, keeping its tail."""
+    try:
+        descriptor = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO with no writer: no wait
+    except IsADirectoryError:
+        raise UsageError(f"{given}: is a folder that cannot be listed") from None
+    except OSError as error:
+        raise UsageError(f"{file}: cannot be read ({error.strerror or error})") from None
+    try:
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(descriptor, True)
+        with open(descriptor, "rb", closefd=False) as handle:
+            mode = os.fstat(descriptor).st_mode
+            if stat.S_ISREG(mode):
+                data, first = _regular_tail(handle, os.fstat(descriptor).st_size)
+            else:
+                data, first = _tail(iter(lambda: handle.read(CHUNK), b""))
+    except OSError as error:
+        raise UsageError(f"{file}: cannot be read ({error.strerror or error})") from None
+    finally:
+        os.close(descriptor)
+    if b"\0" in data[:8192]:
+        if not in_folder:
+            raise UsageError(f"{given}: not a text file")
+        return None
+    return _decoded(data), first
+
+
+def _decoded(data: bytes) -> str:
+    """The bytes as text, one character a byte (Latin-1): offsets are the bytes', the text is as compact as the
+    bytes and ``str.find`` runs at memory speed on it; :func:`text_of` turns a piece of it back into UTF-8 text."""
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    if len(data.translate(None, _CONTROLS)) != len(data):  # an escape sequence or a control character somewhere
+        return _ESCAPES.sub("", data.decode("latin-1"))
+    return data.decode("latin-1")
+
+
+def text_of(piece: str) -> str:
+    """A piece of what :func:`_decoded` gave, as the UTF-8 text it was (a piece with other characters: as it is)."""
+    try:
+        return piece.encode("latin-1").decode("utf-8", errors="replace")
+    except UnicodeEncodeError:
+        return piece
+
+
+def _regular_tail(handle: BinaryIO, size: int) -> tuple[bytes, int]:
+    """The last :data:`MAX_BYTES` of a regular file from a line's start, and its first line's number (the newlines
+    of the part skipped are counted a chunk at a time)."""
+    if size <= MAX_BYTES:
+        return handle.read(), 1
+    start, newlines = size - MAX_BYTES, 0
+    while handle.tell() < start:
+        newlines += handle.read(min(CHUNK, start - handle.tell())).count(b"\n")
+    data = handle.read()
+    cut = data.find(b"\n")
+    if cut < 0:
+        return data, newlines + 1
+    return data[cut + 1 :], newlines + 2
+
+
+def _tail(chunks: Iterator[bytes]) -> tuple[bytes, int]:
+    """What a stream gave, its last :data:`MAX_BYTES` only (from a line's start), and its first line's number: read
+    to its end a chunk at a time, never whole. A stream whose first chunk holds a NUL is refused at once (a binary,
+    ``/dev/zero``)."""
+    kept, newlines, first = bytearray(), 0, True
+    for chunk in chunks:
+        if first and b"\0" in chunk[:8192]:
+            return bytes(chunk[:8192]), 1
+        first = False
+        kept += chunk
+        if len(kept) > MAX_BYTES + CHUNK:
+            drop = len(kept) - MAX_BYTES
+            cut = kept.find(b"\n", drop)
+            drop = cut + 1 if cut >= 0 else drop
+            newlines += kept.count(b"\n", 0, drop)
+            del kept[:drop]
+    return bytes(kept), newlines + 1
+
+
+def _chunks_of(stdin: TextIO) -> Iterator[bytes]:
+    buffer = getattr(stdin, "buffer", None)
+    if buffer is not None:
+        yield from iter(lambda: buffer.read1(CHUNK) if hasattr(buffer, "read1") else buffer.read(CHUNK), b"")
+        return
+    for text in iter(lambda: stdin.read(CHUNK), ""):
+        yield text.encode("utf-8", errors="replace")
+
+
+def _stream_text(chunks: Iterator[bytes], name: str, what: str) -> tuple[str, int]:
+    data, first = _tail(chunks)
+    if b"\0" in data[:8192]:
+        raise UsageError(f"{what}: not text (it holds NUL bytes: a binary, or /dev/zero)")
+    return _decoded(data), first
 
 
 def _files(folder: Path) -> Iterator[Path]:
@@ -120,25 +323,6 @@ def _files(folder: Path) -> Iterator[Path]:
         for name in names:
             if not name.startswith("."):
                 yield Path(root) / name
-
-
-def _text(file: Path, given: str) -> str | None:
-    """The file's text (its last :data:`MAX_BYTES`); ``None`` for a binary file inside a folder."""
-    try:
-        with open(file, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size > MAX_BYTES:
-                handle.seek(size - MAX_BYTES)
-            data = handle.read()
-    except IsADirectoryError:
-        raise UsageError(f"{given}: is a folder that cannot be listed") from None
-    except OSError as error:
-        raise UsageError(f"{file}: cannot be read ({error.strerror or error})") from None
-    if b"\0" in data[:8192]:
-        if str(file) == given:
-            raise UsageError(f"{given}: not a text file")
-        return None
-    return _ANSI.sub("", data.decode("utf-8", errors="replace")).replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _rank_of_path(name: str) -> int | None:
@@ -172,24 +356,42 @@ def _error_file(name: str, text: str, rank: int | None, order: int) -> list[Stre
     return [Stream(name, "\n".join(lines), rank, tuple(range(1, len(lines) + 1)), order, timestamp)]
 
 
-def _log_streams(name: str, text: str, rank: int | None, order: int) -> list[Stream]:
+_ANY_PREFIX = re.compile(r"^(?:\[(?:default|rank)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d{1,5}: )", re.MULTILINE)
+
+
+def _log_streams(name: str, text: str, rank: int | None, order: int, first_line: int = 1) -> list[Stream]:
     """One stream per rank of a log: a line's rank is its prefix's (``[rank1]:``, ``[default1]:``, mpirun's
     ``[1,1]<stderr>:``), else the place's; the entries of torchrun's failure summary become streams of their own."""
-    by_rank: dict[int | None, tuple[list[str], list[int]]] = {}
-    for number, line in enumerate(text.split("\n"), start=1):
-        owner, content = rank, line
-        found = _PREFIX.match(line)
-        if found:
-            owner = _prefix_rank(found.group(0), rank)
-            content = line[found.end() :]
-        lines, numbers = by_rank.setdefault(owner, ([], []))
-        lines.append(content)
-        numbers.append(number)
-    streams = [
-        Stream(name, "\n".join(lines), owner, tuple(numbers), order)
-        for owner, (lines, numbers) in by_rank.items()
-        if any(line.strip() for line in lines)
-    ]
+    prefixed = list(_ANY_PREFIX.finditer(text))
+    if not prefixed:  # no line names a rank: the text is one stream as it is
+        streams = [Stream(name, text, rank, (), order, first_line=first_line)] if text.strip() else []
+    else:  # the lines that name a rank go to its stream; the others stay, the moved ones left blank
+        by_rank: dict[int | None, tuple[list[str], list[int]]] = {}
+        rest: list[str] = []
+        last = counted = 0
+        number = first_line
+        for found in prefixed:
+            start = found.start()
+            stop = text.find("\n", start)
+            stop = len(text) if stop < 0 else stop
+            number += text.count("\n", counted, start)
+            counted = start
+            line = text[start:stop]
+            head = _PREFIX.match(line)
+            owner = _prefix_rank(head.group(0), rank) if head else rank
+            lines, numbers = by_rank.setdefault(owner, ([], []))
+            lines.append(line[head.end() :] if head else line)
+            numbers.append(number)
+            rest.append(text[last:start])
+            last = stop
+        rest.append(text[last:])
+        remaining = "".join(rest)
+        streams = [Stream(name, remaining, rank, (), order, first_line=first_line)] if remaining.strip() else []
+        streams += [
+            Stream(name, "\n".join(lines), owner, tuple(numbers), order)
+            for owner, (lines, numbers) in by_rank.items()
+            if any(line.strip() for line in lines)
+        ]
     for stream in list(streams):
         streams.extend(_summary_entries(stream))
     return streams
@@ -212,6 +414,8 @@ def _prefix_rank(prefix: str, default: int | None) -> int | None:
 def _summary_entries(stream: Stream) -> Iterator[Stream]:
     """The entries of torchrun's ``ChildFailedError`` summary (``Failures:`` and ``Root Cause``): per rank, its exit
     code, when it failed and its traceback (or ``Signal 9 (SIGKILL) received by PID ...``)."""
+    if "exitcode" not in stream.text:
+        return
     for found in _SUMMARY_ENTRY.finditer(stream.text):
         block = found.group("traceback")
         head, _, rest = block.partition("\n")
@@ -227,6 +431,8 @@ def _summary_entries(stream: Stream) -> Iterator[Stream]:
 
 def summary_spans(stream: Stream) -> list[tuple[int, int]]:
     """Where torchrun's summary entries are in a stream's text (what they say is read from the entries instead)."""
+    if "exitcode" not in stream.text:
+        return []
     return [(found.start(), found.end()) for found in _SUMMARY_ENTRY.finditer(stream.text)]
 
 
