@@ -85,8 +85,9 @@ def generated_part(codes: list[str]) -> tuple[list[str], list[str]]:
         lines.append(f"{code}  {len(generated):3d} mutants  killed {len(generated) - len(alive):3d}  "
                      f"survivors {len(alive):3d}  {time.perf_counter() - began:5.2f} s")  # fmt: skip
         print(lines[-1], flush=True)
-    killers = ", ".join(f"{count} by a {kind} {'example' if kind in ('fails', 'fixed') else ''}".rstrip()
-                        for kind, count in kinds.most_common())  # fmt: skip
+    named = {"fails": "its fails example", "fixed": "its fixed example", "neighbour": "a neighbour",
+             "added": "a configuration the check adds"}  # fmt: skip
+    killers = ", ".join(f"{count} by {named[kind]}" for kind, count in kinds.most_common())
     summary = (f"{len(codes)} rules, {total} mutants, {total - len(survivors)} killed ({killers}), "
                f"{len(survivors)} survivors, {time.perf_counter() - start:.1f} s")  # fmt: skip
     lines.append(summary)

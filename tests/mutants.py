@@ -33,7 +33,7 @@ from typing import Any
 
 from lightning_presets.core.rules import Rule
 from lightning_presets.tools import examples
-from neighbours import CHECK, NEIGHBOURS, Neighbour, declared_rules, error_rules, run
+from neighbours import CHECK, GPU8, NEIGHBOURS, Neighbour, declared_rules, error_rules, run
 
 _LOOSER: dict[type[ast.cmpop], tuple[type[ast.cmpop], ...]] = {
     ast.Eq: (ast.NotEq, ast.LtE, ast.GtE),
@@ -109,11 +109,33 @@ def _builds_the_message(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Problem"
 
 
+def _message_nodes(function: ast.AST) -> set[int]:
+    """The nodes that only build the message: inside ``Problem(...)`` or an f-string, and the value of each name
+    assigned once and read nowhere else (``listed = ", ".join(...)``), transitively."""
+    nodes = list(ast.walk(function))
+    message = {id(inner) for node in nodes if _builds_the_message(node) for inner in ast.walk(node)}
+    assigned = [node for node in nodes if isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)]  # fmt: skip
+    changed = True
+    while changed:
+        changed = False
+        for node in assigned:
+            name = node.targets[0].id  # type: ignore[attr-defined]
+            if id(node.value) in message or sum(1 for each in assigned if each.targets[0].id == name) != 1:  # type: ignore[attr-defined]
+                continue
+            reads = [each for each in nodes
+                     if isinstance(each, ast.Name) and each.id == name and isinstance(each.ctx, ast.Load)]  # fmt: skip
+            if reads and all(id(each) in message for each in reads):
+                message |= {id(inner) for inner in ast.walk(node.value)}
+                changed = True
+    return message
+
+
 def _edits(tree: ast.Module) -> list[tuple[int, str, Callable[[ast.Module], None]]]:
     """Each mutation as (line, description, an edit applied to a copy of ``tree``); nodes found by their position in
     ``ast.walk`` order, which a deep copy keeps."""
     nodes = list(ast.walk(tree.body[0]))
-    message = {id(inner) for node in nodes if _builds_the_message(node) for inner in ast.walk(node)}
+    message = _message_nodes(tree.body[0])
     edits: list[tuple[int, str, Callable[[ast.Module], None]]] = []
 
     def at(position: int) -> Callable[[ast.Module], ast.AST]:
@@ -287,18 +309,61 @@ def _example(code: str, which: str) -> bool:
 
 
 def _neighbour(code: str, index: int) -> bool:
+    """Accepted as ``tests/test_neighbours.py`` accepts it: no error of any code (a rule that raises is LP012), no
+    exception."""
     result = run(NEIGHBOURS[code][index])
-    return result.exception is None and code not in result.errors
+    return result.exception is None and not result.errors
+
+
+_TP = 'Trainer(strategy=lightning_presets.strategy("tp2d_hybrid", {}), accelerator="cuda", devices={}{})'
+ACCEPTED: dict[str, tuple[Neighbour, ...]] = {
+    "LP219": (
+        Neighbour(
+            "model = nn.Sequential(nn.Linear(8, 8), nn.SyncBatchNorm(8))\n"
+            'Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(model)',
+            "SyncBatchNorm on CUDA, the device torch's SyncBatchNorm normalises (not run here: no GPU); kills the "
+            "mutant without the rule's early exit for CUDA, which refused every SyncBatchNorm model",
+        ),
+    ),
+}
+"""Accepted configurations this check adds where a generated mutant showed that the rule's own tests pinned
+nothing: run and judged as neighbours (``test_the_added_configurations_are_judged_as_declared``)."""
+
+REFUSED: dict[str, tuple[str, ...]] = {
+    "LP216": (_TP.format("data_parallel_size=4, tensor_parallel_size=2", 8, ", detect_anomaly=True"),),
+    "LP201": (_TP.format("data_parallel_size=1, tensor_parallel_size=2", 4, ""),),
+    "LP211": (
+        'Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=1, tensor_parallel_size=1), '
+        'accelerator="cpu", devices=2)',
+    ),
+}
+"""Refused configurations at a boundary the rule's ``fails`` example does not sit on (the smallest tensor-parallel
+size anomaly mode fails with; a product of sizes below the world, not only above): each must report the rule."""
+
+
+def _refused(code: str, source: str) -> bool:
+    outcome = examples.run_example.__wrapped__(source, GPU8)
+    return outcome.error is None and code in outcome.codes
+
+
+def _accepted(code: str, neighbour: Neighbour) -> bool:
+    result = run(neighbour)
+    return result.exception is None and not result.errors
 
 
 def checks(code: str) -> tuple[Check, ...]:
     """The rule's tests a mutant must pass: its examples (``fails`` first: most mutants that narrow die there), then
-    its neighbours; a neighbour the rule refuses today (a recorded false rejection) is left out."""
+    its neighbours; a neighbour the rule refuses today (a recorded false rejection) is left out. Then what this check
+    adds (:data:`ACCEPTED`, :data:`REFUSED`)."""
     found = [Check("fails example", lambda: _example(code, "fails")),
              Check("fixed example", lambda: _example(code, "fixed"))]  # fmt: skip
     for index, neighbour in enumerate(NEIGHBOURS.get(code, ())):
         if not neighbour.false_rejection:
             found.append(Check(f"neighbour {index}", functools.partial(_neighbour, code, index)))
+    for index, neighbour in enumerate(ACCEPTED.get(code, ())):
+        found.append(Check(f"added neighbour {index}", functools.partial(_accepted, code, neighbour)))
+    for index, source in enumerate(REFUSED.get(code, ())):
+        found.append(Check(f"added refusal {index}", functools.partial(_refused, code, source)))
     return tuple(found)
 
 

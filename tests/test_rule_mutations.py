@@ -141,3 +141,21 @@ def test_a_mutant_is_applied_with_the_rules_own_closure_and_removed_after() -> N
 def test_recorded_survivors_are_read_from_the_result() -> None:
     text = "LP201  3 mutants\n  LP804#1   line  14  survives: LP804 | `facts is None` dropped from `or`\n"
     assert mutants.recorded_survivors(text) == {"LP804 | `facts is None` dropped from `or`"}
+
+
+@pytest.mark.parametrize(
+    ("code", "check"),
+    [
+        (code, check)
+        for code in sorted({*mutants.ACCEPTED, *mutants.REFUSED})
+        for check in mutants.checks(code)
+        if check.name.startswith("added")
+    ],
+    ids=lambda value: value if isinstance(value, str) else value.name,
+)
+def test_the_added_configurations_are_judged_as_declared(code: str, check: mutants.Check) -> None:
+    """What this check adds to a rule's tests holds with the rule as it is (accepted, or refused with its code); an
+    added neighbour also reaches the rule, so it pins something."""
+    assert check.passes()
+    for neighbour in mutants.ACCEPTED.get(code, ()):
+        assert run(neighbour, trace=code).calls, f"{code}: {neighbour.why} never reaches the rule"
