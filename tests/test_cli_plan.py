@@ -258,12 +258,14 @@ def test_cli_nothing_fits_exits_1_with_hint(capsys: pytest.CaptureFixture[str]) 
     assert "--gpus" in out
     assert "--num-nodes" in out
     assert "fsdp2_offload_ckpt fits on the GPU" in out
+    assert "--gpus 8 --num-nodes 8: fsdp2 fits" in out  # the smallest change that fits, planned
     code, out = run(capsys, *argv, "--json")
     data = json.loads(out)
     assert code == data["exit_code"] == 1
     assert data["recommended"] is None
     assert data["trainer"] is None
     assert "--cpu-memory" in data["hint"]
+    assert [each["change"] for each in data["suggestions"]] == ["--gpus 8 --num-nodes 8"]
 
 
 def test_a_plain_module_is_traced_with_the_default_optimizer() -> None:
@@ -587,12 +589,14 @@ def test_when_nothing_fits_the_smallest_change_that_fits_is_planned() -> None:
     from lightning_presets.tools.plan import planner
 
     request = PlanRequest(params=70 * 10**9, gpus_per_node=1, gpu_memory=24 * GIB, cpu_memory=64 * GIB)
-    result = plan(request)
+    assert plan(request).suggestions == ()  # not asked for (check --model plans without them)
+    result = plan(request, suggest_changes=True)
     assert not result.fitting
     (more,) = result.suggestions
     assert (more.change, more.preset, more.peak) == ("--gpus 8 --num-nodes 8", "fsdp2", 70 * 10**9 * 16 // 64)
     assert result.as_dict()["suggestions"][0]["change"] == "--gpus 8 --num-nodes 8"
-    assert plan(replace_request(request, gpus_per_node=8, num_nodes=8)).suggestions == ()  # it fits: nothing to suggest
+    fits = plan(replace_request(request, gpus_per_node=8, num_nodes=8), suggest_changes=True)
+    assert fits.suggestions == ()  # it fits: nothing to suggest
     traced = PlanRequest(model="lightning_presets.tools.plan.reference_models:decoder_tiny", gpus_per_node=8)
     kinds = {kind: [step for step in steps] for kind, _flag, steps in planner._changes(traced, batch=4)}
     assert kinds["checkpointing"] == [{"activation_checkpointing": "full"}]

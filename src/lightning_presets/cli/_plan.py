@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
     request = request_from(args)
     try:
         with progress(request.traced and not args.json, "loading the model") as update:
-            result = _plan.plan(request, update)
+            result = _plan.plan(request, update, suggest_changes=True)
     except (ValueError, PlanFailed) as error:
         raise UsageError(str(error)) from None
     if args.json:
@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
 def _in(value: float | None) -> str:
     """One figure in its own unit (``14.6 GiB``, ``812.0 MiB``): a table of a 70B model's offload rows and its
     DDP rows mixes MiB and TiB."""
-    return "-" if value is None else _plan.format_bytes(value)
+    return "-" if value is None else "0" if value == 0 else _plan.format_bytes(value)
 
 
 _EVIDENCE_WORDS = (("failed", "failed"), ("arithmetic + traced activations", "formula+trace"),

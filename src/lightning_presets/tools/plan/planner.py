@@ -231,15 +231,18 @@ def order(estimates: list[Estimate] | tuple[Estimate, ...]) -> tuple[Estimate, .
     return tuple(sorted(estimates, key=lambda each: (not each.fits, _speed(each), each.rank, each.preset)))
 
 
-def plan(request: PlanRequest, progress: Progress | None = None, notes: tuple[str, ...] = ()) -> Plan:
-    """Plan every preset the planner knows (or ``request.presets``): fitting ones first, fastest first.
+def plan(request: PlanRequest, progress: Progress | None = None, notes: tuple[str, ...] = (), *,
+         suggest_changes: bool = False) -> Plan:  # fmt: skip
+    """Plan every preset the planner knows (or ``request.presets``): fitting ones first, fastest first;
+    ``suggest_changes``: when nothing fits, also plan the smallest changes that make a preset fit (:func:`suggest`:
+    more plans, traced ones trace again; ``lightning-presets plan`` asks for them, ``check --model`` does not).
 
     With a model, the tracing runs in a child process (:func:`lightning_presets.tools.plan.worker.run`):
     a factory that aborts the interpreter cannot take the caller down. Raises ``ValueError`` for a bad
     request and :class:`lightning_presets.tools.plan.worker.PlanFailed` when the model cannot be planned.
     """
     result = _plan(request, progress, notes)
-    if result.fitting or not any(each.applicable for each in result.estimates):
+    if not suggest_changes or result.fitting or not any(each.applicable for each in result.estimates):
         return result
     return replace(result, suggestions=suggest(request, result, progress))
 
