@@ -198,6 +198,18 @@ def test_a_rank_stuck_in_its_step_while_the_others_wait_in_ddps_reduction_is_rep
 
 
 @pytest.mark.distributed
+def test_a_rank_that_computes_slowly_while_the_others_wait_in_ddps_reduction_trains() -> None:
+    """The accepted neighbour of the report above: rank 1 computes for 5 s in its third step while rank 0 waits past
+    the 2 s limit in the gradient reduction. Rank 1 is slow, not hung (its process uses the CPU): no report."""
+    env = {variables.DIAGNOSE_VARIABLE: "1", variables.COLLECTIVE_TIMEOUT_VARIABLE: "2"}
+    job = run_job("runtime_jobs:slow_step", "5", path=JOBS, timeout=120, env=env)
+    assert job.outcome == "trained", job.describe()
+    assert "LP034" not in job.stdout, job.describe()
+    first, second = job.reports()
+    assert first["checksum"] == pytest.approx(second["checksum"])
+
+
+@pytest.mark.distributed
 def test_diagnose_mode_never_ends_a_rank_that_writes_a_checkpoint() -> None:
     """Issue 38: rank 0 writes last.ckpt for 5 s (a slow disk: no CPU, the same line) while rank 1 waits in
     Lightning's checkpoint barrier past the 2 s limit. Rank 0 is slow, not hung: no report, the fit completes and

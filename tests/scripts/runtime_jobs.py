@@ -150,6 +150,33 @@ def log_on_rank0(seconds: str = "0") -> None:
     _report(done=True)
 
 
+def slow_step(seconds: str) -> None:
+    """Rank 1 computes for ``seconds`` in its third training_step (a slow batch: the CPU busy, one line) while rank 0
+    waits for it in DDP's gradient reduction."""
+    import lightning.pytorch as pl
+
+    class Slow(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.layer = nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            inputs, target = batch
+            end = time.monotonic() + float(seconds) if self.global_rank == 1 and batch_idx == 2 else 0.0
+            while time.monotonic() < end:  # a slow batch: busy all along
+                pass
+            return nn.functional.mse_loss(self.layer(inputs), target)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.set_num_threads(1)
+    module = Slow()
+    _trainer().fit(module, _data())
+    _report(checksum=_checksum(module))
+
+
 def save_slowly(seconds: str) -> None:
     """Rank 0 writes ``ckpt/last.ckpt`` at the end of each epoch slowly (half the bytes, ``seconds`` of a slow disk,
     the rest) while rank 1 waits in Lightning's checkpoint barrier; then every rank loads the checkpoint."""

@@ -279,17 +279,62 @@ def _torch_save_codes() -> frozenset[Any]:
     return frozenset(code for code in codes if code is not None)
 
 
+def _children_cpu_seconds() -> float:
+    """The CPU time of this process's live child processes (DataLoader workers load the batches the main thread
+    waits for), from Linux's ``/proc``; 0 where it cannot be read."""
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            children = Path(f"/proc/self/task/{task}/children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            try:
+                fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
+            except (OSError, IndexError, ValueError):
+                continue
+    return total / _CLOCK_TICKS
+
+
+_CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+
+
+def _cpu_seconds() -> float:
+    return time.process_time() + _children_cpu_seconds()
+
+
+def _storage_bytes() -> int:
+    """Bytes this process read from or wrote to storage (``/proc/self/io``: a load or a write in progress); 0 where
+    it cannot be read. Sockets are not counted: the monitor's own store traffic is no progress."""
+    try:
+        text = Path("/proc/self/io").read_text()
+    except OSError:
+        return 0
+    values = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    try:
+        return int(values.get("read_bytes", 0)) + int(values.get("write_bytes", 0))
+    except ValueError:
+        return 0
+
+
 class Progress:
     """Whether this rank moves, as its monitor thread sees it at each poll: a rank whose Python stack changes, whose
-    process uses the CPU (a long computation in C++ keeps one line), or that writes a checkpoint is making progress;
-    one that sleeps, blocks on a data source that never returns or waits in a collective is not."""
+    process or DataLoader workers use the CPU (a long computation in C++ keeps one line), that reads or writes
+    storage, or that writes a checkpoint is making progress; one that sleeps, blocks on a data source that never
+    returns or waits in a collective is not."""
 
     def __init__(self, recorder: Recorder, main: threading.Thread) -> None:
         self.recorder = recorder
         self.main = main
         self.save_codes = _torch_save_codes()
         self.signature: tuple[tuple[int, int], ...] = ()
-        self.cpu = time.process_time()
+        self.cpu = _cpu_seconds()
+        self.io = _storage_bytes()
         self.sampled = self.moved = time.monotonic()
 
     def writing(self) -> bool:
@@ -310,12 +355,12 @@ class Progress:
         while frame is not None:
             signature.append((id(frame.f_code), frame.f_lineno))
             frame = frame.f_back
-        cpu = time.process_time()
+        cpu, io = _cpu_seconds(), _storage_bytes()
         busy = cpu - self.cpu >= BUSY_SHARE * (now - self.sampled)
-        moved = tuple(signature) != self.signature or busy
+        moved = tuple(signature) != self.signature or busy or io != self.io
         if (self.recorder.current is None and moved) or self.writing():
             self.moved = now
-        self.signature, self.cpu, self.sampled = tuple(signature), cpu, now
+        self.signature, self.cpu, self.io, self.sampled = tuple(signature), cpu, io, now
 
     def idle(self, now: float) -> float:
         """Seconds since this rank last made progress."""
