@@ -319,6 +319,11 @@ def render(result: _plan.Plan, *, gpu_type_read: bool = False) -> Group:
             fields(
                 [
                     ("fastest", result.fastest_text() or ""),
+                    *(
+                        [("faster with", "; ".join(each.text() for each in result.suggestions))]
+                        if result.suggestions
+                        else []
+                    ),
                     ("rule", _plan.RULE),
                     ("Trainer", result.trainer_line() or ""),
                     ("Fabric", result.fabric_line() or ""),

@@ -80,7 +80,8 @@ class Plan:
     model_parameters: int | None = None
     """Parameters of the traced model (``--params`` gives its own count)."""
     suggestions: tuple[Suggestion, ...] = field(default=())
-    """When nothing fits: the smallest changes that make a preset fit, each planned (:func:`suggest`)."""
+    """When nothing fits, the smallest changes that make a preset fit (:func:`suggest`); when something fits, the
+    changes that make a faster preset fit (:func:`faster`); each planned."""
 
     @property
     def fitting(self) -> tuple[Estimate, ...]:
@@ -242,9 +243,11 @@ def plan(request: PlanRequest, progress: Progress | None = None, notes: tuple[st
     request and :class:`lightning_presets.tools.plan.worker.PlanFailed` when the model cannot be planned.
     """
     result = _plan(request, progress, notes)
-    if not suggest_changes or result.fitting or not any(each.applicable for each in result.estimates):
+    if not suggest_changes or not any(each.applicable for each in result.estimates):
         return result
-    return replace(result, suggestions=suggest(request, result, progress))
+    if not result.fitting:
+        return replace(result, suggestions=suggest(request, result, progress))
+    return replace(result, suggestions=faster(request, result, progress))
 
 
 def _plan(request: PlanRequest, progress: Progress | None, notes: tuple[str, ...]) -> Plan:
@@ -296,12 +299,29 @@ def _changes(request: PlanRequest, batch: int | None) -> list[tuple[str, str, li
     return changes
 
 
-def suggest(request: PlanRequest, result: Plan, progress: Progress | None = None) -> tuple[Suggestion, ...]:
-    """When nothing fits: for each kind of change (:func:`_changes`), the smallest that makes a preset fit, planned
-    as the request itself is (traced changes trace again), with that plan's fastest preset and its speed."""
+def faster(request: PlanRequest, result: Plan, progress: Progress | None = None) -> tuple[Suggestion, ...]:
+    """When a preset fits but one that does not would run faster (full sharding that misses by a few GiB, where an
+    offload preset fits): the smallest change of the same job (checkpointing, a smaller micro-batch; not more GPUs)
+    that makes one of the faster presets fit, kept where it is still faster than the recommended preset."""
+    best = _rate(result.fitting[0]) or 0.0
+    quicker = tuple(each.preset for each in result.estimates
+                    if not each.fits and each.applicable and (_rate(each) or 0.0) > best)  # fmt: skip
+    if not best or not quicker:
+        return ()
+    found = suggest(replace(request, presets=quicker), result, progress, kinds=("checkpointing", "micro-batch"))
+    return tuple(each for each in found if each.rate is not None and each.rate > best)
+
+
+def suggest(request: PlanRequest, result: Plan, progress: Progress | None = None,
+            kinds: tuple[str, ...] | None = None) -> tuple[Suggestion, ...]:  # fmt: skip
+    """When nothing fits: for each kind of change (:func:`_changes`; ``kinds``: only these), the smallest that makes a
+    preset fit, planned as the request itself is (traced changes trace again), with that plan's fastest preset and
+    its speed."""
     batch = next((each.batch for each in result.estimates if each.batch), None)
     found: list[Suggestion] = []
-    for _kind, flag, steps in _changes(request, batch):
+    for kind, flag, steps in _changes(request, batch):
+        if kinds is not None and kind not in kinds:
+            continue
         for step in steps:
             changed = replace(request, **step)
             tried = _plan(changed, progress, ())
