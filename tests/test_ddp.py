@@ -368,3 +368,23 @@ def test_static_graph_trains_fabrics_gradient_accumulation_recipe_as_plain_ddp()
     assert job.outcome == "trained", job.describe()
     first, second = _results(job)
     assert first["weights"]["ddp_static_graph"] == first["weights"]["ddp"] == second["weights"]["ddp_static_graph"]
+
+
+def _normed(layer: nn.Module) -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 4), layer, nn.Linear(4, 1))
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "mps"])
+def test_lp310_refuses_the_models_own_sync_batch_norm_off_cuda_without_the_flag(accelerator: str) -> None:
+    finding = ddp.sync_batchnorm_on_gpus(ctx(accelerator=accelerator), _normed(nn.SyncBatchNorm(4)))
+    assert finding is not None
+    assert "the model's 1 are nn.SyncBatchNorm already" in finding.message
+    assert "sync_batchnorm" not in finding.hint  # no flag to drop
+
+
+def test_lp310_accepts_sync_batch_norm_on_cuda_and_plain_batch_norm_without_the_flag() -> None:
+    assert ddp.sync_batchnorm_on_gpus(ctx(accelerator="cuda"), _normed(nn.SyncBatchNorm(4))) is None
+    assert ddp.sync_batchnorm_on_gpus(ctx(accelerator="cpu"), _normed(nn.BatchNorm1d(4))) is None
+    flagged = ctx(accelerator="cpu", arguments={"sync_batchnorm": True})
+    assert ddp.sync_batchnorm_on_gpus(flagged, _normed(nn.LayerNorm(4))) is None
+    assert ddp.sync_batchnorm_on_gpus(flagged, _normed(nn.BatchNorm1d(4))) is not None

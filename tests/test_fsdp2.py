@@ -439,3 +439,24 @@ def test_fsdp2_trains_sequential_blocks_in_a_sequential_or_a_module_list(outer: 
         assert each["sharded"] == 4, each  # 3 blocks and the root
         assert len(each["losses"]) == 3
         assert all(math.isfinite(loss) for loss in each["losses"])
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "mps"])
+def test_lp219_refuses_sync_batch_norm_off_cuda_with_or_without_the_flag(accelerator: str) -> None:
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.SyncBatchNorm(4), nn.Linear(4, 4), nn.SyncBatchNorm(4))
+    for arguments in ({}, {"sync_batchnorm": True}):
+        finding = mp.sync_batch_norm_on_gpus(ctx(accelerator=accelerator, arguments=arguments), model)
+        assert finding is not None
+        assert "1, 3 are nn.SyncBatchNorm" in finding.message
+
+
+def test_lp219_accepts_cuda_and_models_without_sync_batch_norm() -> None:
+    from torch import nn
+
+    assert mp.sync_batch_norm_on_gpus(ctx(accelerator="cuda"), nn.Sequential(nn.SyncBatchNorm(4))) is None
+    for layer in (nn.BatchNorm1d(4), nn.LayerNorm(4), nn.GroupNorm(2, 4)):
+        assert mp.sync_batch_norm_on_gpus(ctx(), nn.Sequential(nn.Linear(4, 4), layer)) is None
+    assert mp.sync_batch_norm_on_gpus in fsdp2.RULES
+    assert mp.sync_batch_norm_on_gpus in mp.RULES
