@@ -31,7 +31,7 @@ from lightning_presets.guards.runtime.handshake import (
     handshake,
 )
 from lightning_presets.guards.runtime.hangs import describe
-from lightning_presets.guards.runtime.join import Schedule, schedule
+from lightning_presets.guards.runtime.join import Schedule, Watchdog, schedule
 from lightning_presets.guards.runtime.ranks import on_nodes, spans
 from lightning_presets.registry import variables
 
@@ -154,6 +154,22 @@ def test_by_default_the_join_watchdog_warns_every_300_s_and_never_ends_a_rank_be
     assert longer.end >= 30.0
     assert _plan(1800.0, {variables.JOIN_TIMEOUT_VARIABLE: "soon"}) == default  # LP017 says so; the default applies
     assert schedule(1800.0, {variables.JOIN_TIMEOUT_VARIABLE: "0"}) is None
+
+
+def test_the_join_report_says_whether_the_rank_goes_on_waiting_or_ends_and_why() -> None:
+    strategy = _Strategy(None, 2)
+    environ = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "WORLD_SIZE": "2"}
+    waiting = Watchdog(strategy, _plan(1800.0, {}), environ)
+    assert waiting.report("warning", 300.4).startswith("LP033 warning: rank 0 of 2 (node ")
+    assert "has waited 300 s for the process group to form; it goes on waiting, as torch does, up to the process " in (
+        waiting.report("warning", 300.4)
+    )
+    assert "waited the process group's whole timeout of 1800 s for it to form: torch ends the rank now" in (
+        waiting.report("error", 1800.0)
+    )
+    asked = Watchdog(strategy, _plan(1800.0, {variables.JOIN_TIMEOUT_VARIABLE: "60"}), environ)
+    assert "LP033 error: rank 0 of 2" in asked.report()
+    assert "waited 60 s for the process group to form (LIGHTNING_PRESETS_JOIN_TIMEOUT) and ends now" in asked.report()
 
 
 @pytest.mark.distributed
