@@ -378,7 +378,7 @@ def _normed(layer: nn.Module) -> nn.Module:
 def test_lp310_refuses_the_models_own_sync_batch_norm_off_cuda_without_the_flag(accelerator: str) -> None:
     finding = ddp.sync_batchnorm_on_gpus(ctx(accelerator=accelerator), _normed(nn.SyncBatchNorm(4)))
     assert finding is not None
-    assert "the model's 1 are nn.SyncBatchNorm already" in finding.message
+    assert "the model's layer 1 is nn.SyncBatchNorm already" in finding.message
     assert "sync_batchnorm" not in finding.hint  # no flag to drop
 
 

@@ -449,7 +449,7 @@ def test_lp219_refuses_sync_batch_norm_off_cuda_with_or_without_the_flag(acceler
     for arguments in ({}, {"sync_batchnorm": True}):
         finding = mp.sync_batch_norm_on_gpus(ctx(accelerator=accelerator, arguments=arguments), model)
         assert finding is not None
-        assert "1, 3 are nn.SyncBatchNorm" in finding.message
+        assert "the model's layers 1, 3 are nn.SyncBatchNorm" in finding.message
 
 
 def test_lp219_accepts_cuda_and_models_without_sync_batch_norm() -> None:

@@ -277,7 +277,9 @@ def sync_batchnorm_on_gpus(ctx: Context, model: nn.Module) -> Problem | None:
         parts.append(f"Lightning turns {', '.join(converted[:3])}{more} into SyncBatchNorm")
     if own:
         more = " ..." if len(own) > 3 else ""
-        parts.append(f"the model's {', '.join(own[:3])}{more} are nn.SyncBatchNorm already")
+        several = len(own) > 1
+        parts.append(f"the model's layer{'s' * several} {', '.join(own[:3])}{more} {'are' if several else 'is'} "
+                     "nn.SyncBatchNorm already")  # fmt: skip
     shown = ("accelerator", "sync_batchnorm") if ctx.sync_batchnorm else ("accelerator",)
     return Problem(
         f"{ctx.call(*shown)}: {' and '.join(parts)}, and torch's DistributedDataParallel refuses SyncBatchNorm on "

@@ -264,8 +264,9 @@ def sync_batch_norm_on_gpus(ctx: Context, model: nn.Module) -> Problem | None:
     if not layers:
         return None
     return Problem(
-        f"{ctx.call('accelerator')}: {', '.join(layers[:3])}{' ...' if len(layers) > 3 else ''} "
-        f"{'is' if len(layers) == 1 else 'are'} nn.SyncBatchNorm, which torch normalises on GPU inputs only: every "
+        f"{ctx.call('accelerator')}: the model's layer{'' if len(layers) == 1 else 's'} {', '.join(layers[:3])}"
+        f"{' ...' if len(layers) > 3 else ''} {'is' if len(layers) == 1 else 'are'} nn.SyncBatchNorm, which torch "
+        "normalises on GPU inputs only: every "
         f"rank fails with ValueError in its first training step on {ctx.accelerator!r}",
         "build the model with nn.BatchNorm layers (or LayerNorm/GroupNorm) off CUDA, without converting them to "
         "SyncBatchNorm in configure_model, or run on accelerator='cuda'",
