@@ -9,11 +9,13 @@ timeout during set-up and the first step, ``LIGHTNING_PRESETS_COLLECTIVE_TIMEOUT
 ask every rank where it is, print one report on stderr (which ranks are in the collective, which never entered it and
 where they are instead) and end the job's processes.
 
-A rank that is behind but making progress is slow, not hung: before it reports, the waiting rank asks the others
-(a ``probe`` key in the store) and waits while any rank that did not enter the collective writes a checkpoint, or has
-moved within the limit (its Python stack changed, or its process used the CPU: :class:`Progress`). A rank is never
-ended inside a checkpoint write (the strategy's or its checkpoint IO's ``save_checkpoint``, ``torch.save`` on any
-thread): the write finishes first, so diagnose mode never truncates a checkpoint.
+A rank that is behind but making progress is slow, not hung: before it reports, the waiting rank asks the others (it
+counts up a ``probe`` key in the store at each poll; each rank says how it moves while the count changes, so in a
+healthy run the monitors only read that key) and waits while any rank that did not enter the collective writes a
+checkpoint, or has moved within the limit (its Python stack changed, its process or DataLoader workers used the CPU,
+it read or wrote storage: :class:`Progress`). A rank is never ended inside a checkpoint write (the strategy's or its
+checkpoint IO's ``save_checkpoint``, ``torch.save`` on any thread): the write finishes first, so diagnose mode never
+truncates a checkpoint.
 
 The collectives DDP and FSDP issue from C++ (the gradient reduction) are seen through the backward pass: the
 strategy's ``backward`` is wrapped, and a rank that has made no progress inside it for the limit waits for its peers;
@@ -386,6 +388,10 @@ class Monitor:
         self.heard: dict[int, tuple[int, float]] = {}
         """Rank -> (its last progress beat, when this rank first read it): a rank whose beat stops is not moving."""
         self.probed_at: float | None = None
+        self.probing: Mapping[str, Any] | None = None
+        """What this rank waits in while it asks the others whether they move."""
+        self.probes = 0
+        """The store's probe counter as this rank last read it: each change asks for its progress once more."""
         self.store: Any = None
         self.thread = threading.Thread(target=self._run, name="lightning-presets-hang-monitor", daemon=True)
 
@@ -431,17 +437,20 @@ class Monitor:
             self.progress.sample(now)
             if self.store.check([f"{self.prefix}/report"]):
                 self._end()
-            if self.probed_at is not None or self.store.check([f"{self.prefix}/probe"]):
+            probes = int(self.store.add(f"{self.prefix}/probe", 0))
+            if probes != self.probes:  # a waiting rank asks whether the others move: say so while it asks
+                self.probes = probes
                 self._say_progress(now)
             if not answered and self.store.check([f"{self.prefix}/request"]):
                 self._publish("answer", self.state(now=True))
                 answered = True
             current = self.recorder.waiting()
             if current is None or self._waited(current, now) <= self.limit():
+                self.probing, self.probed_at = None, None
                 continue
-            if self.probed_at is None:  # ask the others whether they move before calling this a hang
-                self.probed_at = now
-                self.store.set(f"{self.prefix}/probe", str(self.rank))
+            self.store.add(f"{self.prefix}/probe", 1)  # ask the others, at every poll while this rank waits
+            if self.probing is not current:  # before calling this a hang, let them answer
+                self.probing, self.probed_at = current, now
                 continue
             if self._others_move(current, now):
                 continue  # a rank that is behind but writes, computes or loads: not hung
