@@ -611,7 +611,7 @@ def replace_request(request: PlanRequest, **changes: Any) -> PlanRequest:
 
 
 def test_a_faster_preset_that_misses_is_offered_with_the_change_that_makes_it_fit(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An offload preset fits at 5,900 tokens/s while full sharding (11,900) misses by a few GiB: plan names the
     largest smaller micro-batch at which it fits, with its speed (llm-foundry's 7B on 8 × 80 GB: published 10,643
@@ -633,7 +633,15 @@ def test_a_faster_preset_that_misses_is_offered_with_the_change_that_makes_it_fi
         return _plan.Plan(changed, planner.order(base))
 
     monkeypatch.setattr(planner, "_plan", fake)
-    result = planner.plan(request, suggest_changes=True)
+    plain = planner.plan(request, suggest_changes=True)
+    assert plain.suggestions == ()  # not asked for: named only (plan --faster plans it)
+    missed = plain.missed()
+    assert missed is not None
+    assert missed.preset == "fsdp2"
+    assert "fsdp2 would run at 11,900 but misses by 14.0 GiB per GPU; --faster" in " ".join(
+        _rendered(plain, capsys).split()
+    )
+    result = planner.plan(request, suggest_changes=True, faster_changes=True)
     assert result.recommended is not None
     assert result.recommended.preset == "deepspeed_zero2_offload"
     (change,) = result.suggestions

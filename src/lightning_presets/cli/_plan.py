@@ -168,6 +168,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="--model: time the step as torch.compile runs it (fused pointwise operators, fewer "
                         "launches; FLOPs and communication unchanged)")  # fmt: skip
+    parser.add_argument("--faster", action="store_true",
+                        help="--model: when a preset fits but a faster one misses, also plan the changes "
+                        "(checkpointing, a smaller micro-batch) that make it fit (more traces)")  # fmt: skip
     parser.add_argument("--fp8", choices=("none", "torchao", "te"), default="none",
                         help="--model: time the Linear layers in fp8 (torchao's Float8Linear or Transformer Engine): "
                         "fp8 peak plus the casts, memory as bf16; modelled, not run (default none)")  # fmt: skip
@@ -214,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     request = request_from(args)
     try:
         with progress(request.traced and not args.json, "loading the model") as update:
-            result = _plan.plan(request, update, suggest_changes=True)
+            result = _plan.plan(request, update, suggest_changes=True, faster_changes=args.faster)
     except (ValueError, PlanFailed) as error:
         raise UsageError(str(error)) from None
     if args.json:
@@ -240,6 +243,19 @@ def evidence_word(evidence: str) -> str:
     ``~`` after it when the figures were extrapolated from 3 and 4 blocks."""
     word = next((short for prefix, short in _EVIDENCE_WORDS if evidence.startswith(prefix)), evidence)
     return word + ("~" if "extrapolated" in evidence else "")
+
+
+def _faster_lines(result: _plan.Plan) -> list[tuple[str, str]]:
+    """The changes planned that make a faster preset fit (``--faster``), or the faster preset that misses."""
+    if result.suggestions:
+        return [("faster with", "; ".join(each.text() for each in result.suggestions))]
+    missed = result.missed()
+    if missed is None or missed.throughput is None:
+        return []
+    over = missed.total_peak - missed.usable_gpu_bytes
+    return [("faster", f"{missed.preset} would run at {missed.throughput.rate:,.0f} but misses by "
+             f"{_plan.format_bytes(over)} per GPU; --faster plans the change (checkpointing, a smaller micro-batch) "
+             "that makes it fit")]  # fmt: skip
 
 
 def render(result: _plan.Plan, *, gpu_type_read: bool = False) -> Group:
@@ -319,11 +335,7 @@ def render(result: _plan.Plan, *, gpu_type_read: bool = False) -> Group:
             fields(
                 [
                     ("fastest", result.fastest_text() or ""),
-                    *(
-                        [("faster with", "; ".join(each.text() for each in result.suggestions))]
-                        if result.suggestions
-                        else []
-                    ),
+                    *_faster_lines(result),
                     ("rule", _plan.RULE),
                     ("Trainer", result.trainer_line() or ""),
                     ("Fabric", result.fabric_line() or ""),

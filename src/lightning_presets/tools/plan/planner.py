@@ -106,6 +106,15 @@ class Plan:
                 "runner_up": runner.preset if runner is not None else None, "runner_up_rate": other,
                 "runner_up_slower_by": slower}  # fmt: skip
 
+    def missed(self) -> Estimate | None:
+        """The fastest preset that does not fit but would run faster than the recommended one (applicable, timed)."""
+        best = self.recommended
+        rate = _rate(best) if best is not None else None
+        if not rate:
+            return None
+        quicker = [each for each in self.estimates if not each.fits and each.applicable and (_rate(each) or 0) > rate]
+        return max(quicker, key=lambda each: _rate(each) or 0.0, default=None)
+
     def fastest_text(self) -> str | None:
         """``fsdp2 at 10,643 tokens/s/GPU; runner-up fsdp_grad_op at 9,870 (7% slower)``, or ``None``."""
         data = self.fastest()
@@ -233,10 +242,12 @@ def order(estimates: list[Estimate] | tuple[Estimate, ...]) -> tuple[Estimate, .
 
 
 def plan(request: PlanRequest, progress: Progress | None = None, notes: tuple[str, ...] = (), *,
-         suggest_changes: bool = False) -> Plan:  # fmt: skip
+         suggest_changes: bool = False, faster_changes: bool = False) -> Plan:  # fmt: skip
     """Plan every preset the planner knows (or ``request.presets``): fitting ones first, fastest first;
     ``suggest_changes``: when nothing fits, also plan the smallest changes that make a preset fit (:func:`suggest`:
-    more plans, traced ones trace again; ``lightning-presets plan`` asks for them, ``check --model`` does not).
+    more plans, traced ones trace again; ``lightning-presets plan`` asks for them, ``check --model`` does not);
+    ``faster_changes``: when a preset fits but a faster one does not, plan the changes that make it fit (:func:`faster`,
+    ``plan --faster``).
 
     With a model, the tracing runs in a child process (:func:`lightning_presets.tools.plan.worker.run`):
     a factory that aborts the interpreter cannot take the caller down. Raises ``ValueError`` for a bad
@@ -247,7 +258,7 @@ def plan(request: PlanRequest, progress: Progress | None = None, notes: tuple[st
         return result
     if not result.fitting:
         return replace(result, suggestions=suggest(request, result, progress))
-    return replace(result, suggestions=faster(request, result, progress))
+    return replace(result, suggestions=faster(request, result, progress)) if faster_changes else result
 
 
 def _plan(request: PlanRequest, progress: Progress | None, notes: tuple[str, ...]) -> Plan:
