@@ -26,8 +26,12 @@ halved). Sources, one per entry (``source``):
 * PCIe per direction, x16: Gen4 32 GB/s, Gen5 64 GB/s (PCI-SIG). The host link carries offload traffic.
 
 ``H100-SXM-HBM2e-500W`` is the part torchtitan's benchmarks ran on (96 GB HBM2e at 2.4 TB/s, power-capped to
-500 W; its peak FLOP/s are "between SXM and NVL", unknown: the SXM figures are used, and the calibration
-absorbs the difference): the calibration row's GPU, not one to plan for.
+500 W; its peak FLOP/s are "between SXM and NVL", unknown: the SXM figures are used): the GPU of torchtitan's
+rows, which the throughput benchmark judges (held out), not one to plan for.
+
+``generation`` and ``mamf`` (the largest bf16 ``matmul`` a chip reached over its dense peak, measured:
+:data:`MAMF_SOURCE`; H200's is GH200's, the same chip and memory) are what the calibration's per-generation share
+uses (:mod:`.calibration`).
 """
 
 from __future__ import annotations
