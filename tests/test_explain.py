@@ -86,7 +86,8 @@ def test_the_json_shape_and_the_exit_codes(capsys: pytest.CaptureFixture[str]) -
     code, out = run(capsys, "explain", "--json", str(LOGS / "gloo_peer_closed.txt"), str(LOGS / "healthy.log"))
     data = json.loads(out)
     assert code == 0
-    assert set(data) == {"failures", "read"}
+    assert set(data) == {"level", "failures", "read"}
+    assert data["level"] == "first"  # the first failure is an unrecognised exception: only it can be told
     for failure in data["failures"]:
         assert set(failure) >= KEYS
         assert isinstance(failure["ranks"], list)
@@ -103,7 +104,9 @@ def test_nothing_recognised_exits_1_and_says_what_was_read(capsys: pytest.Captur
     assert "healthy.log (4 lines)" in out
     code, out = run(capsys, "explain", "--json", str(LOGS / "healthy.log"))
     assert code == 1
-    assert json.loads(out) == {"failures": [], "read": [{"path": str(LOGS / "healthy.log"), "lines": 4}]}
+    assert json.loads(out) == {
+        "level": "nothing", "failures": [], "read": [{"path": str(LOGS / "healthy.log"), "lines": 4}]
+    }  # fmt: skip
 
 
 def test_an_unrecognised_traceback_alone_is_shown_but_not_explained(
@@ -114,7 +117,8 @@ def test_an_unrecognised_traceback_alone_is_shown_but_not_explained(
     code, out = run(capsys, "explain", str(log))
     assert code == 1
     assert "KeyError: 'labels'" in out
-    assert "1 unrecognised exception(s)" in out
+    assert "FIRST FAILURE ONLY (first): KeyError: 'labels' on rank unknown" in out
+    assert "NOTHING RECOGNISED" not in out  # a log with a failure in it is never "nothing"
 
 
 @pytest.mark.parametrize(
@@ -155,7 +159,7 @@ def test_the_paragraphs_name_the_code_cause_fix_ranks_files_and_order(capsys: py
     assert "2. [LP043] rank 0 (after LP041 on rank 1: a consequence of it; nccl_network)" in out
     assert "--shm-size" in out  # the fix
     assert "slurm_nccl_shm.out:" in out  # the places
-    assert "EXPLAINED: the first failure is LP041 (nccl_shm) on rank 1" in out
+    assert "EXPLAINED (cause): the first failure is LP041 (nccl_shm) on rank 1, its cause is known" in out
 
 
 def test_the_help_lists_every_category(capsys: pytest.CaptureFixture[str]) -> None:
@@ -196,3 +200,24 @@ def test_a_folder_of_too_many_files_is_a_usage_error_found_without_walking_it_al
         (tmp_path / f"rank{index}.log").write_text("ok\n")
     with pytest.raises(UsageError, match="more than 3 files"):
         read([str(tmp_path)])
+
+
+@pytest.mark.parametrize(
+    ("text", "level"),
+    [
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity", "cause"),
+        ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, "
+         "NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.", "category"),
+        ("  exitcode  : -9 (pid: 14750)\n  traceback : Signal 9 (SIGKILL) received by PID 14750", "category"),
+        ('Traceback (most recent call last):\n  File "t.py", line 1\nKeyError: 1', "first"),
+        ("Epoch 1: 100%|##########| 250/250 [00:41<00:00, loss=0.412]", "nothing"),
+    ],
+)  # fmt: skip
+def test_every_report_says_its_level(text: str, level: str, tmp_path: Path) -> None:
+    """Three honest levels and 'nothing' for a log without a failure: a cause only where the log tells it; a watchdog
+    timeout or a SIGKILL is a category (the failing rank or the killer is elsewhere)."""
+    log = tmp_path / "run.log"
+    log.write_text(text + "\n", encoding="utf-8")
+    report = explain([str(log)])
+    assert report.level == level
+    assert report.as_dict()["level"] == level

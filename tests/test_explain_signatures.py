@@ -138,6 +138,25 @@ OTHER_THREADS = [
     ("`model` must be a `LightningModule` or `torch._dynamo.OptimizedModule`, got `SwAV`", "version_skew"),
     # pytorch/pytorch#31285
     ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "accelerator_limit"),
+    # The signatures LP069-LP074, each on a thread other than its quote's (and outside benchmarks/explain_heldout2):
+    # microsoft/NPKit#37
+    ("c11efb988616:1346195:1346232 [0] include/alloc.h:105 NCCL WARN Failed to CUDA calloc 1048576 bytes",
+     "oom_config"),
+    # nathanweeks/exonerate#31
+    ("slurmstepd: error: Detected 12 oom-kill event(s) in StepId=16198179.batch. Some of your processes may have been "
+     "killed by the cgroup out-of-memory handler.", "host_oom"),
+    # greatlog/UnpairedSR#17
+    ("RuntimeError: DataLoader worker (pid 16757) is killed by signal: Bus error. It is possible that dataloader's "
+     "workers are out of shared memory. Please try to raise your shared memory l", "dataloader_workers"),
+    # dwzhu-pku/PoSE#16: the title, in the middle of a sentence
+    ("训练时loss=0，Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.是什么原因",
+     "numerics"),
+    # rikdz/GraphWriter#6
+    ("The NVIDIA driver on your system is too old (found version 6050).\nPlease update your GPU driver by downloading "
+     "and installing a new", "driver_version"),
+    # xingyizhou/CenterNet#759: lower-cased by the user
+    ("I meet the error:cuda error: all cuda-capable devices are busy or unavailable(malloc at /opt/conda/conda-bld/"
+     "pytorch_1544199946412/work/aten/src/THC/THCCachingALLocator.cpp:233)", "device_busy"),
 ]  # fmt: skip
 
 

@@ -29,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.add_argument("paths", nargs="+", metavar="PATH", help="log files, folders (read recursively) or -")
     parser.add_argument("--json", action="store_true",
-                        help='print {"failures": [{"code", "category", "cause", "fix", "ranks", "first", '
-                        '"evidence", ...}], "read": [...]}')  # fmt: skip
+                        help='print {"level", "failures": [{"code", "category", "level", "cause", "fix", "ranks", '
+                        '"first", "evidence", "seen", ...}], "read": [...]}; level: cause, category, first or '
+                        'nothing')  # fmt: skip
     parser.add_argument("--probe", action="store_true",
                         help="also look at this machine where it decides a cause (/dev/shm, the interfaces "
                         "*_SOCKET_IFNAME name, when an extension was built): only when the logs come from "
@@ -99,11 +100,16 @@ def render(report: _explain.Report) -> Group:
     for number, failure in enumerate(report.failures, start=1):
         parts += [_paragraph(number, failure, first), ""]
     if report.explained and first is not None:
-        parts.append(verdict(f"EXPLAINED: the first failure is {first.code} ({first.category}) on {_ranks(first)}; "
-                             f"{len(report.failures)} distinct failure(s); exit 0", ok=True))  # fmt: skip
+        known = "its cause is known" if report.level == "cause" else "its category is known, not which of its causes"
+        parts.append(verdict(f"EXPLAINED ({report.level}): the first failure is {first.code} ({first.category}) on "
+                             f"{_ranks(first)}, {known}; {len(report.failures)} distinct failure(s); exit 0",
+                             ok=True))  # fmt: skip
+    elif first is not None:
+        parts.append(verdict(f"FIRST FAILURE ONLY (first): {first.events[0].text} on {_ranks(first)}; no known "
+                             "category: read that rank's traceback; exit 1", ok=False))  # fmt: skip
+        parts.append(indented("\n".join(f"{path} ({count} lines)" for path, count in report.places)))
     else:
-        unknown = f" {len(report.failures)} unrecognised exception(s) (above);" if report.failures else ""
-        parts.append(verdict(f"NOTHING RECOGNISED:{unknown} no known failure in what was read; exit 1", ok=False))
+        parts.append(verdict("NOTHING RECOGNISED: no failure in what was read; exit 1", ok=False))
         parts.append(indented("\n".join(f"{path} ({count} lines)" for path, count in report.places) or "(nothing)"))
     return Group(*parts)
 

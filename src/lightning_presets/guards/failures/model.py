@@ -40,9 +40,17 @@ CATEGORIES = (
     "optional_dep_build",
     "version_skew",
     "accelerator_limit",
+    "dataloader_workers",
+    "numerics",
+    "driver_version",
+    "device_busy",
     "unknown",
 )
 """Every category a failure can have (``explain --json``'s ``category``; ``explain --help`` lists them)."""
+
+Level = Literal["cause", "category"]
+"""What a signature's match tells: ``cause``, the cause itself; ``category``, the family of the failure, the cause
+among several that the log alone cannot tell apart (the signature's ``cause`` then names them)."""
 
 Role = Literal["cause", "consequence"]
 """``cause``: the failure itself. ``consequence``: what a rank reports because another rank failed first (a
@@ -87,6 +95,8 @@ class Signature(Code):
     probe: str | None = None
     """The name of a probe in :data:`.probes.PROBES` that looks at this machine where it decides the cause."""
     role: Role = "cause"
+    level: Level = "cause"
+    """How much a match tells (:data:`Level`)."""
     supersedes: tuple[Code, ...] = ()
     """Less specific signatures that the same failure also matches: dropped where this one matched too."""
     flags: int = 0

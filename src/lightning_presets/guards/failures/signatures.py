@@ -24,6 +24,7 @@ NCCL_SYSTEM_ERROR = Signature(
     quote="RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:410, unhandled system error, "
     "NCCL version 2.4.8",
     needles=("nccl error", "ncclsystemerror"),
+    level="category",
 )  # fmt: skip
 
 NCCL_SHARED_MEMORY = Signature(
@@ -72,6 +73,7 @@ NCCL_REMOTE_ERROR = Signature(
     "remote process exited or there was a network error, NCCL version 2.21.5\nncclRemoteError: A call failed "
     "possibly due to a network error or a remote process exiting prematurely.",
     needles=("remote process exited", "ncclremoteerror"),
+    level="category",
 )  # fmt: skip
 
 NCCL_INTERNAL_ERROR = Signature(
@@ -92,6 +94,7 @@ NCCL_INTERNAL_ERROR = Signature(
     source="https://github.com/NVIDIA/nccl/issues/833",
     quote="ncclInternalError: Internal check failed. This is either a bug in NCCL or due to memory corruption",
     needles=("ncclinternalerror", "nccl error", "nccl warn", "include/socket.h"),
+    level="category",
 )  # fmt: skip
 
 NCCL_WATCHDOG_TIMEOUT = Signature(
@@ -107,6 +110,7 @@ NCCL_WATCHDOG_TIMEOUT = Signature(
     quote="Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
     "Timeout(ms)=600000) ran for 600013 milliseconds before timing out.",
     needles=("watchdog caught collective operation timeout",),
+    level="category",
 )  # fmt: skip
 
 # --- gloo ------------------------------------------------------------------------------------------------------
@@ -137,6 +141,7 @@ GLOO_TIMEOUT = Signature(
     quote="RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
     "waiting 3000ms for recv operation to complete",
     needles=("timed out waiting",),
+    level="category",
 )  # fmt: skip
 
 GLOO_PEER_CLOSED = Signature(
@@ -149,6 +154,7 @@ GLOO_PEER_CLOSED = Signature(
     quote="RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
     "peer [127.0.0.1]:5277. This is typically caused by a remote worker crashing.",
     needles=("gloo/transport/tcp/pair.cc",),
+    level="category",
 )  # fmt: skip
 
 # --- rendezvous ------------------------------------------------------------------------------------------------
@@ -355,7 +361,7 @@ DTENSOR_MIXED = Signature(
 CUDA_OUT_OF_MEMORY = Signature(
     code="LP059", title="CUDA out of memory on a GPU",
     category="oom_config",
-    pattern=r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B))?(?:\.? GPU (?P<gpu>\d+))?",
+    pattern=r"(?:CUDA|HIP) out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B))?(?:\.? GPU (?P<gpu>\d+))?",
     cause="GPU {gpu} ran out of memory allocating {size}: the preset keeps more per GPU than it holds at this batch "
     "size and sequence length",
     fix="lightning-presets plan --model your.module:build --gpu <type> (a sharded or offloaded preset that fits), or "
@@ -379,6 +385,7 @@ HOST_OUT_OF_MEMORY = Signature(
     source="https://github.com/lzhxmu/CPPO/issues/6",
     quote="  exitcode  : -9 (pid: 14750)\n  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 14750",
     needles=("sigkill", "exitcode"),
+    level="category",
 )  # fmt: skip
 
 # --- checkpoints, builds and versions --------------------------------------------------------------------------
@@ -386,7 +393,8 @@ HOST_OUT_OF_MEMORY = Signature(
 STATE_DICT_MISMATCH = Signature(
     code="LP061", title="the checkpoint's state dict does not fit the model",
     category="checkpoint",
-    pattern=r"Error\(s\) in loading state_dict for (?P<model>\w+)",
+    pattern=r"Error\(s\) in loading state_dict for(?: (?P<model>\w+)|[ \t]*$)|Size mismatch between saved "
+    r"(?P<saved>torch\.Size\(\[[\d, ]{0,100}\]\)) and current: (?P<current>torch\.Size\(\[[\d, ]{0,100}\]\))",
     cause="the checkpoint's weights do not fit {model}: other shapes or key names (another model configuration, a "
     "wrapper prefix such as `module.`/`_forward_module.`, or a sharded checkpoint read as a full one)",
     fix="load it into the model it was saved from (same config), strip the prefix from the keys, or "
@@ -395,7 +403,7 @@ STATE_DICT_MISMATCH = Signature(
     quote="RuntimeError: Error(s) in loading state_dict for Qwen2ForCausalLM:\n        size mismatch for "
     "model.layers.21.self_attn.v_proj.bias: copying a param with shape torch.Size([1024]) from checkpoint, the shape "
     "in current model is torch.Size([4096]).",
-    needles=("error(s) in loading state_dict",),
+    needles=("error(s) in loading state_dict", "size mismatch between saved"),
 )  # fmt: skip
 
 EXTENSION_ABI = Signature(
@@ -455,6 +463,94 @@ NO_KERNEL_IMAGE = Signature(
     needles=("no kernel image", "cuda capability"),
 )  # fmt: skip
 
+# --- added with the second held-out set's first contact (each quote from a thread outside that set) ----------
+
+NCCL_CUDA_OUT_OF_MEMORY = Signature(
+    code="LP069", title="NCCL could not allocate GPU memory for its buffers",
+    category="oom_config",
+    pattern=r"NCCL WARN Cuda failure (?:\d+ )?'out of memory'|NCCL WARN Failed to CUDA calloc (?P<bytes>\d+) bytes",
+    cause="NCCL ran out of GPU memory allocating its own buffers (a connection, a collective's workspace): the GPU "
+    "was already full with the model's memory (or another process's) when the collective set up",
+    fix="leave NCCL room: a smaller micro batch or a sharded preset (lightning-presets plan ...); check nvidia-smi for "
+    "other processes on the GPU; NCCL_BUFFSIZE lowers NCCL's own share",
+    supersedes=(NCCL_SYSTEM_ERROR, NCCL_INTERNAL_ERROR),
+    source="https://github.com/NVIDIA/nccl/issues/844",
+    quote="696b7901f9044f23b786795c0ef7257b000000:39:298 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'",
+    needles=("nccl warn cuda failure", "failed to cuda calloc"),
+)  # fmt: skip
+
+SLURM_OOM_KILL = Signature(
+    code="LP070", title="SLURM's memory limit killed a task (cgroup OOM)",
+    category="host_oom",
+    pattern=r"Detected (?P<events>\d+) oom[-_]kill event|task (?P<task>\d+): Out Of Memory",
+    cause="the job's tasks used more host memory than SLURM's allocation ({events} oom-kill event(s)): every rank "
+    "loading the full checkpoint or dataset, CPU offload, or many DataLoader workers",
+    fix="#SBATCH --mem=<more> (or --mem-per-gpu); load the model once (meta-device init, `configure_model`) and use "
+    "fewer num_workers; sacct -j <job> -o MaxRSS shows what it used",
+    source="https://github.com/NBISweden/Earth-Biogenome-Project-pilot/issues/81",
+    quote="slurmstepd: error: Detected 1959 oom_kill events in StepId=45226719.batch. Some of the step tasks have been "
+    "OOM Killed.",
+    needles=("oom-kill", "oom_kill", "out of memory"),
+)  # fmt: skip
+
+DATALOADER_WORKER_KILLED = Signature(
+    code="LP071", title="a DataLoader worker was killed (a bus error: shared memory)",
+    category="dataloader_workers", level="category",
+    pattern=r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<signal>[\w ]{1,40})\.|"
+    r"Unexpected bus error encountered in worker",
+    cause="a DataLoader worker process was killed ({signal}): a bus error most often means /dev/shm is too small for "
+    "the batches the workers hand over (docker's default is 64 MiB); it can also be a corrupt data file or the host "
+    "running out of memory",
+    fix="docker run --shm-size=16g (or --ipc=host); or fewer num_workers / a smaller batch; df -h /dev/shm shows "
+    "its size",
+    source="https://github.com/PaddlePaddle/Paddle/issues/24708",
+    quote="RuntimeError: DataLoader worker (pid 3002) is killed by signal: Bus error. It is possible that dataloader's "
+    "workers are out of shared memory. Please try to raise your shared memory limit.",
+    needles=("dataloader worker", "bus error encountered in worker"),
+)  # fmt: skip
+
+LOSS_SCALE_MINIMUM = Signature(
+    code="LP072", title="fp16 loss scaling gave up: the gradients overflow at every scale",
+    category="numerics",
+    pattern=r"Current loss scale already at minimum",
+    cause="fp16 mixed precision skipped steps until its loss scale reached the minimum: the gradients (or the loss) "
+    "are inf/NaN at every scale, usually a model trained in bf16 now run in fp16, or a learning rate that diverges",
+    fix="precision='bf16-mixed' (on GPUs that have it), or a lower learning rate; check the loss for NaN before the "
+    "scale collapses",
+    source="https://github.com/ymcui/Chinese-LLaMA-Alpaca/issues/534",
+    quote="Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+    needles=("loss scale already at minimum",),
+)  # fmt: skip
+
+DRIVER_TOO_OLD = Signature(
+    code="LP073", title="the NVIDIA driver is older than the CUDA that torch was built with",
+    category="driver_version",
+    pattern=r"The NVIDIA driver on your system is too old \(found version (?P<found>\d+)\)|CUDA driver version is "
+    r"insufficient for CUDA runtime version",
+    cause="the installed NVIDIA driver (version {found}) is older than the CUDA runtime this torch build needs",
+    fix="pip install torch --index-url https://download.pytorch.org/whl/cu<a CUDA the driver supports> (nvidia-smi "
+    "shows the highest), or update the driver",
+    source="https://github.com/daniilidis-group/neural_renderer/issues/121",
+    quote="RuntimeError: The NVIDIA driver on your system is too old (found version 10010). Please update your GPU "
+    "driver by downloading and installing a new version from the URL: http://www.nvidia.com/Download/index.aspx",
+    needles=("driver on your system is too old", "driver version is insufficient"),
+)  # fmt: skip
+
+DEVICE_BUSY = Signature(
+    code="LP074", title="the GPU is busy or unavailable (exclusive-process mode, or another job holds it)",
+    category="device_busy", level="category",
+    pattern=r"CUDA-capable device\(s\) is/are busy or unavailable|all CUDA-capable devices are busy or unavailable",
+    flags=re.IGNORECASE,
+    cause="CUDA could not open the GPU: it is in exclusive-process compute mode and another process holds it (a "
+    "second rank on the same GPU, a leftover process), or the device is unavailable (a vGPU or a GPU in a bad state)",
+    fix="nvidia-smi --query-gpu=compute_mode --format=csv and nvidia-smi (processes on it); one rank per GPU "
+    "(devices= at most the GPUs, each rank its LOCAL_RANK); kill leftover processes",
+    source="https://github.com/pytorch/pytorch/issues/3871",
+    quote="THCudaCheck FAIL file=/opt/conda/conda-bld/pytorch_1503970438496/work/torch/lib/THC/generic/THCStorage.cu "
+    "line=66 error=46 : all CUDA-capable devices are busy or unavailable",
+    needles=("busy or unavailable",),
+)  # fmt: skip
+
 # --- what no signature knows -----------------------------------------------------------------------------------
 
 UNKNOWN_EXCEPTION = Signature(
@@ -493,13 +589,19 @@ SIGNATURES: tuple[Signature, ...] = (
     FSDP_MIXED_REQUIRES_GRAD,
     DEEPSPEED_BATCH_SIZE,
     DTENSOR_MIXED,
+    NCCL_CUDA_OUT_OF_MEMORY,
     CUDA_OUT_OF_MEMORY,
+    SLURM_OOM_KILL,
     HOST_OUT_OF_MEMORY,
     STATE_DICT_MISMATCH,
     EXTENSION_ABI,
     CUDA_HOME_MISSING,
     LIGHTNING_PACKAGES_MIXED,
     NO_KERNEL_IMAGE,
+    DATALOADER_WORKER_KILLED,
+    LOSS_SCALE_MINIMUM,
+    DRIVER_TOO_OLD,
+    DEVICE_BUSY,
 )
 """Every signature a text is matched against, most specific first; :data:`UNKNOWN_EXCEPTION` is not among them (it
 names a traceback that none of these matched)."""

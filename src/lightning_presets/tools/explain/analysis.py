@@ -134,6 +134,7 @@ class Failure:
             "role": self.role,
             "source": self.signature.source,
             "seen": self.count,
+            "level": "first" if self.signature is UNKNOWN_EXCEPTION else self.signature.level,
         }
         if self.probe:
             data["probe"] = self.probe
@@ -164,6 +165,18 @@ class Report:
     def first(self) -> Failure | None:
         return next((failure for failure in self.failures if failure.first), None)
 
+    @property
+    def level(self) -> str:
+        """How much explain can say, always one: ``cause`` (the first failure's cause is known), ``category`` (its
+        family, with the causes the log cannot tell apart), ``first`` (only the first failure: its rank, exception and
+        line), or ``nothing`` (no failure in what was read)."""
+        first = self.first
+        if first is None:
+            return "nothing"
+        if first.signature is UNKNOWN_EXCEPTION:
+            return "first"
+        return first.signature.level
+
     def as_dict(self) -> dict[str, Any]:
         starts = dict(self.windows)
         read: list[dict[str, Any]] = []
@@ -171,7 +184,9 @@ class Report:
             read.append({"path": path, "lines": lines})
             if path in starts:
                 read[-1]["read_from_line"] = starts[path]
-        data: dict[str, Any] = {"failures": [failure.as_dict() for failure in self.failures], "read": read}
+        data: dict[str, Any] = {
+            "level": self.level, "failures": [failure.as_dict() for failure in self.failures], "read": read
+        }  # fmt: skip
         if self.skipped:
             data["skipped"] = [{"path": path, "why": why} for path, why in self.skipped]
         return data

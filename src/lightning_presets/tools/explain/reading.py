@@ -39,8 +39,11 @@ _ESCAPES = re.compile(
 )
 """Terminal escape sequences and control characters: taken out of what is read, so that none reaches the output."""
 _CONTROLS = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
-_PREFIX = re.compile(r"^(?:(?:\[(?:default|rank)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d{1,5}: ) ?)+")
-"""torchrun's ``[rankN]:``/``[defaultN]:`` (``--tee``), mpirun's ``[job,rank]<stderr>:``, srun's ``--label`` ``N: ``."""
+_PREFIX = re.compile(
+    r"^(?:(?:\[(?:default|rank)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d{1,5}: |\(\w{1,64} pid=\d+(?:, ip=[\d.]+)?\)) ?)+"
+)
+"""torchrun's ``[rankN]:``/``[defaultN]:`` (``--tee``), mpirun's ``[job,rank]<stderr>:``, srun's ``--label`` ``N: ``,
+Ray's worker prefix ``(RayTrainWorker pid=123, ip=10.0.0.1)`` (no rank: its lines stay with the place's)."""
 _PREFIX_PART = re.compile(r"\[(default|rank)(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:|^\s*(\d{1,5}): ")
 _TORCHRUN_FILE = re.compile(r"attempt_\d+/(?P<rank>\d+)/(?:stdout\.log|stderr\.log|error\.json)$")
 _RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_-]?(?P<rank>\d+)(?:\D|$)", re.IGNORECASE)
@@ -356,7 +359,9 @@ def _error_file(name: str, text: str, rank: int | None, order: int) -> list[Stre
     return [Stream(name, "\n".join(lines), rank, tuple(range(1, len(lines) + 1)), order, timestamp)]
 
 
-_ANY_PREFIX = re.compile(r"^(?:\[(?:default|rank)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d{1,5}: )", re.MULTILINE)
+_ANY_PREFIX = re.compile(
+    r"^(?:\[(?:default|rank)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d{1,5}: |\(\w{1,64} pid=\d+)", re.MULTILINE
+)
 
 
 def _log_streams(name: str, text: str, rank: int | None, order: int, first_line: int = 1) -> list[Stream]:
