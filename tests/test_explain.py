@@ -210,6 +210,7 @@ def test_a_folder_of_too_many_files_is_a_usage_error_found_without_walking_it_al
          "NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.", "category"),
         ("  exitcode  : -9 (pid: 14750)\n  traceback : Signal 9 (SIGKILL) received by PID 14750", "category"),
         ('Traceback (most recent call last):\n  File "t.py", line 1\nKeyError: 1', "first"),
+        ("RuntimeError: the batch of rank 1 is empty", "first"),  # a failure without its traceback is still one
         ("Epoch 1: 100%|##########| 250/250 [00:41<00:00, loss=0.412]", "nothing"),
     ],
 )  # fmt: skip

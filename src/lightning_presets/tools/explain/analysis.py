@@ -277,10 +277,13 @@ def _events(stream: Stream) -> list[Event]:
     found = [m for m in matches(stream.text, SIGNATURES) if not _inside(m.start, skip)]
     starts = [m.start for m in found]  # in order
     pending = [(m.signature, m.cause, m.start, m.line, m.line) for m in found]
-    for start, end, exception in _exceptions(stream.text):
+    tracebacks = _exceptions(stream.text)
+    walked = [(start, end + len(line)) for start, end, line in tracebacks]
+    lone = [(end, end, line) for end, line in _lone_exceptions(stream.text) if not _within(end, walked)]
+    for start, end, exception in sorted([*tracebacks, *lone]):
         if _inside(start, skip) or _LAUNCHER.search(exception.partition(":")[0]):
             continue
-        at = bisect.bisect_left(starts, start)
+        at = bisect.bisect_left(starts, start - (_COVER if start == end else 0))
         if at < len(starts) and starts[at] <= end + _COVER:
             continue
         cause = UNKNOWN_EXCEPTION.describe({"exception": exception})
@@ -291,6 +294,30 @@ def _events(stream: Stream) -> list[Event]:
 
 def _inside(offset: int, spans: list[tuple[int, int]]) -> bool:
     return any(a <= offset < b for a, b in spans)
+
+
+def _within(offset: int, spans: list[tuple[int, int]]) -> bool:
+    """``offset`` is inside one of ``spans`` (sorted, not overlapping): a bisection, not a scan."""
+    at = bisect.bisect_right(spans, (offset, math.inf)) - 1
+    return at >= 0 and spans[at][0] <= offset <= spans[at][1]
+
+
+_LONE = re.compile(r"[ \t]*(?P<line>(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{0,80}(?:Error|Exception)(?::[^\n]*)?)[ \t]*$")
+"""A line that is an exception and nothing else (``RuntimeError: CUDA error: ...``): a failure pasted without its
+traceback, or printed by a handler."""
+
+
+def _lone_exceptions(text: str) -> Iterator[tuple[int, str]]:
+    """Each line that is an exception on its own (found from the words ``Error``/``Exception`` with ``str.find``)."""
+    for word in ("Error", "Exception"):
+        at = text.find(word)
+        while at >= 0:
+            begin = text.rfind("\n", 0, at) + 1
+            stop = text.find("\n", at)
+            stop = len(text) if stop < 0 else stop
+            if stop - begin <= 2000 and (found := _LONE.match(text, begin, stop)) is not None:
+                yield found.start("line"), found.group("line")[:300]
+            at = text.find(word, stop)
 
 
 def _event(
