@@ -63,7 +63,7 @@ def test_each_launcher_gets_the_environment_lightning_selects_there(
 
 
 SELECTED = {"slurm": "SLURMEnvironment", "lsf": "LSFEnvironment", "torchelastic": "TorchElasticEnvironment",
-            "skypilot": "TorchElasticEnvironment"}  # fmt: skip
+            "skypilot": "TorchElasticEnvironment", "trainjob": "TorchElasticEnvironment"}  # fmt: skip
 
 
 def test_every_simulated_launcher_is_consistent_with_its_own_arithmetic() -> None:
@@ -335,3 +335,89 @@ def test_a_manual_launch_in_an_interactive_allocation_trains_as_two_nodes() -> N
     assert {each["environment"] for each in results} == {"LightningEnvironment"}
     assert results[0]["weights"] == results[1]["weights"]
     assert len(results[0]["losses"]) == 3
+
+
+# --- Kubeflow: PyTorchJob (training operator v1) and TrainJob (Trainer v2) -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        "--devices 4 --num-nodes 2 --cluster trainjob",  # torchrun reads PET_NNODES=2, PET_NPROC_PER_NODE=4
+        "--devices 4 --num-nodes 2 --cluster trainjob --env PET_NPROC_PER_NODE=4 --env PET_NNODES=2",
+        "--devices 4 --num-nodes 2 --cluster kubeflow --env PET_NPROC_PER_NODE=4",  # nprocPerNode: torchrun per pod
+        "--devices 1 --num-nodes 1 --cluster trainjob",
+    ],
+)
+def test_consistent_kubeflow_jobs_pass(capsys: pytest.CaptureFixture[str], args: str) -> None:
+    """Accepted neighbours: a TrainJob, and a PyTorchJob with nprocPerNode, whose counts match devices and num_nodes."""
+    code, report = check(capsys, args)
+    assert report["resolved"]["cluster_environment"] == "TorchElasticEnvironment"
+    assert report["findings"] == [], report["findings"]
+    assert code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        ("--devices 2 --num-nodes 2 --cluster trainjob --env PET_NPROC_PER_NODE=4", "PET_NPROC_PER_NODE=4 ≠ devices=2"),
+        ("--devices 4 --num-nodes 3 --cluster trainjob --env PET_NNODES=2", "PET_NNODES=2 ≠ num_nodes=3"),
+        ("--devices 2 --num-nodes 2 --cluster kubeflow --env PET_NPROC_PER_NODE=4", "PET_NPROC_PER_NODE=4 ≠ devices=2"),
+    ],
+)
+def test_a_kubeflow_count_that_disagrees_is_named(capsys: pytest.CaptureFixture[str], args: str, named: str) -> None:
+    """torchrun's WORLD_SIZE comes from the operator's PET_NNODES × PET_NPROC_PER_NODE: the finding names the one that
+    differs from the Trainer, and the fix is said in the job spec's words."""
+    code, report = check(capsys, args)
+    findings = {finding["code"]: finding for finding in report["findings"]}
+    assert "LP708" in findings, report["findings"]
+    assert code == 1
+    assert named in findings["LP708"]["message"]
+    assert "numProcPerNode" in findings["LP708"]["hint"]
+    assert "nprocPerNode" in findings["LP708"]["hint"]
+    if "PET_NPROC_PER_NODE" in named:
+        assert "PET_NPROC_PER_NODE=4" in findings["LP709"]["message"]
+
+
+def test_the_operators_variables_follow_the_given_counts() -> None:
+    from lightning_presets.tools.simulation import kubeflow_variables
+
+    pod = kubeflow_variables("kubeflow", 8, 3)  # a plain PyTorchJob: one process per pod
+    assert (pod["WORLD_SIZE"], pod["RANK"], pod["PET_NNODES"], pod["PET_NPROC_PER_NODE"]) == ("3", "0", "3", "1")
+    assert "TORCHELASTIC_RUN_ID" not in pod
+    pod = kubeflow_variables("kubeflow", 8, 3, {"PET_NPROC_PER_NODE": "4", "PET_NODE_RANK": "2"})
+    assert (pod["WORLD_SIZE"], pod["LOCAL_WORLD_SIZE"], pod["RANK"], pod["GROUP_RANK"]) == ("12", "4", "8", "2")
+    node = kubeflow_variables("trainjob", 4, 2, {"PET_NNODES": "1:3"})  # an elastic range: its upper end
+    assert (node["WORLD_SIZE"], node["MASTER_ADDR"]) == ("12", node["PET_MASTER_ADDR"])
+    assert "PET_MASTER_ADDR" not in pod  # the v1 operator sets MASTER_ADDR; Trainer v2 sets PET_MASTER_ADDR
+
+
+KUBEFLOW_YAML = """\
+trainer:
+  accelerator: cpu
+  devices: 1
+  num_nodes: 2
+  strategy: ddp
+  plugins:
+    - class_path: lightning.pytorch.plugins.environments.KubeflowEnvironment
+"""
+
+
+def test_kubeflow_environment_from_a_lightningcli_config(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    """A plain PyTorchJob (one process per pod) with KubeflowEnvironment in trainer.plugins: Lightning takes the
+    world from WORLD_SIZE and RANK, so nothing is wrong (LP729 was reported when the check ignored trainer.plugins);
+    without the plugin, LP729; with a WORLD_SIZE other than the pods, LP725 names the operator's counts."""
+    config = tmp_path / "kubeflow.yaml"
+    config.write_text(KUBEFLOW_YAML)
+    code, report = check(capsys, f"--config {config} --cluster kubeflow")
+    assert report["resolved"]["cluster_environment"] == "KubeflowEnvironment"
+    assert report["findings"] == [], report["findings"]
+    assert code == 0
+    config.write_text(KUBEFLOW_YAML.rpartition("  plugins:")[0])
+    code, report = check(capsys, f"--config {config} --cluster kubeflow")
+    assert codes(report) == {"LP729"}
+    config.write_text(KUBEFLOW_YAML)
+    _, report = check(capsys, f"--config {config} --cluster kubeflow --env PET_NPROC_PER_NODE=1 --env PET_NNODES=4")
+    (finding,) = report["findings"]
+    assert finding["code"] == "LP725"
+    assert "PET_NNODES=4 × PET_NPROC_PER_NODE=1" in finding["message"]

@@ -14,8 +14,9 @@ SKIP_VARIABLE = "LIGHTNING_PRESETS_SKIP"
 is wrong for a job (please report it), and how the test suite runs a configuration with a guard switched off."""
 _SEPARATORS = re.compile(r"[,;\s]+")
 
-# What SLURM, torchrun, LSF/jsrun, Open MPI, MPICH and Kubeflow set for each rank.
-CLUSTER_PREFIXES = ("SLURM_", "LSB_", "JSM_", "TORCHELASTIC_", "OMPI_COMM_WORLD_", "PMI_")
+# What SLURM, torchrun, LSF/jsrun, Open MPI, MPICH and Kubeflow set for each rank (``PET_``: what Kubeflow's operators
+# set for torchrun, which reads its flags from ``PET_*`` variables).
+CLUSTER_PREFIXES = ("SLURM_", "LSB_", "JSM_", "TORCHELASTIC_", "OMPI_COMM_WORLD_", "PMI_", "PET_")
 CLUSTER_VARIABLES = frozenset(
     {"WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR",
      "MASTER_PORT", "KUBERNETES_PORT"}

@@ -37,6 +37,16 @@ __all__ = [
 _SINGLE_DEVICE_STRATEGIES = ("single_device", "single_xla", "single_tpu")
 
 
+def _from_kubeflow(t: Target, *names: str) -> str:
+    """`` (from Kubeflow's PET_NNODES=2 × PET_NPROC_PER_NODE=4)``: the operator's counts torchrun read in a Kubeflow
+    pod, the ones that differ from devices and num_nodes named first; empty elsewhere."""
+    if not t.kubeflow or not all(name in t.env for name in names):
+        return ""
+    given = " × ".join(f"{name}={t.env[name]}" for name in names)
+    differs = t.kubeflow_disagrees()
+    return f" (Kubeflow's {given}" + (f": {', '.join(differs)}" if differs else "") + ")"
+
+
 def launcher_count(
     code: str, severity: Severity, title: str, *, environment: str, variable: str, expects: str,
     says: Callable[[Target, int], Problem], fails: str, fixed: str, evidence: str = "",
@@ -96,10 +106,13 @@ elastic_world_size = launcher_count(
     "LP708", "error", "torchelastic WORLD_SIZE differs from devices × num_nodes",
     environment="TorchElasticEnvironment", variable="WORLD_SIZE", expects="world_size",
     says=lambda t, size: Problem(
-        f"{t.call(t.devices_part, f'num_nodes={t.num_nodes}')}: torchrun's WORLD_SIZE={size}, but "
-        f"devices={t.devices} × num_nodes={t.num_nodes} = {t.world_size}; ranks and data shards would not line up",
-        f"launch with torchrun --nnodes={t.num_nodes} --nproc-per-node={t.devices}, or set devices and "
-        f"num_nodes so that their product is {size}",
+        f"{t.call(t.devices_part, f'num_nodes={t.num_nodes}')}: torchrun's WORLD_SIZE={size}"
+        + _from_kubeflow(t, "PET_NNODES", "PET_NPROC_PER_NODE")
+        + f", but devices={t.devices} × num_nodes={t.num_nodes} = {t.world_size}; ranks and data shards would not "
+        "line up",
+        (f"set {t.kubeflow_fix()}, or set devices and num_nodes so that their product is {size}" if t.kubeflow else
+         f"launch with torchrun --nnodes={t.num_nodes} --nproc-per-node={t.devices}, or set devices and "
+         f"num_nodes so that their product is {size}"),
     ),
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic --env WORLD_SIZE=8",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --num-nodes 4 --cluster torchelastic",
@@ -110,9 +123,10 @@ elastic_local_world_size = launcher_count(
     "LP709", "warning", "torchelastic LOCAL_WORLD_SIZE differs from devices",
     environment="TorchElasticEnvironment", variable="LOCAL_WORLD_SIZE", expects="devices",
     says=lambda t, size: Problem(
-        f"{t.call(t.devices_part)}: torchrun starts LOCAL_WORLD_SIZE={size} process(es) per node, "
-        f"not {t.devices}",
-        f"set devices={size}, or launch with torchrun --nproc-per-node={t.devices}",
+        f"{t.call(t.devices_part)}: torchrun starts LOCAL_WORLD_SIZE={size} process(es) per node"
+        + _from_kubeflow(t, "PET_NPROC_PER_NODE") + f", not {t.devices}",
+        f"set devices={size}, or "
+        + (f"set {t.kubeflow_fix()}" if t.kubeflow else f"launch with torchrun --nproc-per-node={t.devices}"),
     ),
     fails=f"{CHECK} --accelerator cuda --gpus 8 --devices 8 --cluster torchelastic --env LOCAL_WORLD_SIZE=4",
     fixed=f"{CHECK} --accelerator cuda --gpus 8 --devices 4 --cluster torchelastic --env LOCAL_WORLD_SIZE=4",

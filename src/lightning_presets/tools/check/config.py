@@ -47,9 +47,17 @@ def trainer_section(path: str) -> tuple[dict[str, Any], list[str]]:
             notes.append(f"trainer.{key} is not built by the check (it does not change the strategy)")
         elif key == "strategy" and isinstance(value, dict):
             arguments[key] = _instantiate(path, "trainer.strategy", value, ("strategy",))
-        elif key == "plugins":
-            if value:
-                notes.append("trainer.plugins is not built by the check; use --plugin NAME or --precision")
+        elif key == "plugins":  # cluster environments and precision plugins as class_path values, built as the rest
+            plugins = value if isinstance(value, list) else [value] if value else []
+            if any(isinstance(each, dict) and "class_path" in each for each in plugins):
+                arguments[key] = [
+                    _instantiate(path, f"trainer.plugins[{index}]", each, ("environment", "precision"))
+                    if isinstance(each, dict)
+                    else each
+                    for index, each in enumerate(plugins)
+                ]
+            elif plugins:
+                notes.append("trainer.plugins is built only from class_path values; use --plugin NAME or --precision")
         else:
             arguments[key] = value
     return arguments, notes

@@ -330,6 +330,9 @@ def _build(
     if out.has_error:
         return None
     kwargs = dict(arguments)
+    if isinstance(kwargs.get("plugins"), list):  # class_path plugins from --config, built inside the simulation
+        kwargs["plugins"] = [each.build() if callable(getattr(each, "build", None)) else each
+                             for each in kwargs["plugins"]]  # fmt: skip
     if "strategy" in arguments or request.overrides:
         kwargs["strategy"] = strategy_value
     if plugins:

@@ -66,6 +66,19 @@ def launcher_world_size(t: Target) -> Problem | None:
     if found is None or world is None or found[1] == world:
         return None
     name, size = found
+    if t.environment == "KubeflowEnvironment" and t.kubeflow:  # the operator's WORLD_SIZE: replicas × nprocPerNode
+        nodes, per_node = _int(t.env.get("PET_NNODES")), _int(t.env.get("PET_NPROC_PER_NODE"))
+        counts = (f" (PET_NNODES={nodes} × PET_NPROC_PER_NODE={per_node}: replicas × nprocPerNode)"
+                  if nodes is not None and per_node is not None and nodes * per_node == size else "")  # fmt: skip
+        return Problem(
+            f"{t.call(t.devices_part, f'num_nodes={t.num_nodes}')}: the PyTorchJob's WORLD_SIZE={size}{counts}, but "
+            f"devices={t.devices} × num_nodes={t.num_nodes} = {world}; "
+            "KubeflowEnvironment takes the world from WORLD_SIZE, one process per pod, and nothing checks that they "
+            "agree: the ranks wait for processes that never start",
+            f"run {t.num_nodes} replicas with nprocPerNode: 1 and devices=1 (KubeflowEnvironment starts one process "
+            "per pod), or drop KubeflowEnvironment and run torchrun in each pod with nprocPerNode: "
+            f"{t.devices} (Lightning then follows torchrun)",
+        )
     reads = (
         "takes the world from WORLD_SIZE and ignores devices × num_nodes"
         if t.environment == "KubeflowEnvironment"

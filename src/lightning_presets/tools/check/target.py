@@ -89,6 +89,23 @@ class Target:
         """What the launch functions shared with construction read (``guards.launch_rules``)."""
         return launch.Launch(self.env, self.environment, self.devices, self.num_nodes)
 
+    @property
+    def kubeflow(self) -> bool:
+        """A pod of a Kubeflow job (PyTorchJob or TrainJob): its operator set ``PET_NPROC_PER_NODE``."""
+        return "PET_NPROC_PER_NODE" in self.env or "PET_NNODES" in self.env
+
+    def kubeflow_disagrees(self) -> list[str]:
+        """The Kubeflow counts (``PET_NPROC_PER_NODE=4``, ``PET_NNODES=2``) that differ from devices and num_nodes:
+        what the operator set, which torchrun (and the operator's ``WORLD_SIZE``) follow."""
+        found = [("PET_NPROC_PER_NODE", "devices", self.devices), ("PET_NNODES", "num_nodes", self.num_nodes)]
+        return [f"{name}={self.env[name]} ≠ {what}={expected}" for name, what, expected in found
+                if self.differs(name, expected) is not None]  # fmt: skip
+
+    def kubeflow_fix(self) -> str:
+        """How a Kubeflow job is made to start devices × num_nodes processes, in its own spec's words."""
+        return (f"numNodes: {self.num_nodes} and numProcPerNode: {self.devices} in the TrainJob's trainer spec "
+                f"(PyTorchJob: {self.num_nodes} replicas and nprocPerNode: {self.devices})")  # fmt: skip
+
     def about(self, problem: Problem | None, *parts: str) -> Problem | None:
         """A launch function's problem said of this call."""
         return None if problem is None else Problem(f"{self.call(*parts)}: {problem.message}", problem.hint)

@@ -105,7 +105,7 @@ def simulated_cuda(
 
 # --- simulated cluster environments (used by ``lightning-presets check``) ---------------------------
 
-CLUSTERS = ("none", "slurm", "torchelastic", "lsf", "mpi", "kubeflow", "skypilot", "ray")
+CLUSTERS = ("none", "slurm", "torchelastic", "lsf", "mpi", "kubeflow", "trainjob", "skypilot", "ray")
 """The launchers ``check --cluster`` simulates. What Lightning selects under each (its connector tries
 TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment, in this order, else LightningEnvironment):
 
@@ -114,8 +114,17 @@ TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment, in th
 - ``mpi`` (Open MPI's ``mpiexec``, also under PBS): MPIEnvironment only with mpi4py installed and more than one MPI
   rank; without mpi4py, LightningEnvironment, which finds no ``LOCAL_RANK`` and launches its own processes in every
   MPI rank.
-- ``kubeflow`` (a PyTorchJob's pod): never detected; LightningEnvironment unless the job passes
-  ``plugins=[KubeflowEnvironment()]`` (one process per pod, ``RANK`` as the node rank).
+- ``kubeflow`` (a PyTorchJob's pod, Kubeflow's training operator v1): never detected; LightningEnvironment unless the
+  job passes ``plugins=[KubeflowEnvironment()]`` (one process per pod, ``RANK`` as the node rank). The operator sets
+  ``WORLD_SIZE`` = replicas × nprocPerNode, ``RANK`` = the pod's index, ``PET_NNODES``, ``PET_NPROC_PER_NODE`` and
+  ``PET_NODE_RANK``; with ``--env PET_NPROC_PER_NODE=N`` (N > 1) the pod runs torchrun, which reads the ``PET_*``
+  variables and starts N processes: TorchElasticEnvironment.
+- ``trainjob`` (a TrainJob's pod, Kubeflow Trainer v2): the torch runtime sets ``PET_NNODES``, ``PET_NPROC_PER_NODE``,
+  ``PET_NODE_RANK``, ``PET_MASTER_ADDR`` and ``PET_MASTER_PORT`` and runs torchrun, which reads them:
+  TorchElasticEnvironment.
+
+For both, the ``PET_*`` values given with ``--env`` are what the operator set: the variables derived from them
+(``WORLD_SIZE``, torchrun's ranks and sizes) follow them.
 - ``skypilot``: torchrun on every node, started with SkyPilot's node rank and first node's address:
   TorchElasticEnvironment.
 - ``ray`` (Ray Train's TorchTrainer worker): Ray sets ``LOCAL_RANK``, ``NODE_RANK``, ``RANK``, ``WORLD_SIZE`` and
@@ -160,11 +169,8 @@ def cluster_variables(cluster: str, devices: int, num_nodes: int, rankfile: str 
             "OMPI_COMM_WORLD_LOCAL_SIZE": str(devices), "OMPI_COMM_WORLD_NODE_RANK": "0", "PMI_RANK": "0",
             "PMI_SIZE": world,
         }  # fmt: skip
-    if cluster == "kubeflow":  # the master pod of a PyTorchJob of NUM_NODES pods, one process each
-        return {
-            "KUBERNETES_PORT": "tcp://10.96.0.1:443", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
-            "WORLD_SIZE": str(num_nodes), "RANK": "0",
-        }  # fmt: skip
+    if cluster in ("kubeflow", "trainjob"):
+        return kubeflow_variables(cluster, devices, num_nodes)
     if cluster == "lsf":
         return {
             "LSB_JOBID": "4242", "LSB_DJOB_RANKFILE": rankfile or "", "JSM_NAMESPACE_SIZE": world,
@@ -173,6 +179,44 @@ def cluster_variables(cluster: str, devices: int, num_nodes: int, rankfile: str 
     if cluster == "none":
         return {}
     raise ValueError(f"cluster={cluster!r} is not one of {', '.join(map(repr, CLUSTERS))}")
+
+
+def kubeflow_variables(
+    job: str, devices: int, num_nodes: int, given: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Rank 0 of a Kubeflow job (``kubeflow``: a PyTorchJob's master pod; ``trainjob``: a TrainJob's first node), with
+    the ``PET_*`` values ``given`` (``--env``) taken as what the operator set. A PyTorchJob of ``num_nodes`` pods runs
+    one process per pod (nprocPerNode 1) unless ``PET_NPROC_PER_NODE`` says more; a TrainJob runs torchrun with
+    ``devices`` processes per node unless it says otherwise. Where torchrun runs, the variables are those of its first
+    process: torchrun reads ``PET_NNODES``, ``PET_NPROC_PER_NODE`` and ``PET_NODE_RANK``."""
+    given = given or {}
+    default_nproc = str(devices) if job == "trainjob" else "1"
+    pet = {"PET_NNODES": str(num_nodes), "PET_NPROC_PER_NODE": default_nproc, "PET_NODE_RANK": "0"}
+    pet.update({name: given[name] for name in pet if name in given})
+    nnodes, nproc, node_rank = (_count(pet[name]) for name in ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK"))
+    main = "job-node-0-0.job" if job == "trainjob" else "job-master-0"
+    variables = {"KUBERNETES_PORT": "tcp://10.96.0.1:443", **pet}
+    if job == "trainjob":
+        variables.update({"PET_MASTER_ADDR": main, "PET_MASTER_PORT": "29400"})
+    else:  # the training operator's own variables (WORLD_SIZE = replicas × nprocPerNode, RANK = the pod's index)
+        variables.update({"MASTER_ADDR": main, "MASTER_PORT": "23456", "WORLD_SIZE": str(nnodes * nproc),
+                          "RANK": str(node_rank)})  # fmt: skip
+    if job == "trainjob" or nproc > 1:  # torchrun in the pod: its first process
+        variables.update({
+            "TORCHELASTIC_RUN_ID": "none", "WORLD_SIZE": str(nnodes * nproc), "LOCAL_WORLD_SIZE": str(nproc),
+            "RANK": str(node_rank * nproc), "LOCAL_RANK": "0", "GROUP_RANK": str(node_rank),
+            "MASTER_ADDR": variables.get("PET_MASTER_ADDR", main),
+            "MASTER_PORT": variables.get("PET_MASTER_PORT", "23456"),
+        })  # fmt: skip
+    return variables
+
+
+def _count(value: str) -> int:
+    """A ``PET_*`` count as torchrun reads it (``1:4``, an elastic range, counts its upper end; anything else 1)."""
+    try:
+        return max(int(value.rpartition(":")[2]), 0)
+    except ValueError:
+        return 1
 
 
 MAX_PROCESSES = 2**20
@@ -240,6 +284,9 @@ def simulated_cluster(
         if cluster == "lsf" and not given:
             rankfile = _lsf_rankfile(stack.enter_context(tempfile.TemporaryDirectory()), devices, num_nodes)
         variables = {**cluster_variables(cluster, devices, num_nodes, rankfile), **(env or {})}
+        if cluster in ("kubeflow", "trainjob"):  # what the operator and torchrun derive from the given PET_* values
+            variables = {**variables, **kubeflow_variables(cluster, devices, num_nodes, env)}
+            variables.update({name: value for name, value in (env or {}).items() if not name.startswith("PET_")})
         stack.enter_context(only_these_variables(variables))
         yield variables
 
