@@ -222,3 +222,17 @@ def test_every_report_says_its_level(text: str, level: str, tmp_path: Path) -> N
     report = explain([str(log)])
     assert report.level == level
     assert report.as_dict()["level"] == level
+
+
+def test_a_traceback_pasted_lower_cased_is_read(tmp_path: Path) -> None:
+    log = tmp_path / "lower.log"
+    log.write_text(
+        'traceback (most recent call last):\n  file "train.py", line 3, in <module>\n'
+        "torch.outofmemoryerror: cuda out of memory. tried to allocate 2.00 gib. gpu 0 has a total capacity\n"
+    )
+    assert summary(log) == [("LP059", [], True)]
+    assert "allocating 2.00 gib" in failures(log)[0]["cause"]
+    log.write_text("traceback (most recent call last):\n  file \"t.py\", line 1\nkeyerror: 'labels'\n")
+    [found] = failures(log)
+    assert found["code"] == "LP089"
+    assert "keyerror: 'labels'" in found["cause"]

@@ -83,7 +83,8 @@ class Signature(Code):
     category: str
     """One of :data:`CATEGORIES`."""
     pattern: str
-    """A regular expression (``re.MULTILINE``) searched in the text; named groups fill ``{name}`` in ``cause``."""
+    """A regular expression (``re.MULTILINE``, ``re.IGNORECASE``: a paste may come lower-cased) searched in the text;
+    named groups fill ``{name}`` in ``cause``."""
     cause: str
     """The cause in one sentence; ``{group}`` placeholders take the pattern's named groups."""
     fix: str
@@ -141,7 +142,7 @@ class _Groups(dict[str, str]):
 
 @functools.lru_cache(maxsize=256)
 def _compiled(pattern: str, flags: int) -> re.Pattern[str]:
-    return re.compile(pattern, re.MULTILINE | flags)
+    return re.compile(pattern, re.MULTILINE | re.IGNORECASE | flags)  # a paste may come lower-cased
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ MAX_UNKNOWN = 5
 
 _TRACEBACK = "Traceback (most recent call last):"
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+_CHAINED_LOWER = tuple(phrase.lower() for phrase in _CHAINED)
 _EXCEPTION_LINE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(?::(?P<message>.*))?$")
 _LAUNCHER = re.compile(r"(?:ChildFailedError|SignalException|RendezvousClosedError|KeyboardInterrupt|SystemExit)$")
 """Exceptions the launcher raises about its workers (or an interrupt): not a failure of their own."""
@@ -331,18 +332,22 @@ def _event(
                  matched)  # fmt: skip
 
 
-_TRACEBACK_LINE = re.compile(r"[ \t]*Traceback \(most recent call last\):[ \t]*$", re.MULTILINE)
+_TRACEBACK_LINE = re.compile(r"[ \t]*Traceback \(most recent call last\):[ \t]*$", re.MULTILINE | re.IGNORECASE)
 
 
 def _traceback_heads(text: str) -> Iterator[re.Match[str]]:
     """Each line that is a traceback's head (found with ``str.find``, then checked)."""
-    at = text.find(_TRACEBACK)
-    while at >= 0:
+    heads = []
+    for head in (_TRACEBACK, _TRACEBACK.lower()):  # as printed, and as pasted lower-cased
+        at = text.find(head)
+        while at >= 0:
+            heads.append(at)
+            at = text.find(head, at + len(head))
+    for at in sorted(heads):
         begin = text.rfind("\n", 0, at) + 1
         found = _TRACEBACK_LINE.match(text, begin)
         if found:
             yield found
-        at = text.find(_TRACEBACK, at + len(_TRACEBACK))
 
 
 def _exceptions(text: str) -> list[tuple[int, int, str]]:
@@ -363,7 +368,7 @@ def _exceptions(text: str) -> list[tuple[int, int, str]]:
             following = stop + 1
             indent = len(line) - len(line.lstrip())
             stripped = line.strip()
-            if not stripped or indent > base or stripped == _TRACEBACK or stripped.startswith(_CHAINED):
+            if not stripped or indent > base or stripped.lower() == _TRACEBACK.lower() or _chained(stripped):
                 position = following
                 continue
             if _EXCEPTION_LINE.match(stripped):
@@ -378,6 +383,10 @@ def _exceptions(text: str) -> list[tuple[int, int, str]]:
     return found
 
 
+def _chained(line: str) -> bool:
+    return line.lower().startswith(_CHAINED_LOWER)
+
+
 def _chained_after(text: str, position: int) -> bool:
     """The first non-blank of the next three lines starts a chained exception's message."""
     for _ in range(3):
@@ -387,6 +396,6 @@ def _chained_after(text: str, position: int) -> bool:
         stop = len(text) if stop < 0 else stop
         stripped = text[position:stop].strip()
         if stripped:
-            return stripped.startswith(_CHAINED)
+            return _chained(stripped)
         position = stop + 1
     return False
