@@ -236,3 +236,12 @@ def test_a_traceback_pasted_lower_cased_is_read(tmp_path: Path) -> None:
     [found] = failures(log)
     assert found["code"] == "LP089"
     assert "keyerror: 'labels'" in found["cause"]
+
+
+def test_the_verdict_says_the_level_in_words(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "explain", str(LOGS / "rank1_raises"))
+    text = " ".join(out.split())
+    assert code == 0
+    assert "EXPLAINED (first): the first failure is LP089 (unknown) on rank 1, no signature knows it" in text
+    code, out = run(capsys, "explain", str(LOGS / "gloo_peer_closed.txt"))
+    assert "its cause is known" not in out  # the first failure there is unknown too: never a claimed cause

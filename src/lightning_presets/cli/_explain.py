@@ -100,7 +100,10 @@ def render(report: _explain.Report) -> Group:
     for number, failure in enumerate(report.failures, start=1):
         parts += [_paragraph(number, failure, first), ""]
     if report.explained and first is not None:
-        known = "its cause is known" if report.level == "cause" else "its category is known, not which of its causes"
+        known = {
+            "cause": "its cause is known",
+            "category": "its category is known, not which of its causes",
+        }.get(report.level, "no signature knows it: read that rank's traceback; what followed it is known")
         parts.append(verdict(f"EXPLAINED ({report.level}): the first failure is {first.code} ({first.category}) on "
                              f"{_ranks(first)}, {known}; {len(report.failures)} distinct failure(s); exit 0",
                              ok=True))  # fmt: skip
