@@ -245,3 +245,22 @@ def test_the_verdict_says_the_level_in_words(capsys: pytest.CaptureFixture[str])
     assert "EXPLAINED (first): the first failure is LP089 (unknown) on rank 1, no signature knows it" in text
     code, out = run(capsys, "explain", str(LOGS / "gloo_peer_closed.txt"))
     assert "its cause is known" not in out  # the first failure there is unknown too: never a claimed cause
+
+
+def test_a_summary_without_tracebacks_names_the_rank_that_exited_not_those_the_launcher_stopped(
+    tmp_path: Path,
+) -> None:
+    """A failure in the log, even with no traceback: torchrun's summary says rank 2 exited with code 1; rank 1's
+    SIGTERM is the launcher stopping it, not a failure of its own."""
+    entry = (
+        "[{n}]:\n  time      : 2025-08-01_11:36:44\n  host      : node\n  rank      : {n} (local_rank: {n})\n"
+        "  exitcode  : {code} (pid: 1{n})\n  error_file: <N/A>\n"
+        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+    )
+    log = tmp_path / "summary.log"
+    log.write_text("Failures:\n" + entry.format(n=1, code=-15) + "----------\nRoot Cause (first observed failure):\n"
+                   + entry.format(n=2, code=1) + "==========\n")  # fmt: skip
+    report = explain([str(log)])
+    assert report.level == "first"
+    assert [(f.code, f.ranks) for f in report.failures] == [("LP089", [2])]
+    assert "rank 2 exited with exit code 1; its own error is not in what was read" in report.failures[0].cause

@@ -53,6 +53,9 @@ class Event:
     timestamp: float | None
     order: tuple[int, int]
     matched: str
+    exit_only: bool = False
+    """The launcher's word that a rank exited with an error code (its summary without a traceback, its ``failed
+    (exitcode: 1)`` line): a failure only where that rank's own error is not in what was read."""
 
 
 @dataclass(slots=True)
@@ -108,8 +111,9 @@ class Failure:
 
     def sort_key(self) -> tuple[int, float, tuple[int, int]]:
         stamp = self.timestamp
+        exit_only = all(event.exit_only for event in self.events)  # after any rank's own error, before consequences
         return (
-            0 if self.role == "cause" else 1,
+            (1 if exit_only else 0) if self.role == "cause" else 2,
             stamp if stamp is not None else math.inf,
             min(e.order for e in self.events),
         )
@@ -224,7 +228,7 @@ def _collect(events: list[Event], failures: dict[tuple[str, str], Failure]) -> l
     """Events grouped into failures, except the host-OOM ones, which wait for every rank's traceback to be known."""
     waiting = []
     for event in events:
-        if event.signature is HOST_OUT_OF_MEMORY:
+        if event.signature is HOST_OUT_OF_MEMORY or event.exit_only:
             waiting.append(event)
             continue
         key = (event.signature.code, _family(event.cause) if event.signature is UNKNOWN_EXCEPTION else "")
@@ -250,7 +254,8 @@ def _report(
     }  # a rank whose own traceback is known was not killed by the host without a word
     for event in waiting:
         if event.rank is None or event.rank not in explained:
-            failures.setdefault((event.signature.code, ""), Failure(event.signature, event.cause)).add(event)
+            key = (event.signature.code, _family(event.cause) if event.exit_only else "")
+            failures.setdefault(key, Failure(event.signature, event.cause)).add(event)
     ordered = sorted(failures.values(), key=Failure.sort_key)
     unknown = [failure for failure in ordered if failure.signature is UNKNOWN_EXCEPTION]
     if len(unknown) > MAX_UNKNOWN:
@@ -277,7 +282,7 @@ def _events(stream: Stream) -> list[Event]:
     skip = [] if stream.summary else summary_spans(stream)
     found = [m for m in matches(stream.text, SIGNATURES) if not _inside(m.start, skip)]
     starts = [m.start for m in found]  # in order
-    pending = [(m.signature, m.cause, m.start, m.line, m.line) for m in found]
+    pending = [(m.signature, m.cause, m.start, m.line, m.line, False) for m in found]
     tracebacks = _exceptions(stream.text)
     walked = [(start, end + len(line)) for start, end, line in tracebacks]
     lone = [(end, end, line) for end, line in _lone_exceptions(stream.text) if not _within(end, walked)]
@@ -288,8 +293,17 @@ def _events(stream: Stream) -> list[Event]:
         if at < len(starts) and starts[at] <= end + _COVER:
             continue
         cause = UNKNOWN_EXCEPTION.describe({"exception": exception})
-        pending.append((UNKNOWN_EXCEPTION, cause, end, exception, exception))
-    numbers = stream.lines_of([offset for _, _, offset, _, _ in pending])
+        pending.append((UNKNOWN_EXCEPTION, cause, end, exception, exception, False))
+    if not tracebacks and not lone:
+        for offset, code, rank, line in _exits(stream):
+            if any(m.signature.role == "cause" and abs(m.start - offset) <= _COVER for m in found):
+                continue  # a SIGKILL line, read by its signature
+            said = f"rank {rank}" if rank is not None else "a rank"
+            cause = UNKNOWN_EXCEPTION.describe(
+                {"exception": f"{said} exited with exit code {code}; its own error is not in what was read"}
+            )
+            pending.append((UNKNOWN_EXCEPTION, cause, offset, line, line, True))
+    numbers = stream.lines_of([each[2] for each in pending])
     return [_event(stream, *each, number) for each, number in zip(pending, numbers, strict=True)]
 
 
@@ -321,15 +335,38 @@ def _lone_exceptions(text: str) -> Iterator[tuple[int, str]]:
             at = text.find(word, stop)
 
 
+_FAILED_EXIT = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+)")
+_SUMMARY_EXIT = re.compile(r"exitcode\s*:\s*(?P<code>-?\d+)")
+_NOT_A_FAILURE = ("0", "-15", "-2", "-9")
+"""Exit codes that are not a rank's own failure: success, the SIGTERM/SIGINT the launcher sends the other ranks once
+one failed, and SIGKILL (read by its own signature, LP060)."""
+
+
+def _exits(stream: Stream) -> Iterator[tuple[int, str, int | None, str]]:
+    """Where the launcher says a rank exited with an error code: (offset, code, rank, line)."""
+    if stream.summary:
+        found = _SUMMARY_EXIT.search(stream.text)
+        if found and found.group("code") not in _NOT_A_FAILURE:
+            yield found.start(), found.group("code"), stream.rank, found.group(0)
+        return
+    at = stream.text.find("failed (exitcode: ")
+    while at >= 0:
+        found = _FAILED_EXIT.match(stream.text, at)
+        if found and found.group("code") not in _NOT_A_FAILURE:
+            yield at, found.group("code"), int(found.group("rank")), found.group(0)
+        at = stream.text.find("failed (exitcode: ", at + 1)
+
+
 def _event(
-    stream: Stream, signature: Signature, cause: str, offset: int, line: str, matched: str, number: int
-) -> Event:
+    stream: Stream, signature: Signature, cause: str, offset: int, line: str, matched: str, exit_only: bool,
+    number: int,
+) -> Event:  # fmt: skip
     cause, line, matched = text_of(cause), text_of(line), text_of(matched)
     rank = stream.rank
     if rank is None and (named := _LINE_RANK.search(line)):
         rank = int(named.group("rank") or named.group("local"))
     return Event(signature, cause, rank, stream.source, number, line[:300], stream.timestamp, (stream.order, number),
-                 matched)  # fmt: skip
+                 matched, exit_only)  # fmt: skip
 
 
 _TRACEBACK_LINE = re.compile(r"[ \t]*Traceback \(most recent call last\):[ \t]*$", re.MULTILINE | re.IGNORECASE)
