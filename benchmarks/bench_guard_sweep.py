@@ -227,9 +227,12 @@ def update(path: Path, configs: list[dict[str, Any]], rerun: set[str], options: 
     records = sweep([config for config in configs if config["id"] in rerun], options, log=sys.stderr)
     fresh = {record["id"]: record for record in records}
     merged = []
-    for config in configs:
+    for index, config in enumerate(configs):
         record = fresh.get(config["id"]) or {**recorded[config["id"]], **runner.verdicts(config)}
         merged.append(record)
+        print(f"{index + 1:4d}/{len(configs)} {config['id']:24s} verdict {','.join(record['verdict']['errors']) or '-'}"
+              f"  check --model {','.join(record['check_model']['errors']) or '-'}  {runner.judge(record) or ''}",
+              file=sys.stderr, flush=True)  # fmt: skip
     environment = before["environment"]
     recorded_options = runner.Options(timeout=environment["timeout_s"], launch=environment["launch"])
     result = report(merged, configs, f"{before['command']}; updated: {command}", before["summary"]["seconds"],

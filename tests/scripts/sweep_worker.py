@@ -131,16 +131,15 @@ def module_class(config: dict[str, Any]) -> type:
             if self.sabotage == "hang" and self.global_rank == 1 and batch_idx == 1:
                 time.sleep(3600)  # rank 0 waits in the next collective
             loss, logits = self._loss(batch)
-            if not self.recording:  # `check --model`'s step, under fake tensors: nothing to record
-                return loss
-            self.facts["losses"].append(loss.item())
-            self.facts["ids"].append(batch[0].tolist())
-            self.facts.setdefault("observed", {
-                "logits_dtype": str(logits.dtype),
-                "parameter_dtype": str(next(self.model.parameters()).dtype),
-                "anomaly_detection": torch.is_anomaly_enabled(),
-                "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            })  # fmt: skip
+            if self.recording:  # not in `check --model`'s steps (under fake tensors, or its rehearsal)
+                self.facts["losses"].append(loss.item())
+                self.facts["ids"].append(batch[0].tolist())
+                self.facts.setdefault("observed", {
+                    "logits_dtype": str(logits.dtype),
+                    "parameter_dtype": str(next(self.model.parameters()).dtype),
+                    "anomaly_detection": torch.is_anomaly_enabled(),
+                    "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+                })  # fmt: skip
             if self.automatic_optimization:
                 return loss
             optimizer = self.optimizers()
@@ -154,6 +153,8 @@ def module_class(config: dict[str, Any]) -> type:
 
         def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
             loss, _ = self._loss(batch)
+            if not self.recording:
+                return
             self.facts["val"].append({
                 "sanity": self.trainer.sanity_checking, "loss": loss.item(), "ids": batch[0].tolist(),
                 "inference_mode": torch.is_inference_mode_enabled(), "grad_enabled": torch.is_grad_enabled(),
@@ -170,6 +171,8 @@ def module_class(config: dict[str, Any]) -> type:
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
         def on_train_start(self) -> None:
+            if not self.recording:
+                return
             for optimizer in self.trainer.optimizers:
                 optimizer.register_step_post_hook(self._after_step)
 
@@ -186,6 +189,8 @@ def module_class(config: dict[str, Any]) -> type:
             self.facts["optimizer_steps"] += 1
 
         def on_train_end(self) -> None:
+            if not self.recording:
+                return
             self.facts["wrapping"] = describe_wrapping(self.trainer.strategy, self.model)
             self.facts["samplers"] = sampler_facts(self.trainer)
             self.facts["cudnn_benchmark"] = torch.backends.cudnn.benchmark
