@@ -67,15 +67,22 @@ def _line(evidence: str) -> int:
     return int(found.group(1)) if found else -1
 
 
+CPU: list[float] = []
+"""The CPU seconds (user and system) of each run, in order: the figure a loaded machine does not inflate."""
+
+
 def run(argv: list[str], stdin: Path | None = None) -> tuple[float, float, str, int]:
-    """Seconds, peak memory of the child (MiB), its standard output and exit code."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Seconds, peak memory of the child (MiB), its standard output and exit code (its CPU seconds go to CPU)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     start = time.perf_counter()
     with open(stdin, "rb") if stdin else open(os.devnull, "rb") as given:
         done = subprocess.run([sys.executable, "-m", "lightning_presets", "explain", *argv], stdin=given,
                               capture_output=True, text=True, check=False, timeout=600)  # fmt: skip
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak = usage.ru_maxrss
+    CPU.append(usage.ru_utime + usage.ru_stime - cpu)
     # ru_maxrss of the children is the largest of any child so far: run the largest case last to read it right
     return seconds, max(peak, before) / 1024, done.stdout, done.returncode
 
@@ -86,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeated", type=int, default=40_000)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    lines = [f"lightning-presets explain on large logs (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)", ""]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    lines = [f"lightning-presets explain on large logs (python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
+             f"average {load:.1f} at the start: wall time grows with it, CPU time does not)", ""]  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:
         tiny = Path(folder) / "tiny.log"
         tiny.write_text(OOM + "\n", encoding="utf-8")
@@ -98,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds, peak, out, code = run([str(repeated)])
         data = json.loads(run([str(repeated), "--json"])[2])
         lines.append(f"repeated: {args.repeated} out-of-memory tracebacks, {repeated.stat().st_size >> 20} MiB: "
-                     f"{seconds:.2f} s, report {len(out.splitlines())} lines, {len(data['failures'])} failure(s), "
+                     f"{seconds:.2f} s ({CPU[-2]:.2f} s CPU), report {len(out.splitlines())} lines, "
+                     f"{len(data['failures'])} failure(s), "
                      f"seen {data['failures'][0]['seen']} times, exit {code}")  # fmt: skip
         log = Path(folder) / "big.log"
         expected = write_size_log(log, args.megabytes)
@@ -107,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads(run([str(log), "--json"])[2])
         first = data["failures"][0]
         reported = _line(first["evidence"][0])
-        lines.append(f"size: {size / 2**20:.0f} MiB file: {seconds:.2f} s, peak memory {peak:.0f} MiB, "
+        lines.append(f"size: {size / 2**20:.0f} MiB file: {seconds:.2f} s ({CPU[-2]:.2f} s CPU), "
+                     f"peak memory {peak:.0f} MiB, "
                      f"{first['code']} at line {reported} (the file's own: {expected}, "
                      f"{'right' if reported == expected else 'WRONG'}), "
                      f"read from line {data['read'][0].get('read_from_line')}, "
@@ -116,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads(out)
         first = data["failures"][0]
         reported = _line(first["evidence"][0])
-        lines.append(f"stdin: the same {size / 2**20:.0f} MiB piped: {seconds:.2f} s, peak memory {peak:.0f} MiB "
+        lines.append(f"stdin: the same {size / 2**20:.0f} MiB piped: {seconds:.2f} s ({CPU[-1]:.2f} s CPU), "
+                     f"peak memory {peak:.0f} MiB "
                      f"(the largest of all runs so far), line {reported} "
                      f"({'right' if reported == expected else 'WRONG'}), exit {code}")  # fmt: skip
     text = "\n".join(lines) + "\n"
