@@ -413,7 +413,7 @@ GOLDEN_CASES = {
 
 
 def _normalized(text: str) -> str:
-    return re.sub(r"checked in [0-9.]+ ms", "checked in <time> ms", text)
+    return re.sub(r"checked in [0-9.]+ ms(\s*\([^)]*\))?", "checked in <time> ms", text)
 
 
 def _json_normalized(text: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -71,6 +72,16 @@ def positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 and at most 86400 seconds")
+    return value
+
+
 def devices(text: str) -> Any:
     """Like LightningCLI: ``8`` is an int, ``-1``/``auto``/``0,1`` stay as Lightning reads them."""
     stripped = text.strip()
@@ -121,6 +132,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--model", metavar="MODULE:FACTORY",
                         help="plan this model's memory per GPU under the job's preset (traced, as `lightning-presets "
                         "plan --model`) and compare it with --gpu-memory (LP730, LP731)")  # fmt: skip
+    target.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                        help="with --model: stop building and rehearsing the model after this long (default "
+                        "300); a factory that never returns is then an error, not a hang")  # fmt: skip
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the report as JSON (schema in docs/check-schema.json)")
     out.add_argument(
@@ -196,6 +210,27 @@ _REJECTED_AT_CONSTRUCTION = (
 )
 
 
+def _process_seconds() -> float | None:
+    """Wall seconds since this process started (Linux: its start time in ``/proc``), else ``None``."""
+    import os
+
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _waited() -> str:
+    """What the user waited, beside the check's own time: the wall time since the command started."""
+    seconds = _process_seconds()
+    if seconds is None:
+        return " (the check's own time: imports of torch and Lightning excluded)"
+    return (f" ({seconds:.1f} s of wall time since the command started; the check's own time excludes the "
+            "interpreter's start and the imports of torch and Lightning)")  # fmt: skip
+
+
 def render(report: _check.CheckReport, strict: bool) -> Group:
     data = report.as_dict(strict)
     constructed = report.evidence != "construction" or report.constructed
@@ -231,13 +266,14 @@ def render(report: _check.CheckReport, strict: bool) -> Group:
     summary = (
         f"{'REJECTED' if rejected else 'VALID'}: {errors} error(s), {warnings_} warning(s)"
         f"{' (--strict)' if strict else ''}; exit {report.exit_code(strict)}; checked in {report.elapsed_ms:.1f} ms"
+        f"{_waited()}"
     )
     parts += ["", verdict(summary, ok=not rejected)]
     return Group(*parts)
 
 
 def run(args: argparse.Namespace) -> int:
-    report = _check.run_check(request_from(args))
+    report = _check.run_check(request_from(args), getattr(args, "timeout", None))
     if args.json:
         emit_json(report.as_dict(args.strict))
     else:

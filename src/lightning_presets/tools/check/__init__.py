@@ -27,12 +27,12 @@ __all__ = [
 ]  # fmt: skip
 
 
-def run_check(request: CheckRequest) -> CheckReport:
+def run_check(request: CheckRequest, model_timeout_s: float | None = None) -> CheckReport:
     """Validate ``request``, and with ``request.model`` the memory plan of the job's preset (when the job passed).
 
     Never raises for a bad configuration; only :class:`~lightning_presets.core.findings.UsageError` for a bad request.
     """
-    report = check_job(request)
+    report = check_job(request, model_timeout_s)
     if request.model is None or report.resolved is None or not report.constructed or report.rejected():
         return report
     from lightning_presets.tools.plan.fit import memory_findings  # here: the planner imports torch's tracers

@@ -377,7 +377,7 @@ def _settings_out_of_overrides(request: CheckRequest) -> CheckRequest:
     return dataclasses.replace(request, arguments={**moved, **request.arguments}, overrides=overrides)
 
 
-def check_job(request: CheckRequest) -> CheckReport:
+def check_job(request: CheckRequest, model_timeout_s: float | None = None) -> CheckReport:
     """Validate ``request``: names, construction, cluster (``--model``'s memory plan is added by
     :func:`lightning_presets.tools.check.run_check`). Never raises for a bad configuration, only
     :class:`UsageError` for a bad request."""
@@ -413,7 +413,7 @@ def check_job(request: CheckRequest) -> CheckReport:
     out.add(_stages.trainer_findings(outcome), "guard", "construction")
     out.add(_stages.resume_findings(request, outcome), "guard", "construction")
     if not out.has_error:
-        decided = _stages.model_findings(request, outcome)
+        decided = _stages.model_findings(request, outcome, model_timeout_s)
         for code in decided.decided:
             out.drop(code)  # the conditional warning the construction gave: decided now
         out.add(decided.findings, "guard", "construction")

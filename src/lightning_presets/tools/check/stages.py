@@ -151,15 +151,45 @@ def model_conditions(request: CheckRequest, outcome: _construct.Outcome) -> list
     ]
 
 
-def model_findings(request: CheckRequest, outcome: _construct.Outcome) -> Decided:
-    """``--model``: the preset's model-stage rules decided on the user's model (the caller drops the conditional
-    warnings of :attr:`Decided.decided`); ``UsageError`` when the model cannot be built."""
+def model_findings(request: CheckRequest, outcome: _construct.Outcome, timeout_s: float | None = None) -> Decided:
+    """``--model``: the model rehearsed in a child process (:mod:`.rehearsal`: its factory, set-up and first steps;
+    a factory that exits, aborts or never returns is a usage error, never the end of the check), then the preset's
+    model-stage rules decided on it (the caller drops the conditional warnings of :attr:`Decided.decided`), then the
+    rehearsal's findings where the rules found no error; ``UsageError`` when the model cannot be built."""
     if request.model is None or outcome.built is None:
         return Decided()
+    from lightning_presets.tools.check import rehearsal as _rehearsal
     from lightning_presets.tools.plan.user_model import ModelError
 
+    rehearsed = None
+    if request.mode == "trainer":
+        family = getattr(getattr(outcome.strategy, "_lp_preset", None), "family", None)
+        if family is None and "DeepSpeed" in type(outcome.strategy).__name__:
+            family = "deepspeed"
+        try:
+            rehearsed = _rehearsal.rehearse(request.model, _rehearsal.trainer_arguments(dict(request.arguments)),
+                                            family, timeout_s or _rehearsal.DEFAULT_TIMEOUT_S)  # fmt: skip
+        except _rehearsal.RehearsalFailed as error:
+            raise UsageError(str(error)) from None
     try:
-        return model_stage_findings(outcome.strategy, request.model, call=request.call(), built=outcome.built)
+        decided = model_stage_findings(outcome.strategy, request.model, call=request.call(), built=outcome.built)
     except ModelError as error:
         text = str(error) if str(error).startswith("--model") else f"--model {request.model}: {error}"
         raise UsageError(text) from None
+    if rehearsed is None:
+        return decided
+    notes = [*decided.notes, rehearsal_note(rehearsed, outcome)]
+    findings = list(decided.findings)
+    if not any(each.severity == "error" for each in findings):  # the same failure, said once
+        findings += _rehearsal.findings(rehearsed, request.model, request.call())
+    return Decided(findings=findings, decided=decided.decided, notes=notes)
+
+
+def rehearsal_note(rehearsed: Any, outcome: _construct.Outcome) -> str:
+    """What the rehearsal ran and what it could not: the stages completed, in the check's notes (text and JSON)."""
+    done = ", ".join(rehearsed.completed) or "nothing"
+    world = getattr(outcome.strategy, "world_size", None)
+    extra = "; ".join(rehearsed.notes)
+    return (f"rehearsal ({rehearsed.seconds:.1f} s, Lightning's fit in one CPU process, real tensors): completed "
+            f"{done}{'; ' + extra if extra else ''}; not rehearsed: {type(outcome.strategy).__name__}'s wrapping on "
+            f"the job's {world or '?'} ranks, collectives between ranks, GPU kernels")  # fmt: skip

@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -37,6 +38,18 @@ class _Breakpoint(Exception):
     """``breakpoint()`` was called: there is no one to type at the debugger."""
 
 
+class _Exited(BaseException):
+    """``os._exit()`` was called: it would end the process without a word (the check or the plan with it)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _no_exit(status: int) -> NoReturn:
+    raise _Exited(status)
+
+
 def _no_debugger(*args: Any, **kwargs: Any) -> None:
     raise _Breakpoint
 
@@ -47,9 +60,10 @@ def contained(what: str) -> Iterator[None]:
     :class:`ModelError` of one line."""
     from lightning_presets.tools.plan.untraceable import untraceable_reason
 
-    stdin, hook, tracer = sys.stdin, sys.breakpointhook, sys.gettrace()
+    stdin, hook, tracer, exit_ = sys.stdin, sys.breakpointhook, sys.gettrace(), os._exit
     sys.stdin = io.StringIO("")
     sys.breakpointhook = _no_debugger
+    os._exit = _no_exit
     try:
         yield
     except ModelError:
@@ -60,6 +74,8 @@ def contained(what: str) -> Iterator[None]:
         raise ModelError(f"{what} called breakpoint(); a factory must run without a debugger") from None
     except SystemExit as error:
         raise ModelError(f"{what} called sys.exit({error.code!r}); a factory must return the model") from None
+    except _Exited as error:
+        raise ModelError(f"{what} called os._exit({error.code!r}); a factory must return the model") from None
     except EOFError as error:
         raise ModelError(f"{what} read from stdin ({error or 'EOFError'}); a factory must not ask for input, "
                          "pass its settings as defaults") from None  # fmt: skip
@@ -70,7 +86,7 @@ def contained(what: str) -> Iterator[None]:
         text = str(error).strip().splitlines()
         raise ModelError(f"{what} raised {type(error).__name__}" + (f": {text[0]}" if text else "")) from None
     finally:
-        sys.stdin, sys.breakpointhook = stdin, hook
+        sys.stdin, sys.breakpointhook, os._exit = stdin, hook, exit_
         sys.settrace(tracer)  # a debugger the user's code started (pdb.set_trace()) ends with it
 
 

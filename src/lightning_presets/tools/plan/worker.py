@@ -31,6 +31,7 @@ from typing import IO, Any
 from lightning_presets.tools.plan.estimates import Estimate, arithmetic_estimate, traced_estimate, with_max_batch
 from lightning_presets.tools.plan.presets import applicability, mesh_sizes, plannable
 from lightning_presets.tools.plan.request import MAX_BATCH, PlanRequest, Progress, import_path
+from lightning_presets.tools.simulation.processes import kill_group, terminated_as_interrupt
 
 _MODULE = "lightning_presets.tools.plan.worker"
 STDERR_TAIL = 4096
@@ -77,17 +78,18 @@ def run(request: PlanRequest, progress: Progress | None = None) -> tuple[list[Es
             errors.append(str(event["message"]))
 
     try:
-        with contextlib.suppress(BrokenPipeError), process.stdin or contextlib.nullcontext():
-            if process.stdin is not None:
-                process.stdin.write(payload)
-        while not _exited(process):  # not the end of its stdout: the child may still be tearing down
-            if time.monotonic() >= deadline:
-                timed_out = True
-                break
-            with contextlib.suppress(queue.Empty):
-                if event := events.get(timeout=0.2):
-                    take(event)
-    finally:  # Ctrl-C, a broken reader, the end or the timeout: nothing the child started outlives the plan
+        with terminated_as_interrupt():  # SIGTERM/SIGHUP: the finally below still kills the child's group
+            with contextlib.suppress(BrokenPipeError), process.stdin or contextlib.nullcontext():
+                if process.stdin is not None:
+                    process.stdin.write(payload)
+            while not _exited(process):  # not the end of its stdout: the child may still be tearing down
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                    break
+                with contextlib.suppress(queue.Empty):
+                    if event := events.get(timeout=0.2):
+                        take(event)
+    finally:  # Ctrl-C, SIGTERM, a broken reader, the end or the timeout: nothing the child started outlives the plan
         _kill_group(process)
         code = process.wait()
         for reader in readers:
@@ -123,8 +125,7 @@ def _exited(process: subprocess.Popen[bytes]) -> bool:
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
+    kill_group(process.pid)
 
 
 def _read_events(stream: IO[bytes] | None, events: queue.Queue[dict[str, Any] | None]) -> None:

@@ -1,0 +1,157 @@
+"""check --model's rehearsal (``tools.check.rehearsal``): a factory that exits, hangs or starts helpers cannot end,
+hang or outlive the check (issue 38 items 5 and 6); what one CPU process cannot run is a warning, never an error; the
+stages completed are said."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lightning_presets.core.findings import UsageError
+from lightning_presets.tools.check import CheckRequest, rehearsal, run_check
+
+MODELS = """
+import os, subprocess, sys, time
+import torch
+from torch import nn
+from torch.nn import functional as F
+from lightning.pytorch import LightningModule
+
+
+def exits():
+    os._exit(0)
+
+
+def hangs():
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.environ["REHEARSAL_PIDS"], "w") as pids:
+        pids.write(f"{os.getpid()} {helper.pid}")
+    time.sleep(600)
+
+
+class Tiny(LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(4, 2)
+        self.example_input_array = (torch.zeros(2, 4), torch.zeros(2, dtype=torch.long))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class NeedsCuda(Tiny):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.net(x.cuda()), y.cuda())
+
+
+class NoBatch(Tiny):
+    def __init__(self):
+        super().__init__()
+        self.example_input_array = None
+
+
+class ExitsInStep(Tiny):
+    def training_step(self, batch, batch_idx):
+        os._exit(3)
+"""
+
+
+@pytest.fixture
+def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "rehearsal_models_t.py").write_text(textwrap.dedent(MODELS))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("REHEARSAL_PIDS", str(tmp_path / "pids"))
+    return tmp_path
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def _wait_gone(*pids: int, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if all(_gone(pid) for pid in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _check(spec: str, timeout_s: float | None = None) -> list[tuple[str, str]]:
+    request = CheckRequest(arguments={"strategy": "ddp_static_graph", "accelerator": "cpu", "devices": 2},
+                           model=f"rehearsal_models_t:{spec}")  # fmt: skip
+    report = run_check(request, timeout_s)
+    return [(each.code, each.severity) for each in report.findings]
+
+
+def test_a_factory_calling_os_exit_is_an_error_not_a_silent_exit(models: Path) -> None:
+    with pytest.raises(UsageError, match=r"os\._exit\(0\)"):
+        _check("exits")
+
+
+def test_a_model_that_ends_the_process_in_its_step_is_an_error(models: Path) -> None:
+    with pytest.raises(UsageError, match=r"exit code 3"):
+        _check("ExitsInStep")
+
+
+def test_a_factory_that_never_returns_is_stopped_with_its_helpers(models: Path) -> None:
+    started = time.monotonic()
+    with pytest.raises(UsageError, match=r"longer than 3 s"):
+        _check("hangs", timeout_s=3)
+    assert time.monotonic() - started < 60
+    pids = [int(each) for each in (models / "pids").read_text().split()]
+    assert _wait_gone(*pids), pids  # the factory's process and the helper it started
+
+
+def test_sigterm_to_the_check_ends_the_rehearsal_and_its_helpers(models: Path) -> None:
+    """SIGTERM (or SIGHUP) to the checking process: its child's whole group is killed before it ends."""
+    deadline = time.monotonic() + 60
+
+    def send() -> None:
+        while not (models / "pids").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    timer = threading.Timer(0, send)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        rehearsal.rehearse("rehearsal_models_t:hangs", {}, None, timeout_s=120)
+    timer.join()
+    pids = [int(each) for each in (models / "pids").read_text().split()]
+    assert _wait_gone(*pids), pids
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
+
+
+def test_what_a_cpu_cannot_run_is_a_warning_and_the_stages_are_said(models: Path) -> None:
+    result = rehearsal.rehearse("rehearsal_models_t:NeedsCuda", {}, None)
+    assert result.stage is None, result
+    assert "cuda" in result.limitation.lower(), result
+    assert result.completed == ("set-up",)
+    findings = rehearsal.findings(result, "rehearsal_models_t:NeedsCuda", "Trainer()")
+    assert [(each.code, each.severity) for each in findings] == [("LP743", "warning")]
+    legal = rehearsal.rehearse("rehearsal_models_t:Tiny", {"precision": "16-mixed"}, None)
+    assert legal.completed == ("set-up", "first training step"), legal
+    assert not legal.limitation, legal
+    assert any("rehearsed as bf16-mixed" in note for note in legal.notes), legal.notes
+    assert any("example_input_array" in note for note in legal.notes), legal.notes
+
+
+def test_a_model_without_a_batch_is_a_usage_error_naming_both_sources(models: Path) -> None:
+    with pytest.raises(UsageError, match=r"neither a train_dataloader\(\) nor an example_input_array"):
+        _check("NoBatch")
