@@ -204,13 +204,28 @@ def test_a_rank_stuck_in_its_step_while_the_others_wait_in_ddps_reduction_is_rep
     assert time.monotonic() - start < 140, job.describe()  # the report ended it, not the harness
     assert job.outcome == "died", job.describe()
     output = job.stdout
-    assert "LP034 error: the backward pass of step 3, whose gradient reductions DDP and FSDP issue from C++" in output
+    assert "LP034 error: the backward pass, whose gradient reductions DDP and FSDP issue from C++, in step 3" in output
     assert "waited in by rank 0 on node " in output, output
     assert "never entered by rank 1 on node " in output
-    assert "it has begun 2 backward pass(es); its code is now at `inputs = SOURCE.get()" in output
+    assert "it has done 2 optimizer step(s); its code is now at `inputs = SOURCE.get()" in output
     assert "in training_step at hang_in_step.py:" in output
     assert "LP034 error: rank 1 ends: rank 0 reported" in output
     assert "RESULT" not in output
+
+
+@pytest.mark.distributed
+def test_a_fabric_rank_stuck_before_its_step_is_reported_from_the_others_cxx_collective() -> None:
+    """The same through Fabric: rank 0 goes on into the third step's collectives, issued from C++ by DDP (the bucket
+    rebuild of its forward pass, then the gradient reduction), while rank 1 waits for a batch that never comes."""
+    env = {variables.DIAGNOSE_VARIABLE: "1", variables.COLLECTIVE_TIMEOUT_VARIABLE: "2"}
+    job = run_job("runtime_jobs:fabric_stuck", path=JOBS, timeout=60, env=env)
+    assert [rank.status for rank in job.ranks] == ["died", "died"], job.describe()
+    report = job.ranks[0].output
+    assert "issued from C++), in step 3 (the job's default group, 2 ranks): ranks waited in it more than 2 s" in report
+    assert "waited in by rank 0 on node " in report
+    assert "never entered by rank 1 on node " in report
+    assert "it has done 2 optimizer step(s); its code is now at `inputs = source.get()" in report
+    assert "LP034 error: rank 1 ends: rank 0 reported" in job.ranks[1].output
 
 
 @pytest.mark.distributed

@@ -113,6 +113,30 @@ def fit_fabric() -> None:
     _report(losses=losses, checksum=_checksum(layer))
 
 
+def fabric_stuck() -> None:
+    """Fabric: rank 1 waits for a batch that never comes in its third step while rank 0 goes on into the step's
+    collectives, which DDP issues from C++ (its bucket rebuild in the forward pass, the gradient reduction)."""
+    import queue
+
+    from lightning.fabric import Fabric
+
+    torch.set_num_threads(1)
+    source: queue.Queue[Any] = queue.Queue()  # nothing is ever put here
+    fabric = Fabric(strategy=PRESET, accelerator="cpu", devices=2)
+    fabric.launch()
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 1)
+    model, optimizer = fabric.setup(layer, torch.optim.SGD(layer.parameters(), lr=0.1))
+    for step, (inputs, target) in enumerate(_data()):
+        if fabric.global_rank == 1 and step == 2:
+            inputs = source.get()  # a data source that never returns
+        loss = nn.functional.mse_loss(model(inputs), target)
+        fabric.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    _report(done=True)
+
+
 def join(seconds: str = "0") -> None:
     """Form the process group (the test starts rank 0 only); ``seconds`` > 0: the DDP strategy's own timeout."""
     torch.set_num_threads(1)

@@ -17,12 +17,13 @@ it read or wrote storage: :class:`Progress`). A rank is never ended inside a che
 checkpoint IO's ``save_checkpoint``, ``torch.save`` on any thread): the write finishes first, so diagnose mode never
 truncates a checkpoint.
 
-The collectives DDP and FSDP issue from C++ (the gradient reduction) are seen through the backward pass: the
-strategy's ``backward`` is wrapped, and a rank that has made no progress inside it for the limit waits for its peers;
-it asks the others where they are as above, and reports the rank that is behind in its step (a data source that never
-returns in ``training_step``) with its line. What it does not see: C++ collectives outside the backward pass (DDP's
-buffer broadcast in the forward pass) and the completion of ``async_op=True`` work (recorded as complete when the call
-returns). A rank waiting in one of those is reported by where its Python code is, when a peer's collective times out.
+The collectives DDP and FSDP issue from C++ (the gradient reduction in the backward pass, DDP's bucket rebuild and
+buffer broadcast in its forward pass) are seen by where the rank's Python code stands: a rank whose innermost frame
+is in torch's autograd, DDP or ``torch.distributed`` code and that has made no progress for the limit waits in one of
+them (:func:`cxx_wait`); it asks the others where they are as above, and reports the rank that is behind in its step
+(a data source that never returns in ``training_step``) with its line. Ranks that all wait in the same one are not
+reported (a slow reduction is no rank behind). What it does not see: the completion of ``async_op=True`` work
+(recorded as complete when the call returns).
 """
 
 from __future__ import annotations
@@ -111,10 +112,8 @@ class Recorder:
         self.changed = threading.Event()
         self.writes = 0
         """Checkpoint writes in flight in this process (any thread): a rank is never ended inside one."""
-        self.section: dict[str, Any] | None = None
-        """The backward pass this rank is in, with the collectives DDP and FSDP issue from C++ (unseen by the
-        wrappers): a rank idle in it waits for its peers."""
-        self.backwards = 0
+        self.steps = 0
+        """Optimizer steps done: the step a rank waits in, for the collectives DDP and FSDP issue from C++."""
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -174,28 +173,6 @@ class Recorder:
             self.current = entry
         self.changed.set()
         return entry
-
-    def enter_section(self, op: str, group: list[int], frame: FrameType | None) -> dict[str, Any]:
-        site = self.site(frame)
-        with self.lock:
-            self.backwards += 1
-            entry = {"op": op, "group": group, "seq": self.backwards, "site": asdict(site), "since": time.monotonic(),
-                     "label": f"the backward pass of step {self.backwards}, whose gradient reductions DDP and FSDP "
-                              "issue from C++"}  # fmt: skip
-            self.section = entry
-        self.changed.set()
-        return entry
-
-    def leave_section(self, entry: dict[str, Any]) -> None:
-        with self.lock:
-            if self.section is entry:
-                self.section = None
-        self.changed.set()
-
-    def waiting(self) -> dict[str, Any] | None:
-        """What this rank may be waiting in: the collective it is in, else the backward pass."""
-        with self.lock:
-            return self.current if self.current is not None else self.section
 
     def leave(self, entry: dict[str, Any] | None) -> None:
         self.depth.value = getattr(self.depth, "value", 1) - 1
@@ -324,6 +301,26 @@ def _storage_bytes() -> int:
         return 0
 
 
+_CXX_WAITS = (
+    ("torch/autograd/", "the backward pass, whose gradient reductions DDP and FSDP issue from C++"),
+    (
+        "torch/nn/parallel/distributed.py",
+        "DDP's forward pass (its bucket rebuild or buffer broadcast, issued from C++)",
+    ),
+    ("torch/distributed/", "a collective torch issues from C++"),
+)
+"""Where a rank's innermost Python frame is when it waits in a collective issued from C++, and what that is."""
+
+
+def cxx_wait(frame: FrameType | None) -> str | None:
+    """What the rank waits in when its innermost Python frame (``frame``) called into one of torch's collectives
+    issued from C++; ``None`` when it is elsewhere (the user's code, a data source, the standard library)."""
+    if frame is None:
+        return None
+    filename = frame.f_code.co_filename.replace(os.sep, "/")
+    return next((what for part, what in _CXX_WAITS if f"/{part}" in filename), None)
+
+
 class Progress:
     """Whether this rank moves, as its monitor thread sees it at each poll: a rank whose Python stack changes, whose
     process or DataLoader workers use the CPU (a long computation in C++ keeps one line), that reads or writes
@@ -392,6 +389,8 @@ class Monitor:
         """What this rank waits in while it asks the others whether they move."""
         self.probes = 0
         """The store's probe counter as this rank last read it: each change asks for its progress once more."""
+        self.cxx: dict[str, Any] | None = None
+        """The collective issued from C++ this rank waits in (see :func:`cxx_wait`), the same entry while it does."""
         self.store: Any = None
         self.thread = threading.Thread(target=self._run, name="lightning-presets-hang-monitor", daemon=True)
 
@@ -408,10 +407,11 @@ class Monitor:
         return self.step_limit if self.recorder.first_step_done and self.step_limit > 0 else self.setup_limit
 
     def state(self, *, now: bool) -> dict[str, Any]:
+        current = self.waiting(time.monotonic())
         with self.recorder.lock:
-            current, last = self.recorder.current or self.recorder.section, self.recorder.last
+            last = self.recorder.last
         state: dict[str, Any] = {"rank": self.rank, "host": self.host, "current": current, "last": last,
-                                 "backwards": self.recorder.backwards}  # fmt: skip
+                                 "steps": self.recorder.steps}  # fmt: skip
         if now:
             frame = sys._current_frames().get(self.main.ident or 0)
             state["now"] = asdict(self.recorder.site(frame))
@@ -444,7 +444,7 @@ class Monitor:
             if not answered and self.store.check([f"{self.prefix}/request"]):
                 self._publish("answer", self.state(now=True))
                 answered = True
-            current = self.recorder.waiting()
+            current = self.waiting(now)
             if current is None or self._waited(current, now) <= self.limit():
                 self.probing, self.probed_at = None, None
                 continue
@@ -461,15 +461,33 @@ class Monitor:
                 answered = True
 
     def _waited(self, current: Mapping[str, Any], now: float) -> float:
-        """Seconds this rank has waited in ``current``: since it entered a collective; in a backward pass (which
-        computes before it waits), since it last made progress."""
-        if current is self.recorder.section:
-            return min(now - float(current["since"]), self.progress.idle(now))
+        """Seconds this rank has waited in ``current``: since it entered a collective; in one issued from C++ (the
+        backward pass computes before it waits), since it last made progress."""
+        if current is self.cxx:
+            return self.progress.idle(now)
         return now - float(current["since"])
+
+    def waiting(self, now: float) -> dict[str, Any] | None:
+        """What this rank may be waiting in: the collective it entered from Python, else the one issued from C++
+        that its innermost frame is in (DDP's gradient reduction in the backward pass, its bucket rebuild)."""
+        with self.recorder.lock:
+            current = self.recorder.current
+        if current is not None:
+            return current
+        frame = sys._current_frames().get(self.main.ident or 0)
+        what = cxx_wait(frame)
+        if what is None:
+            self.cxx = None
+            return None
+        step = self.recorder.steps + 1
+        if self.cxx is None or self.cxx["op"] != what or self.cxx["seq"] != step:
+            self.cxx = {"op": what, "group": list(range(self.world)), "seq": step, "since": now,
+                        "site": asdict(self.recorder.site(frame)), "label": f"{what}, in step {step}"}  # fmt: skip
+        return self.cxx
 
     def _say_progress(self, now: float) -> None:
         self.beats += 1
-        current = self.recorder.waiting()
+        current = self.waiting(now)
         self._publish("progress", {
             "idle": self.progress.idle(now), "writing": self.progress.writing(), "beat": self.beats,
             "in": None if current is None else [",".join(map(str, current["group"])), current["seq"], current["op"]],
@@ -482,6 +500,7 @@ class Monitor:
         limit = self.limit()
         key = ",".join(map(str, hung["group"]))
         progress = self._states("progress")
+        behind = False
         for rank in hung["group"]:
             if rank == self.rank:
                 continue
@@ -489,9 +508,11 @@ class Monitor:
             if said is None:
                 if now - probed < ANSWER_SECONDS:
                     return True  # it may not have read the probe yet
+                behind = True
                 continue  # it never says: ended, or its monitor cannot run; the report says so
             if said.get("in") == [key, hung["seq"], hung["op"]]:
                 continue  # waits in the same collective
+            behind = True
             beat, since = self.heard.get(rank, (-1, now))
             if said["beat"] != beat:
                 self.heard[rank] = (int(said["beat"]), now)
@@ -500,7 +521,9 @@ class Monitor:
                 return True  # never call a rank inside a checkpoint write hung: ending it loses the checkpoint
             if float(said["idle"]) < limit and now - since < limit:
                 return True
-        return False
+        # every rank waiting in the same collective issued from C++ (a slow reduction, a slow device) is no rank
+        # behind: only one entered from Python is reported then, as before
+        return not behind and hung is self.cxx
 
     def _states(self, key: str) -> dict[int, dict[str, Any]]:
         found = {}
@@ -577,7 +600,7 @@ def describe(
     when = (f"{variables.COLLECTIVE_TIMEOUT_VARIABLE}, after the first step" if after_first_step
             else "the process group's timeout, during set-up and the first step")  # fmt: skip
     section = bool(hung.get("label"))
-    if section:  # DDP's/FSDP's own collectives, issued from C++: the ranks idle in the backward pass wait in them
+    if section:  # DDP's/FSDP's own collectives, issued from C++: the ranks idle in them wait for the others
         lines = [f"{COLLECTIVE_HANG.code} error: {_collective(hung)} ({which}, {len(group)} ranks): ranks waited in it "
                  f"more than {limit:g} s with no progress ({when})"]  # fmt: skip
     else:
@@ -599,7 +622,7 @@ def describe(
         last = state.get("last")
         done = f"its last collective was {_collective(last)} ({_site(last['site'])})" if last else "no collective yet"
         if section:
-            done = f"it has begun {int(state.get('backwards', 0))} backward pass(es)"
+            done = f"it has done {int(state.get('steps', 0))} optimizer step(s)"
         if current is not None:
             where = f"it waits in {_collective(current)} instead, {_site(current['site'])}"
         elif rank in answers:
@@ -615,8 +638,8 @@ def describe(
     if section:
         lines.append(
             "  fix: a rank behind in its step (a data source that never returns, a wait for something else, a "
-            "rank-dependent number of batches) keeps the others in the step's gradient reduction: make every rank "
-            "run the same steps, and see the line above where it stands"
+            "rank-dependent number of batches) keeps the others in the step's collectives: make every rank run the "
+            "same steps, and see the line above where it stands"
         )
         return "\n".join(lines)
     lines.append(
@@ -677,25 +700,10 @@ def install(strategy: Any) -> None:
     def optimizer_step(*args: Any, **kwargs: Any) -> Any:
         result = step(*args, **kwargs)
         recorder.first_step_done = True
+        recorder.steps += 1
         return result
 
     strategy.optimizer_step = optimizer_step
-    backward = strategy.backward
-    world = list(range(int(dist.get_world_size())))
-
-    @functools.wraps(backward)
-    def backward_pass(*args: Any, **kwargs: Any) -> Any:
-        try:
-            entry = recorder.enter_section("backward", world, sys._getframe(1))
-        except Exception:  # recording must never change what the backward pass does
-            entry = None
-        try:
-            return backward(*args, **kwargs)
-        finally:
-            if entry is not None:
-                recorder.leave_section(entry)
-
-    strategy.backward = backward_pass
     _record_writes(strategy, recorder)
     pg_timeout = _timeout_seconds(strategy)
     monitor = Monitor(recorder, int(dist.get_rank()), int(dist.get_world_size()), 0.9 * pg_timeout,
