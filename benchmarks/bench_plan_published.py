@@ -236,6 +236,18 @@ def main() -> None:
                      f"{max(every):.1%} ({len(every)} rows; aim: median ≤ 15 %, none over 30 %)")  # fmt: skip
     lines.append(f"fsdp2 called not fitting at the published micro-batch: {', '.join(misfits) or 'none'}")
     lines.append(f"the published configuration called not fitting: {', '.join(ran_misfits) or 'none'}")
+    excess = []
+    for row in rows:
+        presets = saved[row["id"]]["presets"]
+        activations = {each["preset"]: each["per_gpu_bytes"]["activations"] or 0 for each in presets}
+        excess.append(f"{row['id']} {(activations[FULL_SHARD] - activations['fsdp_grad_op']) / 2**30:.1f} "
+                      f"({row['precision']})")  # fmt: skip
+    lines += [
+        "",
+        "fsdp2's traced activations less FSDP1's over bf16 weights (fsdp_grad_op), GiB: what autocast over "
+        "fp32 weights keeps (a bf16 copy of each weight a matmul saves for backward, about 2 bytes per "
+        "parameter, and the fp32 residual stream and LayerNorms); none under bf16-true: " + ", ".join(excess),
+    ]
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
