@@ -155,3 +155,19 @@ def test_what_a_cpu_cannot_run_is_a_warning_and_the_stages_are_said(models: Path
 def test_a_model_without_a_batch_is_a_usage_error_naming_both_sources(models: Path) -> None:
     with pytest.raises(UsageError, match=r"neither a train_dataloader\(\) nor an example_input_array"):
         _check("NoBatch")
+
+
+def test_sighup_interrupts_the_wait_and_the_handlers_come_back() -> None:
+    """What ``plan --model`` and ``check --model`` wait in: SIGHUP (a closed terminal) becomes an interrupt, so the
+    caller's ``finally`` kills the child's group; outside the block the previous handler is back."""
+    from lightning_presets.tools.simulation.processes import terminated_as_interrupt
+
+    def hang_up() -> None:
+        with terminated_as_interrupt():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(5)
+
+    before = signal.getsignal(signal.SIGHUP)
+    with pytest.raises(KeyboardInterrupt, match="SIGHUP"):
+        hang_up()
+    assert signal.getsignal(signal.SIGHUP) is before
