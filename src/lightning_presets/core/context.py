@@ -107,6 +107,10 @@ class Context:
     """Every argument of the ``Trainer(...)``/``Fabric(...)`` call, defaults included, named as the installed
     Lightning's signature names them (``gradient_clip_val``, ``sync_batchnorm``, ``devices``, ...); empty when the
     strategy is not being built by one."""
+    launched_world: int | None = None
+    """The world the launcher made, where the cluster environment takes it from the launcher and not from devices ×
+    num_nodes (Ray's workers, a Kubeflow PyTorchJob's ``WORLD_SIZE``, LSF, MPI): ``environment.world_size()`` when it
+    differs from devices × num_nodes and the environment accepts the job; ``None`` otherwise."""
     device_indices: tuple[int, ...] | None = None
     """The device index of each process of a node as Lightning resolved them (``strategy.parallel_devices``: ``(1, 3)``
     for ``devices=[1, 3]`` on CUDA); ``None`` where the devices have no index (CPU) or nothing was resolved."""
@@ -155,7 +159,9 @@ class Context:
 
     @property
     def world_size(self) -> int:
-        return self.devices_per_node * self.num_nodes
+        """The processes of the job: the launcher's world where the environment takes it from the launcher
+        (:attr:`launched_world`), else devices × num_nodes."""
+        return self.launched_world or self.devices_per_node * self.num_nodes
 
     @property
     def constructor(self) -> str:
@@ -179,6 +185,8 @@ class Context:
 
     @property
     def world_arithmetic(self) -> str:
+        if self.launched_world:
+            return f"the {self.launched_world} processes {self.cluster_environment} reports (not devices × num_nodes)"
         return f"devices={self.devices_per_node} × num_nodes={self.num_nodes} = {self.world_size}"
 
 

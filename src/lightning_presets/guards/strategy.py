@@ -53,6 +53,22 @@ def environment_refusal(strategy: Any, devices: int, nodes: int) -> str | None:
     return None
 
 
+def launched_world(environment: Any, devices: int, nodes: int, refusal: str | None) -> int | None:
+    """The world a launcher made, where the cluster environment reads it from the launcher (its processes are started
+    outside Lightning, and ``set_world_size`` leaves it as it is: Ray's, Kubeflow's, LSF's, MPI's) and it differs
+    from devices × num_nodes; ``None`` for Lightning's own environment, one that refuses the job (its refusal says
+    it) or one that cannot say yet."""
+    if environment is None or refusal is not None or type(environment).__name__ == "LightningEnvironment":
+        return None
+    if not getattr(environment, "creates_processes_externally", False):
+        return None
+    try:
+        world = int(environment.world_size())
+    except Exception:  # an environment that reads a variable not set (yet): no launcher's world to read
+        return None
+    return world if world > 0 and world != devices * nodes else None
+
+
 def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mapping[str, Any]) -> Context:
     """Read the final configuration off a strategy whose connector has finished with it."""
     precision = strategy.precision_plugin if namespace.kind == "trainer" else strategy.precision
@@ -63,6 +79,7 @@ def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mappi
     devices_per_node = len(devices) if devices else 1
     num_nodes = int(getattr(strategy, "num_nodes", 1) or 1)
     accumulation = arguments.get("accumulate_grad_batches")
+    refusal = environment_refusal(strategy, devices_per_node, num_nodes)
     return Context(
         preset=preset.name,
         target=namespace.target,
@@ -84,7 +101,8 @@ def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mappi
         activation_checkpointing=preset.activation_checkpointing,
         accumulate_grad_batches=accumulation if type(accumulation) is int else None,
         torch_build=torch_build(),
-        environment_refusal=environment_refusal(strategy, devices_per_node, num_nodes),
+        environment_refusal=refusal,
+        launched_world=launched_world(environment, devices_per_node, num_nodes, refusal),
         arguments=MappingProxyType(arguments),
         device_indices=device_indices(devices),
     )
