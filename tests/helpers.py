@@ -174,6 +174,64 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     return code, out, err
 
 
+REFERENCE_CHECK = ("check", "--strategy", "ddp", "--accelerator", "cpu", "--devices", "2")
+"""A small valid check (a DDP job of 2 CPU processes): the cost a refusal or a fuzzed command is compared with."""
+
+
+def cli_cpu_seconds(*argv: str) -> tuple[int, float]:
+    """(exit code, CPU seconds of this process) of ``lightning-presets *argv`` run in this process, its output
+    discarded. CPU time: another process on the machine adds nothing to it."""
+    import gc
+    import io
+
+    from lightning_presets.cli import main
+
+    collecting = gc.isenabled()
+    gc.disable()  # a collection of the whole process's objects is not the command's cost
+    start = time.process_time()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                code = main(list(argv))
+            except SystemExit as exit_:
+                code = int(exit_.code or 0) if not isinstance(exit_.code, str) else 2
+        return code, time.process_time() - start
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def cheaper_than_a_check(*argv: str, plus: Callable[[], object] | None = None) -> tuple[bool, str]:
+    """Whether ``lightning-presets *argv`` costs less CPU than :data:`REFERENCE_CHECK` (the least of 3 runs of each),
+    and the figures: a refusal comes before the work a check does. ``plus``: work the refusal may do besides (e.g.
+    a bounded read), measured alike and allowed twice."""
+    reference = reference_check_seconds()
+    extra = min(_cpu_seconds(plus) for _ in range(3)) if plus is not None else 0.0
+    cost = min(cli_cpu_seconds(*argv)[1] for _ in range(3))
+    shown = f"{argv}: {cost * 1000:.1f} ms of CPU, a small check {reference * 1000:.1f} ms, plus {extra * 1000:.1f} ms"
+    return cost < reference + 2 * extra, shown
+
+
+def _cpu_seconds(call: Callable[[], object]) -> float:
+    start = time.process_time()
+    call()
+    return time.process_time() - start
+
+
+_reference: list[float] = []
+
+
+def reference_check_seconds() -> float:
+    """CPU seconds of :data:`REFERENCE_CHECK` in this process, once per process: the least of three runs after one
+    that imports what a check imports. A test of a cost compares with it (a ratio, measured in the same run on the
+    same machine), never with an absolute number of seconds."""
+    if not _reference:
+        code, _ = cli_cpu_seconds(*REFERENCE_CHECK)
+        assert code == 0, f"the reference check {REFERENCE_CHECK} exited {code}"
+        _reference.append(min(cli_cpu_seconds(*REFERENCE_CHECK)[1] for _ in range(3)))
+    return _reference[0]
+
+
 class Fresh:
     """Fresh interpreters a module's tests read, started side by side: ``Fresh(request, {key: (start, tests)})``
     starts at once every ``start()`` whose ``tests`` (names, ``name[id]`` for one parameter) the session selected;

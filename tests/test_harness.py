@@ -35,9 +35,9 @@ def test_each_job_has_its_own_port() -> None:
 
 @pytest.mark.distributed
 def test_a_rank_that_raises_is_reported_with_its_exception_and_the_other_is_killed() -> None:
-    start = time.monotonic()
     job = run_job("harness_jobs:raise_on_rank1", path=JOBS, timeout=120, grace=3)
-    assert time.monotonic() - start < 60  # the grace period, not the timeout
+    assert job.ranks[0].status != "hung"
+    assert job.seconds < 120  # ended by the grace period after rank 1's exception, not at the timeout
     assert job.outcome == "raised", job.describe()
     assert job.ranks[1].status == "raised"
     assert job.ranks[1].error is not None
@@ -51,9 +51,9 @@ def test_a_rank_that_raises_is_reported_with_its_exception_and_the_other_is_kill
 
 @pytest.mark.distributed
 def test_a_job_that_hangs_is_killed_at_its_timeout_and_the_next_job_runs() -> None:
-    start = time.monotonic()
     job = run_job("harness_jobs:hang_on_rank1", path=JOBS, timeout=5)
-    assert 5 <= time.monotonic() - start < 60
+    assert job.seconds >= 5  # not before its timeout
+    assert job.notes == []  # the server killed it and answered (the client did not have to replace it)
     assert job.outcome == "hung", job.describe()
     assert [rank.status for rank in job.ranks] == ["hung", "hung"]
     assert all(rank.signal == signal.SIGKILL for rank in job.ranks)
