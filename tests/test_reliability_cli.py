@@ -547,6 +547,25 @@ def test_a_5000_digit_integer_is_a_usage_error(
     assert "holds an integer of 20000 bits; no setting is larger than 1024 bits" in err
 
 
+@pytest.mark.parametrize(
+    ("trainer", "key"),
+    [("  max_epochs: {digits}\n", "max_epochs"), ("  devices: [1, {digits}]\n", "devices[1]"),
+     ("  strategy:\n    class_path: DDPStrategy\n    init_args: {{bucket_cap_mb: {digits}}}\n",
+      "strategy.init_args.bucket_cap_mb")],
+    ids=["key", "list", "nested"],
+)  # fmt: skip
+def test_a_5000_digit_decimal_integer_in_a_config_is_a_usage_error_naming_the_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], trainer: str, key: str
+) -> None:
+    """Issue 38, item 11: PyYAML raised Python's ValueError (more than 4300 digits to convert): an internal error."""
+    config = write(tmp_path / "c.yaml", "trainer:\n" + trainer.format(digits="9" * 5000))
+    code, _, err = run_cli(capsys, "check", "--config", config)
+    assert code == 2, err
+    assert f"--config {config}: 'trainer:' at {key}, holds an integer of 5000 digits;" in err
+    assert "internal error" not in err
+    assert len(err) < 400
+
+
 WITHOUT_TORCH_AND_LIGHTNING = """
 import importlib.abc, sys
 

@@ -88,37 +88,81 @@ def _load(path: str) -> Any:
     except ImportError as error:  # PyYAML comes with lightning[extra] / jsonargparse
         raise UsageError("--config needs PyYAML: pip install pyyaml") from error
     text = _read(path)
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: faster, same safe tags
     try:
-        return yaml.load(text, Loader=loader)  # a safe loader: SafeLoader or its C twin
+        return yaml.load(text, Loader=_loader(yaml))  # a safe loader: SafeLoader or its C twin
     except yaml.YAMLError as error:
         raise UsageError(f"--config {path}: not valid YAML: {error}") from error
     except RecursionError as error:
         raise UsageError(f"--config {path}: nested too deeply to be a LightningCLI config") from error
 
 
+class LargeInteger(str):
+    """A YAML integer of more digits than Python converts (``sys.get_int_max_str_digits()``, 4300 by default): kept
+    as its text, so that :func:`check_values` refuses it with its key instead of PyYAML raising ``ValueError``."""
+
+    __slots__ = ()
+
+
+_MAX_DECIMAL_DIGITS = 400
+"""Longer decimal integers are not converted (above :data:`MAX_INTEGER_BITS`, below Python's conversion limit)."""
+
+
+def _loader(yaml: Any) -> Any:
+    """PyYAML's safe loader (libyaml's when built in: faster, the same safe tags), whose integers of more than
+    :data:`_MAX_DECIMAL_DIGITS` decimal digits are :class:`LargeInteger` texts (hexadecimal, octal and binary
+    integers convert at any length: their base is a power of two)."""
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):  # type: ignore[misc,valid-type]
+        pass
+
+    def integer(loader: Any, node: Any) -> Any:
+        text = str(node.value).replace("_", "").lstrip("+-")
+        if len(text) > _MAX_DECIMAL_DIGITS and text.isdigit():
+            return LargeInteger(node.value)
+        return base.construct_yaml_int(loader, node)
+
+    Loader.add_constructor("tag:yaml.org,2002:int", integer)
+    return Loader
+
+
 def check_values(where: str, values: Any) -> None:
     """Refuse input that expands to more than :data:`MAX_VALUES` values, nests deeper than :data:`MAX_DEPTH` or holds
-    an integer of more than :data:`MAX_INTEGER_BITS` bits (a 5,000-digit hex number cannot even be printed)."""
+    an integer of more than :data:`MAX_INTEGER_BITS` bits (a 5,000-digit hex number cannot even be printed); the
+    message names the key that holds the integer."""
     count = 0
-    stack: list[tuple[Any, int]] = [(values, 1)]
+    stack: list[tuple[Any, int, str]] = [(values, 1, "")]
     while stack:
-        value, depth = stack.pop()
+        value, depth, key = stack.pop()
         count += 1
         if count > MAX_VALUES:
             raise UsageError(f"{where} expands to more than {MAX_VALUES} values (YAML aliases are counted each time "
                              "they are used)")  # fmt: skip
         if depth > MAX_DEPTH:
             raise UsageError(f"{where} nests deeper than {MAX_DEPTH} levels")
-        if isinstance(value, int) and value.bit_length() > MAX_INTEGER_BITS:
-            raise UsageError(f"{where} holds an integer of {value.bit_length()} bits; no setting is larger than "
+        at = f" at {key}," if key else ""
+        if isinstance(value, LargeInteger):
+            digits = len(value.replace("_", "").lstrip("+-"))
+            raise UsageError(f"{where}{at} holds an integer of {digits} digits; no setting is larger than "
                              f"{MAX_INTEGER_BITS} bits")  # fmt: skip
-        children: Iterable[Any] = ()
+        if isinstance(value, int) and value.bit_length() > MAX_INTEGER_BITS:
+            raise UsageError(f"{where}{at} holds an integer of {value.bit_length()} bits; no setting is larger than "
+                             f"{MAX_INTEGER_BITS} bits")  # fmt: skip
+        children: Iterable[tuple[Any, str]] = ()
         if isinstance(value, dict):
-            children = [*value.keys(), *value.values()]
+            children = [
+                *((child, key) for child in value),
+                *((child, f"{key}.{_shown(name)}" if key else _shown(name)) for name, child in value.items()),
+            ]
         elif isinstance(value, list | tuple | set):
-            children = value
-        stack.extend((child, depth + 1) for child in children)
+            children = ((child, f"{key}[{index}]") for index, child in enumerate(value))
+        stack.extend((child, depth + 1, path) for child, path in children)
+
+
+def _shown(key: Any) -> str:
+    """A mapping key in a message (a long or odd one shortened, never printed whole)."""
+    text = key if isinstance(key, str) else repr(key) if not isinstance(key, int) or key.bit_length() < 64 else "<int>"
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 # What a class_path may be, by role: the base class, and the package module (per namespace) that exports the role.
