@@ -97,16 +97,16 @@ def script_runs(
 
 def test_no_gpu_path_skips_every_check_and_exits_non_zero(script_runs: dict[str, _Started]) -> None:
     """No visible GPU (or a GPU node whose CUDA is broken) is not a pass: exit 2, the report still written."""
-    done, elapsed = script_runs["no_gpu"].result()
+    done, _ = script_runs["no_gpu"].result()
     tmp_path = script_runs["no_gpu"].out
     assert done.returncode == gpu_checks.EXIT_NO_GPU == 2, done.stdout + done.stderr
     assert "no CUDA device is visible: every GPU check was skipped; exit 2" in done.stdout
-    assert elapsed < 60
     report = _report(tmp_path)
     assert report["schema"] == "lightning-presets/gpu-checks"
     assert report["mode"] == "gpu"
     assert [check["name"] for check in report["checks"]] == [check.name for check in gpu_checks.CHECKS]
     assert {(check["status"], check["reason"]) for check in report["checks"]} == {("skipped", "no CUDA device")}
+    assert {check["duration_s"] for check in report["checks"]} == {0.0}  # no check's process was started
     assert report["summary"] == {"passed": 0, "failed": 0, "skipped": len(gpu_checks.CHECKS)}
     environment = report["environment"]
     assert environment["gpus"] == 0
@@ -193,10 +193,11 @@ def test_expectations_reject_a_loss_that_does_not_fall() -> None:
 
 
 def test_a_hanging_check_is_killed_with_its_process_group(tmp_path: Path) -> None:
-    marker = tmp_path / "child.pid"
+    marker, woke = tmp_path / "child.pid", tmp_path / "woke"
+    grandchild_code = "import sys, time; time.sleep(60); open(sys.argv[1], 'w')"  # writes once it wakes
     code = (
         "import os, subprocess, sys, time; "
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"child = subprocess.Popen([sys.executable, '-c', {grandchild_code!r}, {str(woke)!r}]); "
         f"open({str(marker)!r}, 'w').write(str(child.pid)); time.sleep(60)"
     )
     process = subprocess.Popen(
@@ -206,9 +207,8 @@ def test_a_hanging_check_is_killed_with_its_process_group(tmp_path: Path) -> Non
     running = gpu_checks.Running(
         check=gpu_checks.BY_NAME["fsdp2"], process=process, started=time.monotonic(), timeout_s=3, command="hang"
     )
-    start = time.monotonic()
     record, _ = gpu_checks._finish(running)
-    assert time.monotonic() - start < 20
+    assert not woke.exists()  # _finish did not wait for the grandchild (it holds the output pipe) to end its sleep
     assert record.status == "failed"
     assert record.reason == "timed out after 3 s (process group killed)"
     grandchild = int(marker.read_text())
@@ -224,7 +224,7 @@ def test_a_hanging_check_is_killed_with_its_process_group(tmp_path: Path) -> Non
 
 @pytest.mark.distributed
 def test_cpu_smoke_runs_the_cpu_capable_checks_through_the_harness(script_runs: dict[str, _Started]) -> None:
-    done, elapsed = script_runs["smoke"].result()
+    done, _ = script_runs["smoke"].result()
     tmp_path = script_runs["smoke"].out
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = _report(tmp_path)
@@ -249,7 +249,9 @@ def test_cpu_smoke_runs_the_cpu_capable_checks_through_the_harness(script_runs: 
     assert cli["exit_code"] == 0
     assert cli["cuda_initialized_after"] is False
     assert cli["evidence"] == "construction"
-    assert elapsed < 120, f"the smoke run took {elapsed:.0f} s"
+    # side by side: the run took less than its checks one after another (each check's duration spans its start-up)
+    durations = sum(check["duration_s"] for check in checks.values())
+    assert report["duration_s"] < durations, (report["duration_s"], durations)
 
 
 def test_source_metadata_exposes_the_entry_points_when_not_installed(
