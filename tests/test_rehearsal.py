@@ -61,6 +61,23 @@ class NoBatch(Tiny):
         self.example_input_array = None
 
 
+class SetupData(Tiny):
+    # Lightning's usual pattern: setup() makes the dataset its train_dataloader() serves
+
+    def setup(self, stage):
+        self.data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,)))
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(self.data, batch_size=4)
+
+
+class DataElsewhere(Tiny):
+    # data that lives where the job runs, not here
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(torch.load("/cluster/datasets/train.pt"), batch_size=4)
+
+
 class ExitsInStep(Tiny):
     def training_step(self, batch, batch_idx):
         os._exit(3)
@@ -171,3 +188,12 @@ def test_sighup_interrupts_the_wait_and_the_handlers_come_back() -> None:
     with pytest.raises(KeyboardInterrupt, match="SIGHUP"):
         hang_up()
     assert signal.getsignal(signal.SIGHUP) is before
+
+
+def test_data_made_in_setup_is_rehearsed_and_data_not_here_is_a_warning(models: Path) -> None:
+    """The loaders come from Lightning's own calls (after prepare_data and setup), as in the job; data this machine
+    lacks is the rehearsal's limit, never an error of the job."""
+    assert _check("SetupData") == []
+    legal = rehearsal.rehearse("rehearsal_models_t:SetupData", {}, None)
+    assert legal.completed == ("set-up", "first training step"), legal
+    assert _check("DataElsewhere") == [("LP743", "warning")]

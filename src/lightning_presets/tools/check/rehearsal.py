@@ -316,8 +316,18 @@ def user_line(error: BaseException) -> str:
 _CPU_LIMITS = ("cuda", "nccl", "nvidia", "triton", "flash_attn", "transformer_engine", "bitsandbytes")
 
 
+_DATA_HOOKS = ("prepare_data", "setup", "train_dataloader", "val_dataloader")
+
+
 def _limitation(error: BaseException) -> str:
-    """Why ``error`` is the rehearsal's own limit (the model needs what one CPU process lacks), or empty."""
+    """Why ``error`` is the rehearsal's own limit (the model needs what one CPU process lacks, or data this machine
+    does not hold), or empty."""
+    frames = traceback.extract_tb(error.__traceback__)
+    theirs = [frame for frame in frames if not any(part in frame.filename for part in _NOT_THEIRS)]
+    data = os.sep.join(("torch", "utils", "data", ""))
+    if any(frame.name in _DATA_HOOKS for frame in theirs) or any(data in frame.filename for frame in frames):
+        return (f"loading the model's data raised {type(error).__name__}: {_first(error)}; the job's data may be "
+                "where the job runs, not here")  # fmt: skip
     if any(frame.name == "configure_model" for frame in traceback.extract_tb(error.__traceback__)):
         return (f"configure_model raised {type(error).__name__}: {_first(error)}; it builds the model for the job's "
                 "strategy and device mesh, which one CPU process does not have")  # fmt: skip
@@ -360,23 +370,22 @@ def rehearse_in_process(spec: str, arguments: dict[str, Any], family: str | None
     if precision.startswith("16"):
         trainer_args["precision"] = "bf16" + precision[2:]
         notes.append(f"precision {precision} rehearsed as {trainer_args['precision']} (a CPU has no float16 autocast)")
-    with user_model.contained(f"{spec}: its dataloaders"):
-        train, validation, source = _batches(model, spec)
-    if validation is None:
+    train, validation, source = _loaders(model, spec)
+    if not validation:
         notes.append("no first validation step: the model defines no val_dataloader and validation_step")
     recorder = _stages_callback()
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     from lightning.pytorch import Trainer
 
     trainer = Trainer(accelerator="cpu", devices=1, max_steps=1, limit_train_batches=1, limit_val_batches=1,
-                      num_sanity_val_steps=1 if validation is not None else 0, logger=False,
+                      num_sanity_val_steps=1 if validation else 0, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                       callbacks=[recorder], **trainer_args)  # fmt: skip
     error: BaseException | None = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            trainer.fit(model, train_dataloaders=train, val_dataloaders=validation)
+            trainer.fit(model, train_dataloaders=train)
         except BaseException as raised:  # the user's code may raise anything, SystemExit included
             error = raised
     if error is None and family == "deepspeed":
@@ -398,7 +407,7 @@ def rehearse_in_process(spec: str, arguments: dict[str, Any], family: str | None
         return Rehearsal(completed=completed, limitation=why, notes=tuple(notes), seconds=seconds)
     if "set-up" not in completed:
         stage = "set-up"
-    elif validation is not None and "first validation step" not in completed:
+    elif validation and "first validation step" not in completed:
         stage = "first validation step"
     else:
         stage = "first training step"
@@ -417,9 +426,10 @@ def _deepspeed_optimizers(model: Any) -> BaseException | None:
     return None
 
 
-def _batches(model: Any, spec: str) -> tuple[Any, Any, str]:
-    """One-batch train and validation loaders: the first batch of the model's own ``train_dataloader()`` (else its
-    ``example_input_array``) and of its ``val_dataloader()`` when it has a ``validation_step``."""
+def _loaders(model: Any, spec: str) -> tuple[Any, bool, str]:
+    """What fit gets to train on: the model's own dataloader hooks (Lightning calls them after ``prepare_data`` and
+    ``setup``, as in the job; one batch of each is used), else a loader of its ``example_input_array``; whether it
+    has a validation step to run; where the first batch comes from."""
     from lightning.pytorch import LightningModule
     from torch.utils.data import DataLoader
 
@@ -428,19 +438,15 @@ def _batches(model: Any, spec: str) -> tuple[Any, Any, str]:
     def overridden(name: str) -> bool:
         return getattr(type(model), name, None) is not getattr(LightningModule, name)
 
+    validation = overridden("val_dataloader") and overridden("validation_step")
     if overridden("train_dataloader"):
-        train, source = next(iter(model.train_dataloader())), f"{type(model).__name__}.train_dataloader()"
-    elif getattr(model, "example_input_array", None) is not None:
-        train, source = model.example_input_array, "example_input_array"
-    else:
-        raise ModelError(f"--model {spec}: {type(model).__name__} has neither a train_dataloader() nor an "
-                         "example_input_array, so there is no batch to rehearse the first step with; define one "
-                         "(a batch as the dataloader yields it, e.g. self.example_input_array = "
-                         "(torch.zeros(8, 32), torch.zeros(8, dtype=torch.long)))")  # fmt: skip
-    validation: Any = None
-    if overridden("val_dataloader") and overridden("validation_step"):
-        validation = DataLoader(cast(Any, [next(iter(model.val_dataloader()))]), batch_size=None)
-    return DataLoader(cast(Any, [train]), batch_size=None), validation, source
+        return None, validation, f"{type(model).__name__}.train_dataloader()"
+    if getattr(model, "example_input_array", None) is not None:
+        return DataLoader(cast(Any, [model.example_input_array]), batch_size=None), validation, "example_input_array"
+    raise ModelError(f"--model {spec}: {type(model).__name__} has neither a train_dataloader() nor an "
+                     "example_input_array, so there is no batch to rehearse the first step with; define one "
+                     "(a batch as the dataloader yields it, e.g. self.example_input_array = "
+                     "(torch.zeros(8, 32), torch.zeros(8, dtype=torch.long)))")  # fmt: skip
 
 
 def _stages_callback() -> Any:
