@@ -96,9 +96,17 @@ def _initializers(kind: str) -> dict[CodeType, Callable[..., Any]]:
     for module_name in _CONSTRUCTOR_MODULES.get(kind, ()):
         cls = getattr(sys.modules.get(module_name), constructor(kind), None)
         if isinstance(cls, type):
-            init = inspect.unwrap(vars(cls)["__init__"])
+            init = _unwrapped(vars(cls)["__init__"])
             found[init.__code__] = init
     return found
+
+
+@functools.cache
+def _unwrapped(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``inspect.unwrap`` of a constructor's ``__init__``, once per function object (a patched ``__init__`` is
+    another object, unwrapped afresh)."""
+    unwrapped: Callable[..., Any] = inspect.unwrap(function)
+    return unwrapped
 
 
 def call_arguments(kind: str) -> dict[str, Any]:

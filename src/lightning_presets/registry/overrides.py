@@ -71,7 +71,9 @@ def _signature(function: Callable[..., object]) -> tuple[frozenset[str], bool]:
     return frozenset(named), any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 
+@functools.cache
 def _forward(strategy_class: type) -> _Forward | None:
+    """Where a strategy class forwards its ``**kwargs``, read from its MRO once per class."""
     return next(
         (FORWARDED[k.__name__] for k in getattr(strategy_class, "__mro__", ()) if k.__name__ in FORWARDED), None
     )
