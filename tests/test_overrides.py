@@ -3,6 +3,8 @@ its constructor's, and those of the torch wrapper it forwards ``**kwargs`` to, l
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import lightning_presets
@@ -48,3 +50,41 @@ def test_check_reads_the_same_keywords(strategy: str, overrides: dict[str, objec
     report = run_check(CheckRequest(arguments=arguments, overrides=overrides))
     codes = set(report.codes)
     assert bool(codes & {"LP006", "LP715"}) is refused, report.codes
+
+
+def test_a_trainer_with_a_preset_reads_no_signature_once_warm(
+    simulated_gpus: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keys a strategy class takes and the Trainer's parameter names are read once per class, not on every
+    Trainer/Fabric (``inspect.signature`` was most of what a preset added to construction)."""
+    import inspect
+    import sys
+
+    from lightning.fabric import Fabric
+    from lightning.pytorch import Trainer
+
+    simulated_gpus(8)
+    quiet = {
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
+
+    def build() -> None:
+        Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, **quiet)
+        Fabric(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8)
+
+    build()  # warm: the first construction reads each class once
+    ours: list[str] = []
+    signature = inspect.signature
+
+    def counted(*args: Any, **kwargs: Any) -> inspect.Signature:
+        caller = sys._getframe(1).f_code
+        if "lightning_presets" in caller.co_filename:
+            ours.append(f"{caller.co_filename}:{caller.co_name}")
+        return signature(*args, **kwargs)
+
+    monkeypatch.setattr(inspect, "signature", counted)
+    build()
+    assert ours == []
