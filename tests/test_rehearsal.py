@@ -78,6 +78,17 @@ class DataElsewhere(Tiny):
         return torch.utils.data.DataLoader(torch.load("/cluster/datasets/train.pt"), batch_size=4)
 
 
+class UsesDist(Tiny):
+    # the step's own collectives and world size, as a DDP job runs them
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        total = loss.detach().clone()
+        torch.distributed.all_reduce(total)
+        if torch.distributed.get_world_size() != 2:
+            raise RuntimeError("rehearsed at the wrong world size")
+        return loss
+
+
 class ExitsInStep(Tiny):
     def training_step(self, batch, batch_idx):
         os._exit(3)
@@ -197,3 +208,7 @@ def test_data_made_in_setup_is_rehearsed_and_data_not_here_is_a_warning(models: 
     legal = rehearsal.rehearse("rehearsal_models_t:SetupData", {}, None)
     assert legal.completed == ("set-up", "first training step"), legal
     assert _check("DataElsewhere") == [("LP743", "warning")]
+
+
+def test_the_steps_own_collectives_run_in_a_fake_world_of_the_jobs_size(models: Path) -> None:
+    assert _check("UsesDist") == []

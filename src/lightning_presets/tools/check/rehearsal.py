@@ -9,7 +9,8 @@ Lightning reads from its output, ``self.log``, backward, gradient clipping, the 
 update; with the job's precision and Trainer clipping and accumulation. For a DeepSpeed job, Lightning's
 ``DeepSpeedStrategy`` reading of the optimizers and schedulers (one of each at most) runs on what the model returns.
 
-Where it runs: one CPU process, real tensors, ``Trainer(accelerator="cpu", devices=1)``: a model of up to
+Where it runs: one CPU process, real tensors, ``Trainer(accelerator="cpu", devices=1)``, inside torch's fake process
+group of the job's world size (the step's own ``torch.distributed`` calls return at once): a model of up to
 :data:`MAX_PARAMETERS` parameters (larger ones are not rehearsed, and the check says so). What one CPU process
 cannot rehearse is said, never blamed on the user: the strategy's wrapping on the job's device mesh (DDP, FSDP2,
 tensor parallelism, DeepSpeed's engine), collectives between ranks, CUDA kernels and a precision this CPU cannot run
@@ -130,7 +131,7 @@ def trainer_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def rehearse(
-    spec: str, arguments: dict[str, Any], family: str | None, timeout_s: float = DEFAULT_TIMEOUT_S
+    spec: str, arguments: dict[str, Any], family: str | None, timeout_s: float = DEFAULT_TIMEOUT_S, world_size: int = 1
 ) -> Rehearsal:
     """Rehearse ``spec`` (``MODULE:FACTORY``) with the job's Trainer ``arguments`` in a child process: forked from this
     one, which has imported torch and Lightning already (a fresh interpreter would import them again: seconds).
@@ -140,7 +141,7 @@ def rehearse(
     """
     import lightning.pytorch  # noqa: F401  (imported before the fork: the child starts with it)
 
-    payload = {"spec": spec, "arguments": _jsonable(arguments), "family": family}
+    payload = {"spec": spec, "arguments": _jsonable(arguments), "family": family, "world_size": world_size}
     results, result_end = os.pipe()
     output, output_end = os.pipe()
     pid = os.fork()
@@ -206,7 +207,8 @@ def _child_result(payload: dict[str, Any]) -> str:
 
     sys.path.insert(0, os.getcwd())  # --model imports from the current directory first, as ``python -m`` would
     try:
-        result = rehearse_in_process(payload["spec"], payload["arguments"], payload.get("family"))
+        result = rehearse_in_process(payload["spec"], payload["arguments"], payload.get("family"),
+                                     int(payload.get("world_size", 1)))  # fmt: skip
     except ModelError as error:
         text = str(error)
         return json.dumps({"event": "failed", "message": text if text.startswith("--model") else
@@ -313,7 +315,8 @@ def user_line(error: BaseException) -> str:
     return found
 
 
-_CPU_LIMITS = ("cuda", "nccl", "nvidia", "triton", "flash_attn", "transformer_engine", "bitsandbytes")
+_CPU_LIMITS = ("cuda", "nccl", "nvidia", "triton", "flash_attn", "transformer_engine", "bitsandbytes",
+               "process group", "device_mesh", "device mesh")  # fmt: skip
 
 
 _DATA_HOOKS = ("prepare_data", "setup", "train_dataloader", "val_dataloader")
@@ -341,7 +344,9 @@ def _first(error: BaseException) -> str:
     return lines[0][:300] if lines else ""
 
 
-def rehearse_in_process(spec: str, arguments: dict[str, Any], family: str | None = None) -> Rehearsal:
+def rehearse_in_process(
+    spec: str, arguments: dict[str, Any], family: str | None = None, world_size: int = 1
+) -> Rehearsal:
     """The rehearsal itself (the child calls it; tests may, in a process that holds no process group)."""
     import logging
     import warnings
@@ -385,7 +390,8 @@ def rehearse_in_process(spec: str, arguments: dict[str, Any], family: str | None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            trainer.fit(model, train_dataloaders=train)
+            with _world(world_size):  # torch.distributed calls of the user's step see the job's world size
+                trainer.fit(model, train_dataloaders=train)
         except BaseException as raised:  # the user's code may raise anything, SystemExit included
             error = raised
     if error is None and family == "deepspeed":
@@ -413,6 +419,18 @@ def rehearse_in_process(spec: str, arguments: dict[str, Any], family: str | None
         stage = "first training step"
     return Rehearsal(completed=completed, stage=stage, exception=f"{type(error).__name__}: {_first(error)}",
                      line=user_line(error), notes=tuple(notes), seconds=seconds)  # fmt: skip
+
+
+def _world(world_size: int) -> contextlib.AbstractContextManager[None]:
+    """torch's fake process group of the job's world size, this process rank 0 (collectives return at once, with the
+    right shapes), unless a process group exists already."""
+    import torch.distributed as dist
+
+    if world_size <= 1 or not dist.is_available() or dist.is_initialized():
+        return contextlib.nullcontext()
+    from lightning_presets.tools.plan.trace import fake_world
+
+    return fake_world(world_size)
 
 
 def _deepspeed_optimizers(model: Any) -> BaseException | None:

@@ -167,8 +167,10 @@ def model_findings(request: CheckRequest, outcome: _construct.Outcome, timeout_s
         if family is None and "DeepSpeed" in type(outcome.strategy).__name__:
             family = "deepspeed"
         try:
+            world = getattr(outcome.strategy, "world_size", 1)
             rehearsed = _rehearsal.rehearse(request.model, _rehearsal.trainer_arguments(dict(request.arguments)),
-                                            family, timeout_s or _rehearsal.DEFAULT_TIMEOUT_S)  # fmt: skip
+                                            family, timeout_s or _rehearsal.DEFAULT_TIMEOUT_S,
+                                            world if isinstance(world, int) else 1)  # fmt: skip
         except _rehearsal.RehearsalFailed as error:
             raise UsageError(str(error)) from None
     try:
