@@ -100,3 +100,12 @@ def test_the_readme_stays_short_and_leads_with_the_quick_start() -> None:
     assert "--index-url https://download.pytorch.org/whl/cpu" in "\n".join(lines[:80])
     for page in [*USER_DOCS[1:], "docs/troubleshooting.md", "docs/errors.md"]:
         assert f"]({page})" in readme, page
+
+
+@pytest.mark.parametrize("document", USER_DOCS)
+def test_every_relative_link_reaches_a_file(document: str) -> None:
+    """The README sends readers to docs/ pages and the pages to each other: no link leads nowhere."""
+    path = ROOT / document
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text(encoding="utf-8"))
+    missing = [t for t in targets if not t.startswith(("http:", "https:")) and not (path.parent / t).exists()]
+    assert missing == []
