@@ -31,6 +31,8 @@ class Source:
     """Quoting ends at the first line that starts with one of these (a per-case listing, a profile)."""
     tail: int = 0
     """Quote the last ``tail`` lines instead (a summary written after the per-case listing)."""
+    tables: bool = False
+    """Quote its tables too (the plan's per-preset and per-run tables: the figures the plan page points to)."""
 
 
 SOURCES = (
@@ -45,13 +47,13 @@ SOURCES = (
     Source("matrix.txt", "`check` and `matrix` throughput", "python benchmarks/bench_matrix.py",
            stop=("where one check's time goes",)),
     Source("plan.txt", "`plan --model`: wall time and peak memory (the 1.3B reference decoder)",
-           "python benchmarks/bench_plan.py"),
+           "python benchmarks/bench_plan.py", tables=True),
     Source("plan_llama.txt", "`plan --model` of Llama 3.1 8B and 70B",
-           "python benchmarks/bench_plan.py --cases plan8b,plan70b"),
+           "python benchmarks/bench_plan.py --cases plan8b,plan70b", tables=True),
     Source("plan_accuracy.txt", "`plan --model` against real 2-process `Trainer.fit` runs",
-           "python benchmarks/bench_plan_accuracy.py"),
+           "python benchmarks/bench_plan_accuracy.py", tables=True),
     Source("throughput.txt", "`plan`'s step time against torchtitan's published Llama 3.1 8B rows",
-           "python benchmarks/bench_throughput.py"),
+           "python benchmarks/bench_throughput.py", tables=True),
     Source("explain_heldout.txt", "`explain` on held-out public-thread logs",
            "python benchmarks/bench_explain_heldout.py", tail=2),
     Source("field_fresh_first_contact.txt", "Fresh field cases, first contact",
@@ -74,7 +76,7 @@ def quoted(source: Source) -> list[str]:
     for line in lines:
         if source.stop and line.startswith(source.stop):
             break
-        if line.strip() and not line.lstrip().startswith("|"):
+        if line.strip() and (source.tables or not line.lstrip().startswith("|")):
             kept.append(line.rstrip())
     return kept
 
@@ -112,20 +114,25 @@ FIGURE = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s?(ms|s|us|µs|GiB|MiB|%)(?
 CITED = re.compile(r"benchmarks/results/([\w./-]+\.(?:txt|json|md))")
 
 
-def unmatched_figures(text: str) -> list[tuple[str, str]]:
+def unmatched_figures(text: str, results: Path = RESULTS) -> list[tuple[str, str]]:
     """(figure, results files) for each figure of a paragraph that cites results files and that none of them
-    contains: a figure written by hand next to its source has to be the source's. Code blocks and the generated block
-    are skipped; a paragraph that cites no results file is not judged (it should link to docs/benchmarks.md)."""
+    contains: a figure written by hand next to its source has to be the source's (a table right after such a
+    paragraph counts as part of it). Code blocks and the generated block are skipped; a paragraph that cites no
+    results file is not judged (it should link to docs/benchmarks.md)."""
     text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), "", text, flags=re.S)
     text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
     found = []
+    previous: list[str] = []
     for paragraph in re.split(r"\n\s*\n", text):
         cited = sorted(set(CITED.findall(paragraph)))
+        if not cited and paragraph.lstrip().startswith("|"):
+            cited = previous  # a table right after the paragraph that names its source quotes that source
+        previous = cited
         if not cited:
             continue
         sources = []
         for file in cited:
-            path = RESULTS / file
+            path = results / file
             if not path.is_file():
                 found.append((f"(no file {file})", file))
                 continue

@@ -79,14 +79,18 @@ def test_a_figure_written_next_to_its_results_file_is_that_files(document: str) 
     assert benchmarks_doc.unmatched_figures((ROOT / document).read_text(encoding="utf-8")) == []
 
 
-def test_a_stale_figure_is_found() -> None:
-    """The check above can fail: the stale plan time the README used to quote beside the file that says otherwise."""
+def test_a_stale_figure_is_found(tmp_path: Path) -> None:
+    """The check above can fail: a figure that differs from its results file (the README once quoted 151 s for a
+    plan whose output said 17.5 s), and a table under the citing paragraph."""
     import benchmarks_doc
 
+    (tmp_path / "plan_llama.txt").write_text("wall time 17.5 s, peak RSS 0.39 GiB; 4,328 tokens/s/GPU\n")
     stale = "A plan of llama3_8b takes 151 s (`benchmarks/results/plan_llama.txt`), its peak 0.44 GiB."
-    assert [figure for figure, _ in benchmarks_doc.unmatched_figures(stale)] == ["151 s", "0.44 GiB"]
-    current = "A plan of llama3_8b takes 17.5 s (`benchmarks/results/plan_llama.txt`)."
-    assert benchmarks_doc.unmatched_figures(current) == []
+    assert [figure for figure, _ in benchmarks_doc.unmatched_figures(stale, tmp_path)] == ["151 s", "0.44 GiB"]
+    table = "Its output, `benchmarks/results/plan_llama.txt`:\n\n| preset | peak |\n| --- | --- |\n| fsdp2 | 9.5 GiB |"
+    assert [figure for figure, _ in benchmarks_doc.unmatched_figures(table, tmp_path)] == ["9.5 GiB"]
+    current = "A plan of llama3_8b takes 17.5 s (`benchmarks/results/plan_llama.txt`), its peak 0.39 GiB."
+    assert benchmarks_doc.unmatched_figures(current, tmp_path) == []
 
 
 def test_the_readme_stays_short_and_leads_with_the_quick_start() -> None:
