@@ -211,4 +211,10 @@ def test_data_made_in_setup_is_rehearsed_and_data_not_here_is_a_warning(models: 
 
 
 def test_the_steps_own_collectives_run_in_a_fake_world_of_the_jobs_size(models: Path) -> None:
-    assert _check("UsesDist") == []
+    request = CheckRequest(arguments={"strategy": "ddp_static_graph", "accelerator": "cpu", "devices": 2},
+                           model="rehearsal_models_t:UsesDist")  # fmt: skip
+    report = run_check(request)
+    assert report.findings == ()
+    said = [note for note in report.request.notes if note.startswith("rehearsal (")]  # text and --json say it
+    assert len(said) == 1, report.request.notes
+    assert "completed set-up, first training step" in said[0], said

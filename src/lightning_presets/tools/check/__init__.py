@@ -40,4 +40,5 @@ def run_check(request: CheckRequest, model_timeout_s: float | None = None) -> Ch
     findings, notes = memory_findings(request.model, request.gpu_memory, report.resolved, request.call())
     memory = tuple(Reported(finding=each, source="check", level=report.evidence) for each in findings)
     reported = tuple(sorted((*report.reported, *memory), key=lambda each: each.finding.severity != "error"))
-    return replace(report, reported=reported, request=replace(request, notes=(*request.notes, *notes)))
+    known = report.request  # its notes include the model stages' (the rehearsal's among them)
+    return replace(report, reported=reported, request=replace(known, notes=(*known.notes, *notes)))

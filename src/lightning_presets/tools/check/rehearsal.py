@@ -42,8 +42,8 @@ from lightning_presets.tools.check.request import COMMAND as CHECK
 from lightning_presets.tools.simulation.processes import kill_group, terminated_as_interrupt
 
 _REAL_EXIT = os._exit
-MAX_PARAMETERS = 200_000_000
-"""The largest model rehearsed (real fp32 tensors on the CPU: about 3 GiB with gradients and Adam's state)."""
+MAX_PARAMETERS = 100_000_000
+"""The largest model rehearsed (real fp32 tensors on the CPU: about 1.6 GiB with gradients and Adam's state)."""
 DEFAULT_TIMEOUT_S = 300.0
 _TAIL = 4096
 _FIXED = f"{CHECK} --strategy ddp_static_graph --accelerator cpu --devices 2 --model my_models:Classifier"

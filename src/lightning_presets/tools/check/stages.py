@@ -192,6 +192,7 @@ def rehearsal_note(rehearsed: Any, outcome: _construct.Outcome) -> str:
     done = ", ".join(rehearsed.completed) or "nothing"
     world = getattr(outcome.strategy, "world_size", None)
     extra = "; ".join(rehearsed.notes)
-    return (f"rehearsal ({rehearsed.seconds:.1f} s, Lightning's fit in one CPU process, real tensors): completed "
+    return (f"rehearsal ({rehearsed.seconds:.1f} s, Lightning's fit in one CPU process, real tensors, torch's fake "
+            f"process group of {world or '?'} ranks): completed "
             f"{done}{'; ' + extra if extra else ''}; not rehearsed: {type(outcome.strategy).__name__}'s wrapping on "
             f"the job's {world or '?'} ranks, collectives between ranks, GPU kernels")  # fmt: skip
