@@ -59,3 +59,33 @@ def test_a_failure_in_our_own_code_is_still_an_internal_error(
     assert code == 2
     assert "internal error: RuntimeError: a bug of ours" in err
     assert "please report it" in err
+
+
+def _nested(size: int) -> str:
+    """A DeepSpeed-like config literal of about ``size`` characters, nested three levels."""
+    entry = {"x": ["y" * 50] * 4, "z": {"w": [1, 2, 3]}}
+    return repr({f"k{index}": entry for index in range(size // len(repr(entry)))})
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["plain", "json"])
+def test_a_long_value_is_echoed_bounded(capsys: pytest.CaptureFixture[str], json_output: bool) -> None:
+    """Issue 38, item 7: ``--set config=<120 KB>`` printed 388 K characters (the call, the JSON request, messages)."""
+    import json
+
+    value = _nested(120_000)
+    argv = ["check", "--strategy", "deepspeed", "--accelerator", "cpu", "--set", f"config={value}"]
+    code, out, err = run_cli(capsys, *argv, *(["--json"] if json_output else []))
+    assert code == 0, err[-2000:]
+    assert len(out) + len(err) < 6000, (len(out), len(err))
+    assert f"<{len(value):,} characters>" in out  # how long the value was, not the value
+    if json_output:
+        json.loads(out)
+
+
+def test_a_message_that_quotes_a_long_value_is_bounded(capsys: pytest.CaptureFixture[str]) -> None:
+    """Lightning's own refusal quotes the value (LP700): the finding's message is bounded as it is printed."""
+    code, out, err = run_cli(capsys, *DEEPSPEED, "--set", f"logging_level={'N' * 100_000}")
+    assert code == 1
+    assert "Unknown level:" in out
+    assert len(out) + len(err) < 20_000, (len(out), len(err))
+    assert "characters>" in out

@@ -119,8 +119,31 @@ def _write_in_place(target: str, text: str) -> None:
         file.write(text)
 
 
+MAX_TEXT = 8000
+"""The most characters of one message, hint or JSON string a command prints: a message that quotes a user's value
+(Lightning's own errors do) is bounded however long the value was."""
+
+
+def bounded(text: str, limit: int = MAX_TEXT) -> str:
+    """``text``, or its first ``limit`` characters and how many there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 40]}... <{len(text):,} characters>"
+
+
+def _bounded_strings(data: Any) -> Any:
+    if isinstance(data, str):
+        return bounded(data)
+    if isinstance(data, dict):
+        return {key: _bounded_strings(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [_bounded_strings(value) for value in data]
+    return data
+
+
 def emit_json(data: Any, stream: TextIO | None = None) -> None:
-    write(json.dumps(data, indent=2, ensure_ascii=False) + "\n", stream)
+    """``data`` as indented JSON, each string in it :func:`bounded`."""
+    write(json.dumps(_bounded_strings(data), indent=2, ensure_ascii=False) + "\n", stream)
 
 
 def _console(stream: TextIO, **options: Any) -> Console:
@@ -201,9 +224,9 @@ def findings(items: Sequence[Any], *, title: str = "findings") -> RenderableType
         grid.add_column(no_wrap=True)
         grid.add_column(overflow="fold")
         for row in group:
-            body = Text(row["message"])
+            body = Text(bounded(row["message"]))
             body.append("\nhint: ", style="dim")
-            body.append(row["hint"])
+            body.append(bounded(row["hint"]))
             grid.add_row(Text(f"[{row['code']}]", style=SEVERITY_STYLE[level]), body)
         parts.append(indented(grid))
     return Group(*parts)

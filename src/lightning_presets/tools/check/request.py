@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -74,12 +75,12 @@ class CheckRequest:
         arguments = dict(self.arguments)
         if self.overrides and isinstance(arguments.get("strategy"), str):
             name = arguments["strategy"]
-            overrides = "".join(f", {key}={value!r}" for key, value in self.overrides.items())
+            overrides = "".join(f", {key}={shown(value)}" for key, value in self.overrides.items())
             arguments["strategy"] = _Source(
                 f"lightning_presets.strategy({name!r}{overrides})" if name in catalog.strategy_catalog().presets
                 else f"<{name!r} built with {overrides.removeprefix(', ')}>"
             )  # fmt: skip
-        parts = [f"{key}={value!r}" for key, value in arguments.items() if key != "plugins"]
+        parts = [f"{key}={shown(value)}" for key, value in arguments.items() if key != "plugins"]
         if self.plugins:
             plugins = ", ".join(f"lightning_presets.precision({name!r})" for name in self.plugins)
             parts.append(f"plugins=[{plugins}]")
@@ -88,9 +89,9 @@ class CheckRequest:
     def as_dict(self) -> dict[str, Any]:
         data = {
             "mode": self.mode,
-            "arguments": {key: _jsonable(value) for key, value in self.arguments.items()},
+            "arguments": {key: _echoed(value) for key, value in self.arguments.items()},
             "plugins": list(self.plugins),
-            "overrides": {key: _jsonable(value) for key, value in self.overrides.items()},
+            "overrides": {key: _echoed(value) for key, value in self.overrides.items()},
         }
         return data if self.model is None else {**data, "model": self.model}
 
@@ -156,6 +157,36 @@ class CheckReport:
             "elapsed_ms": round(self.elapsed_ms, 3),
             "notes": list(self.request.notes),
         }
+
+
+MAX_ECHO = 400
+"""The most characters of one value the check echoes (in the call it prints and its JSON's ``request``): a pasted
+120 KB DeepSpeed config is the user's own input, not output."""
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxset = 3, 6, 6, 6, 6
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 60, 60, 40
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, or when that is longer than :data:`MAX_ECHO`, its outline (``{'a': {...}, ...}``) and its
+    length."""
+    if isinstance(value, _Source):
+        return repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # a value whose repr fails is still shown
+        return f"<{type(value).__name__}>"
+    if len(text) <= MAX_ECHO:
+        return text
+    outline = _SHORT.repr(value)[: MAX_ECHO - 40]
+    return f"{outline} <{len(text):,} characters>"
+
+
+def _echoed(value: Any) -> Any:
+    """The JSON of a value the user gave, or :func:`shown` text when it is longer than :data:`MAX_ECHO`."""
+    data = _jsonable(value)
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    return data if len(text) <= MAX_ECHO else shown(value)
 
 
 def _jsonable(value: Any) -> Any:
