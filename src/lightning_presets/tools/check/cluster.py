@@ -261,9 +261,8 @@ def nodes_without_cluster(t: Target) -> Problem | None:
     return Problem(
         f"{t.call(f'num_nodes={t.num_nodes}')}: no cluster environment (SLURM, torchrun, LSF) and no "
         "MASTER_ADDR/NODE_RANK: each node would start as node 0 and wait for the others forever",
-        "simulate the launcher with --cluster (slurm, torchelastic, lsf, mpi, kubeflow, skypilot, ray), or set "
-        "MASTER_ADDR, MASTER_PORT and "
-        "NODE_RANK on every node",
+        "simulate the launcher with --cluster (slurm, torchelastic, lsf, mpi, kubeflow, trainjob, skypilot, ray), or "
+        "set MASTER_ADDR, MASTER_PORT and NODE_RANK on every node",
     )
 
 
