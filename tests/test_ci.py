@@ -45,23 +45,34 @@ def test_the_readme_commands_are_what_ci_runs_verbatim() -> None:
 
 
 def test_the_suites_budget_fails_a_slow_session(tmp_path: Path) -> None:
-    """The budget check of ``tests/conftest.py`` (a fresh pytest session: the check is a hook of the session's end)."""
+    """The budget check of ``tests/conftest.py`` (a fresh pytest session: the check is a hook of the session's end):
+    a forced budget of 0 fails whatever the machine's calibrated slowness; the budget scales with the slowness."""
     import os
     import subprocess
     import sys
 
-    def session(budget: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "LIGHTNING_PRESETS_SUITE_BUDGET": budget}
+    def session(budget: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        env = {key: value for key, value in os.environ.items() if key != "LIGHTNING_PRESETS_SUITE_SPEED"}
+        env.update({"LIGHTNING_PRESETS_SUITE_BUDGET": budget, **extra})
         return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                "tests/test_ci.py::test_ci_installs_every_recorded_torch_and_lightning"],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
 
-    slow = session("0")
+    slow = session("0")  # calibrated: the workload really runs
     assert slow.returncode == 1, slow.stdout[-2000:]
     assert "1 passed" in slow.stdout
     assert "its budget is 0 s" in slow.stdout
+    assert "a calibration workload took" in slow.stdout
     assert "over budget" in slow.stdout
-    fast = session("600")
-    assert fast.returncode == 0, fast.stdout[-2000:]
-    assert "its budget is 600 s" in fast.stdout
-    assert "over budget" not in fast.stdout
+    scaled = session("0.001", LIGHTNING_PRESETS_SUITE_SPEED="1000000")  # over 0.001 s, under 1000 s
+    assert scaled.returncode == 0, scaled.stdout[-2000:]
+    assert "its budget is 1000 s: 0 s (tests/conftest.py SUITE_BUDGET_SECONDS) x 1000000.00" in scaled.stdout
+    assert "over budget" not in scaled.stdout
+
+
+def test_the_budget_scales_with_the_machine_and_never_below_the_reference() -> None:
+    from calibration import REFERENCE_SECONDS, scale
+
+    assert scale(1.5 * REFERENCE_SECONDS) == 1.5  # a machine 1.5 times slower: 1,080 s instead of 720 s
+    assert scale(0.5 * REFERENCE_SECONDS) == 1.0  # a faster one keeps the reference budget
+    assert scale(2.0, reference=1.0) == 2.0
