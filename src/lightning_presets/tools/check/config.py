@@ -9,6 +9,7 @@ preset declares; anything else is refused, and the module it names is never impo
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from collections.abc import Iterable
@@ -107,6 +108,7 @@ _MAX_DECIMAL_DIGITS = 400
 """Longer decimal integers are not converted (above :data:`MAX_INTEGER_BITS`, below Python's conversion limit)."""
 
 
+@functools.cache
 def _loader(yaml: Any) -> Any:
     """PyYAML's safe loader (libyaml's when built in: faster, the same safe tags), whose integers of more than
     :data:`_MAX_DECIMAL_DIGITS` decimal digits are :class:`LargeInteger` texts (hexadecimal, octal and binary
