@@ -252,3 +252,38 @@ def observed_capability() -> tuple[int, int] | None:
     """Lowest compute capability among the visible GPUs, or ``None`` when it cannot be read safely."""
     gpus = observed_gpus()
     return gpus.capability if gpus is not None else None
+
+
+def has_kernels_for(capability: tuple[int, int], arch_list: Sequence[str]) -> bool | None:
+    """Whether a torch built for ``arch_list`` (``torch.cuda.get_arch_list()``: ``sm_80``, ``sm_90a``,
+    ``compute_90``; read without a CUDA context) has kernels a GPU of ``capability`` runs: a cubin of its major and a
+    minor not above its own (``sm_90a``, arch-specific, only on 9.0 itself), or PTX of a capability not above its own,
+    which the driver compiles. ``None`` when the list is empty (a CPU build: nothing to compare)."""
+    if not arch_list:
+        return None
+    for arch in arch_list:
+        kind, _, digits = arch.partition("_")
+        exact = digits.endswith("a")
+        digits = digits.rstrip("af")
+        if not digits.isdigit() or len(digits) < 2:
+            continue
+        built = (int(digits[:-1]), int(digits[-1]))
+        if kind == "sm" and (built == capability or (not exact and built[0] == capability[0] and built <= capability)):
+            return True
+        if kind == "compute" and not exact and built <= capability:
+            return True
+    return False
+
+
+def build_note(gpus: GPUs | None, arch_list: Sequence[str]) -> str | None:
+    """What the doctor says of the GPUs against the installed torch's build, or ``None`` when nothing is off (or
+    nothing is known): a fact of the build (its architecture list), not a run on the GPUs."""
+    if gpus is None or not gpus.count or gpus.capability is None:
+        return None
+    if has_kernels_for(gpus.capability, arch_list) is False:
+        major, minor = gpus.capability
+        return (
+            f"the installed torch has no kernel image for compute capability {major}.{minor} (its "
+            f"torch.cuda.get_arch_list(): {' '.join(arch_list)}); install a torch build whose list covers it"
+        )
+    return None

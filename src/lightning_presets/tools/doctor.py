@@ -123,7 +123,16 @@ def gpus_section() -> dict[str, Any]:
     if gpus is None:
         return {"read": False, "count": 0, "names": [], "memory_bytes": None, "gpu_type": None}
     return {"read": True, "count": gpus.count, "names": list(gpus.names), "memory_bytes": gpus.memory_bytes,
-            "gpu_type": machine_gpu_type()}  # fmt: skip
+            "gpu_type": machine_gpu_type(), "torch_build": hardware.build_note(gpus, _arch_list())}  # fmt: skip
+
+
+def _arch_list() -> list[str]:
+    """``torch.cuda.get_arch_list()`` (the build's flags: no CUDA context), empty without torch."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    return list(torch.cuda.get_arch_list())
 
 
 UNSUPPORTED_LIGHTNING = doctor_code("LP720", "error", "a Lightning package outside the supported range",
