@@ -183,6 +183,9 @@ def _forked_child(payload: dict[str, Any], results: int, result_end: int, output
         os.close(output)
         for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(number, signal.SIG_DFL)
+        import torch
+
+        torch.set_num_threads(1)  # as torch's DataLoader workers do: OpenMP's pool does not survive a fork
         empty = os.open(os.devnull, os.O_RDONLY)
         os.dup2(empty, 0)
         os.close(empty)
