@@ -265,9 +265,11 @@ def _construct(case: Case, ns: Namespace) -> str:
 SCRATCH_CALLERS = {
     (os.path.join("lightning_presets", "strategies", "deepspeed", "parser.py"), "formatted_by_lightning"),
     (os.path.join("lightning_presets", "guards", "strategy.py"), "environment_refusal"),
+    (os.path.join("lightning_presets", "guards", "strategy.py"), "launched_world"),
 }
 """Where the guards run Lightning's own checks early, on a copy or ahead of time (the DeepSpeed config Lightning will
-pass; the cluster environment's validate_settings): lines executed from there are not Lightning's construction."""
+pass; the cluster environment's validate_settings and the world size a launcher made, whose errors the guard keeps
+to itself): lines executed from there are not Lightning's construction."""
 
 
 def _on_scratch(frame: FrameType | None) -> bool:
