@@ -28,8 +28,8 @@ _EVIDENCE_MODEL = (
 _SPEED = (
     "step time: an ESTIMATE from the traced step's FLOPs and bytes per operator (roofline) on {cluster}, plus "
     "the communication compute cannot hide and offload traffic; calibrated per GPU generation on one published "
-    "run each (llm-foundry's MPT-7B on 8 × H100 and on 8 × A100; judged on 15 other published runs: "
-    "benchmarks/results/plan_published.txt); range = how far to trust it"
+    "run each (llm-foundry's MPT-7B on 8 × H100 and on 8 × A100; judged on 15 other published runs, "
+    "docs/plan.md); range = how far to trust it"
 )
 _GIB = _plan.GIB
 

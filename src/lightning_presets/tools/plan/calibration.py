@@ -17,12 +17,12 @@ so the share is fitted per generation, on **one** published row each (:data:`CAL
 
 A generation without a row (Blackwell, Ada, CDNA3) takes Hopper's share scaled by the chips' measured matmul
 ceilings (``mamf`` of the GPU over H100-SXM's), or Hopper's where none is measured, and its range is widened.
-Every other published row is judged, not fitted on: ``benchmarks/bench_plan_published.py`` (llm-foundry's other
-rows) and ``benchmarks/bench_throughput.py`` (torchtitan's Llama 3.1 8B rows, which calibrated this constant
-before: they are now held out).
+Every other published row is judged, not fitted on: llm-foundry's other rows and torchtitan's Llama 3.1 8B rows
+(which calibrated this constant before: they are now held out), by the project's published-runs and throughput
+benchmarks (docs/plan.md).
 
-How a row is fitted (``bench_plan_published.py --calibrate``): ``mpt_7b`` is traced under the ``fsdp2`` preset at
-the row's micro-batch for 8 GPUs (the counts cached in ``benchmarks/results/plan_published_counts.json``), and the
+How a row is fitted (the published-runs benchmark's ``--calibrate``): ``mpt_7b`` is traced under the ``fsdp2``
+preset at the row's micro-batch for 8 GPUs (the benchmark caches the counts), and the
 share is the value at which :func:`..throughput.estimate` gives the published rate (bisection). The preset differs
 from llm-foundry's configuration in ways the constant absorbs: it all-gathers fp32 weights and autocasts (their
 FSDP gathers bf16 weights), and its LayerNorms run in fp32.
@@ -52,7 +52,8 @@ from lightning_presets.tools.plan.hardware import Gpu
 MEASURED_TOKENS_PER_S = 5762.0
 """torchtitan, Llama 3.1 8B, 8 × H100, FSDP, bf16, batch 2 × 8,192, selective checkpointing, eager (held out)."""
 CALIBRATED_ROWS: dict[str, tuple[str, float]] = {"hopper": ("h100-7b-8", 10643.0), "ampere": ("a100-7b-8", 4641.0)}
-"""Per generation, the ``benchmarks/published_runs.json`` row its efficiency is fitted on and its tokens/s/GPU."""
+"""Per generation, the published row (the published-runs benchmark's id) its efficiency is fitted on and its
+tokens/s/GPU."""
 SELECTIVE_MM_FRACTION = (1024 + 4096 + 14336) / (4096 + 1024 + 1024 + 4096 + 3 * 14336)
 """Llama 3.1 8B's block: the matmul FLOPs torchtitan's per-operator policy recomputes (``wk``, ``wo``, ``w3``: every
 second ``mm`` in the order ``wq wk wv wo w1 w3 w2``) over all of them."""

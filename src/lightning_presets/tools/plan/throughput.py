@@ -51,7 +51,7 @@ FP8_CAST_BYTES_COMPILED = 1.5
 FP8_EVIDENCE = (
     "modelled, not run: the Linear layers' matmuls at the GPU's fp8 datasheet peak at the generation's calibrated "
     "share, plus the casts of their inputs; judged against torchtitan's Float8 rows (Llama 3.1 8B, compiled, "
-    "torchao: benchmarks/results/throughput.txt); memory as bf16 (torchtitan's published peak with and without "
+    "torchao; docs/plan.md); memory as bf16 (torchtitan's published peak with and without "
     "Float8: 76.8 and 77.0 GiB)"
 )
 
