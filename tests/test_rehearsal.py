@@ -17,7 +17,7 @@ from lightning_presets.core.findings import UsageError
 from lightning_presets.tools.check import CheckRequest, rehearsal, run_check
 
 MODELS = """
-import os, subprocess, sys, time
+import os, signal, subprocess, sys, time
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -92,6 +92,20 @@ class UsesDist(Tiny):
 class ExitsInStep(Tiny):
     def training_step(self, batch, batch_idx):
         os._exit(3)
+
+
+class CrashesOnce(Tiny):
+    def training_step(self, batch, batch_idx):
+        marker = os.environ["REHEARSAL_PIDS"] + ".crashed"
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return super().training_step(batch, batch_idx)
+
+
+class CrashesAlways(Tiny):
+    def training_step(self, batch, batch_idx):
+        os.kill(os.getpid(), signal.SIGSEGV)
 """
 
 
@@ -136,6 +150,15 @@ def test_a_factory_calling_os_exit_is_an_error_not_a_silent_exit(models: Path) -
 def test_a_model_that_ends_the_process_in_its_step_is_an_error(models: Path) -> None:
     with pytest.raises(UsageError, match=r"exit code 3"):
         _check("ExitsInStep")
+
+
+def test_a_rehearsal_ended_by_a_signal_is_tried_once_more(models: Path) -> None:
+    """A signal nobody sent may be the fork's (a lock another thread held), not the model's: one more try; a model
+    that crashes every time is still an error, said with the signal."""
+    assert ("LP741", "error") not in _check("CrashesOnce")
+    assert (models / "pids.crashed").exists()  # it did crash the first time
+    with pytest.raises(UsageError, match=r"SIGSEGV twice"):
+        _check("CrashesAlways")
 
 
 def test_a_factory_that_never_returns_is_stopped_with_its_helpers(models: Path) -> None:

@@ -91,6 +91,11 @@ class RehearsalFailed(Exception):
     message says which; the check's usage error)."""
 
 
+class RehearsalCrashed(RehearsalFailed):
+    """The rehearsal's process ended by a signal nobody here sent: the model's code, or a fork of a process whose
+    other threads held a lock (rare, and not the user's): the rehearsal is tried once more before this is said."""
+
+
 @dataclass(frozen=True, slots=True)
 class Rehearsal:
     """What the child reported: the stages it completed, the exception that stopped it (if any) and what it could
@@ -137,8 +142,18 @@ def rehearse(
     one, which has imported torch and Lightning already (a fresh interpreter would import them again: seconds).
 
     ``family`` is the preset's family (``deepspeed`` adds DeepSpeed's optimizer reading). Raises
-    :class:`RehearsalFailed` when the model cannot be built or the child ends without a result.
+    :class:`RehearsalFailed` when the model cannot be built or the child ends without a result; a child that a
+    signal ended (:class:`RehearsalCrashed`) is forked once more first.
     """
+    try:
+        return _rehearse_once(spec, arguments, family, timeout_s, world_size)
+    except RehearsalCrashed:
+        return _rehearse_once(spec, arguments, family, timeout_s, world_size)
+
+
+def _rehearse_once(
+    spec: str, arguments: dict[str, Any], family: str | None, timeout_s: float, world_size: int
+) -> Rehearsal:
     import lightning.pytorch  # noqa: F401  (imported before the fork: the child starts with it)
 
     payload = {"spec": spec, "arguments": _jsonable(arguments), "family": family, "world_size": world_size}
@@ -239,8 +254,8 @@ def _result(spec: str, lines: list[bytes], tail: bytearray, code: int, timed_out
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        raise RehearsalFailed(f"{what}: the model's process ended with {name} before the rehearsal finished (the "
-                              f"factory or the model aborted the interpreter){last}")  # fmt: skip
+        raise RehearsalCrashed(f"{what}: the rehearsal's process ended with {name} twice before it finished (the "
+                               f"factory or the model aborted the interpreter?){last}")  # fmt: skip
     raise RehearsalFailed(f"{what}: the model's process ended with exit code {code} before the rehearsal finished "
                           "(os._exit() in the factory, the module or the model?): a factory must return the model, "
                           f"and the step must not end the process{last}")  # fmt: skip
