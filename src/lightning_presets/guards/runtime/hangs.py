@@ -41,13 +41,14 @@ import sysconfig
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from lightning_presets.guards.runtime.codes import COLLECTIVE_HANG
-from lightning_presets.guards.runtime.ranks import on_nodes
+from lightning_presets.guards.runtime.progress import Progress, cxx_wait, record_writes
+from lightning_presets.guards.runtime.report import Site, describe
 from lightning_presets.registry import private, variables
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
@@ -56,8 +57,6 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather
                "scatter_object_list")  # fmt: skip
 HOOK_CALLERS = private.HOOK_CALLERS
 POLL_SECONDS = 0.5
-BUSY_SHARE = 0.1
-"""A process that used at least this share of one CPU core between two polls is computing: making progress."""
 ANSWER_SECONDS = 5.0
 """How long the reporting rank waits for the others to say where they are."""
 EXIT_STATUS = 1
@@ -74,26 +73,6 @@ def _library_folders() -> tuple[str, ...]:
         if where:
             folders.append(str(Path(where).resolve().parent))
     return tuple(folder + os.sep for folder in folders)
-
-
-@dataclass(frozen=True, slots=True)
-class Site:
-    """Where a collective (or a rank's Python code) is: the user's line and the Lightning hook around it."""
-
-    where: str
-    """``file.py:87``, the innermost frame outside the libraries."""
-    code: str
-    """That line's source text."""
-    hook: str
-    """The Lightning hook being run (``on_train_epoch_end``), or empty."""
-
-    def describe(self) -> str:
-        """``self.log("x", v, sync_dist=True) in on_train_epoch_end at train.py:87``."""
-        parts = [f"`{self.code}`"] if self.code else []
-        if self.hook:
-            parts.append(f"in {self.hook}")
-        parts.append(f"at {self.where}")
-        return " ".join(parts)
 
 
 class Recorder:
@@ -250,120 +229,6 @@ def _patch_log(recorder: Recorder) -> None:
 
         log._lp_recorded = original  # type: ignore[attr-defined]
         cls.log = log
-
-
-def _torch_save_codes() -> frozenset[Any]:
-    serialization = sys.modules.get("torch.serialization")
-    codes = {getattr(getattr(serialization, name, None), "__code__", None) for name in ("save", "_save")}
-    return frozenset(code for code in codes if code is not None)
-
-
-def _children_cpu_seconds() -> float:
-    """The CPU time of this process's live child processes (DataLoader workers load the batches the main thread
-    waits for), from Linux's ``/proc``; 0 where it cannot be read."""
-    total = 0
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return 0.0
-    for task in tasks:
-        try:
-            children = Path(f"/proc/self/task/{task}/children").read_text().split()
-        except OSError:
-            continue
-        for child in children:
-            try:
-                fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
-            except (OSError, IndexError, ValueError):
-                continue
-    return total / _CLOCK_TICKS
-
-
-_CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
-
-
-def _cpu_seconds() -> float:
-    return time.process_time() + _children_cpu_seconds()
-
-
-def _storage_bytes() -> int:
-    """Bytes this process read from or wrote to storage (``/proc/self/io``: a load or a write in progress); 0 where
-    it cannot be read. Sockets are not counted: the monitor's own store traffic is no progress."""
-    try:
-        text = Path("/proc/self/io").read_text()
-    except OSError:
-        return 0
-    values = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
-    try:
-        return int(values.get("read_bytes", 0)) + int(values.get("write_bytes", 0))
-    except ValueError:
-        return 0
-
-
-_CXX_WAITS = (
-    ("torch/autograd/", "the backward pass, whose gradient reductions DDP and FSDP issue from C++"),
-    (
-        "torch/nn/parallel/distributed.py",
-        "DDP's forward pass (its bucket rebuild or buffer broadcast, issued from C++)",
-    ),
-    ("torch/distributed/", "a collective torch issues from C++"),
-)
-"""Where a rank's innermost Python frame is when it waits in a collective issued from C++, and what that is."""
-
-
-def cxx_wait(frame: FrameType | None) -> str | None:
-    """What the rank waits in when its innermost Python frame (``frame``) called into one of torch's collectives
-    issued from C++; ``None`` when it is elsewhere (the user's code, a data source, the standard library)."""
-    if frame is None:
-        return None
-    filename = frame.f_code.co_filename.replace(os.sep, "/")
-    return next((what for part, what in _CXX_WAITS if f"/{part}" in filename), None)
-
-
-class Progress:
-    """Whether this rank moves, as its monitor thread sees it at each poll: a rank whose Python stack changes, whose
-    process or DataLoader workers use the CPU (a long computation in C++ keeps one line), that reads or writes
-    storage, or that writes a checkpoint is making progress; one that sleeps, blocks on a data source that never
-    returns or waits in a collective is not."""
-
-    def __init__(self, recorder: Recorder, main: threading.Thread) -> None:
-        self.recorder = recorder
-        self.main = main
-        self.save_codes = _torch_save_codes()
-        self.signature: tuple[tuple[int, int], ...] = ()
-        self.cpu = _cpu_seconds()
-        self.io = _storage_bytes()
-        self.sampled = self.moved = time.monotonic()
-
-    def writing(self) -> bool:
-        """A checkpoint write in flight: the strategy's or its checkpoint IO's ``save_checkpoint`` (recorded), or
-        ``torch.save`` on any thread's stack."""
-        if self.recorder.writes:
-            return True
-        for frame in list(sys._current_frames().values()):
-            while frame is not None:
-                if frame.f_code in self.save_codes:
-                    return True
-                frame = frame.f_back  # type: ignore[assignment]  # typeshed: f_back is FrameType | None
-        return False
-
-    def sample(self, now: float) -> None:
-        frame = sys._current_frames().get(self.main.ident or 0)
-        signature = []
-        while frame is not None:
-            signature.append((id(frame.f_code), frame.f_lineno))
-            frame = frame.f_back
-        cpu, io = _cpu_seconds(), _storage_bytes()
-        busy = cpu - self.cpu >= BUSY_SHARE * (now - self.sampled)
-        moved = tuple(signature) != self.signature or busy or io != self.io
-        if (self.recorder.current is None and moved) or self.writing():
-            self.moved = now
-        self.signature, self.cpu, self.io, self.sampled = tuple(signature), cpu, io, now
-
-    def idle(self, now: float) -> float:
-        """Seconds since this rank last made progress."""
-        return now - self.moved
 
 
 class Monitor:
@@ -577,111 +442,11 @@ class Monitor:
             self._exit()
 
 
-def _collective(entry: Mapping[str, Any]) -> str:
-    return str(entry.get("label") or f"{entry['op']} #{entry['seq']}")
-
-
-def _site(entry: Mapping[str, Any] | None) -> str:
-    return Site(**entry).describe() if entry else "(unknown)"
-
-
-def describe(
-    hung: Mapping[str, Any],
-    answers: Mapping[int, Mapping[str, Any]],
-    states: Mapping[int, Mapping[str, Any]],
-    limit: float,
-    after_first_step: bool,
-) -> str:
-    """The one report (LP034): the collective, who entered it, who did not and where they are instead."""
-    group = [int(rank) for rank in hung["group"]]
-    key = ",".join(map(str, group))
-    hosts = {rank: str((answers.get(rank) or states.get(rank) or {}).get("host", "?")) for rank in group}
-    which = "the job's default group" if group == list(range(len(group))) else f"the group of ranks {key}"
-    when = (f"{variables.COLLECTIVE_TIMEOUT_VARIABLE}, after the first step" if after_first_step
-            else "the process group's timeout, during set-up and the first step")  # fmt: skip
-    section = bool(hung.get("label"))
-    if section:  # DDP's/FSDP's own collectives, issued from C++: the ranks idle in them wait for the others
-        lines = [f"{COLLECTIVE_HANG.code} error: {_collective(hung)} ({which}, {len(group)} ranks): ranks waited in it "
-                 f"more than {limit:g} s with no progress ({when})"]  # fmt: skip
-    else:
-        lines = [f"{COLLECTIVE_HANG.code} error: {_collective(hung)} of {which} ({len(group)} ranks) waited more "
-                 f"than {limit:g} s ({when})"]  # fmt: skip
-    entered: dict[str, list[int]] = {}
-    elsewhere: list[str] = []
-    for rank in group:
-        state = answers.get(rank) or states.get(rank)
-        current: Any = (state or {}).get("current")
-        same = current is not None and ",".join(map(str, current["group"])) == key and current["seq"] == hung["seq"]
-        if same and current["op"] == hung["op"]:
-            entered.setdefault(_site(current["site"]), []).append(rank)
-            continue
-        if state is None:
-            elsewhere.append(f"  rank {rank} on node {hosts[rank]}: never entered it, and never answered (no "
-                             "collective recorded: it may have ended or not started recording)")  # fmt: skip
-            continue
-        last = state.get("last")
-        done = f"its last collective was {_collective(last)} ({_site(last['site'])})" if last else "no collective yet"
-        if section:
-            done = f"it has done {int(state.get('steps', 0))} optimizer step(s)"
-        if current is not None:
-            where = f"it waits in {_collective(current)} instead, {_site(current['site'])}"
-        elif rank in answers:
-            where = f"its code is now at {_site(answers[rank].get('now'))}"
-            if answers[rank].get("idle") is not None:
-                where += f", with no progress for {float(answers[rank]['idle']):.0f} s"
-        else:
-            where = "it no longer answers (ended?)"
-        elsewhere.append(f"  never entered by rank {rank} on node {hosts[rank]}: {done}; {where}")
-    for site, ranks in entered.items():
-        lines.append(f"  {'waited in by' if section else 'entered by'} {on_nodes(ranks, hosts)}: {site}")
-    lines.extend(elsewhere)
-    if section:
-        lines.append(
-            "  fix: a rank behind in its step (a data source that never returns, a wait for something else, a "
-            "rank-dependent number of batches) keeps the others in the step's collectives: make every rank run the "
-            "same steps, and see the line above where it stands"
-        )
-        return "\n".join(lines)
-    lines.append(
-        "  fix: every rank of a group must enter the same collectives in the same order: a collective under "
-        "`if self.global_rank == 0` (self.log(..., sync_dist=True), a barrier, a broadcast) or after a rank-dependent "
-        "number of steps hangs the others; log rank 0's value with rank_zero_only=True instead of sync_dist=True, or "
-        "make the call on every rank"
-    )
-    return "\n".join(lines)
-
-
 def _timeout_seconds(strategy: Any) -> float:
     timeout = private.timeout_of(strategy)
     if isinstance(timeout, datetime.timedelta):
         return timeout.total_seconds()
     return 1800.0
-
-
-def _record_writing(owner: Any, recorder: Recorder) -> None:
-    save = getattr(owner, "save_checkpoint", None)
-    if not callable(save) or hasattr(save, "_lp_recorded"):
-        return
-
-    @functools.wraps(save)
-    def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
-        with recorder.writing():
-            return save(*args, **kwargs)
-
-    save_checkpoint._lp_recorded = save  # type: ignore[attr-defined]
-    owner.save_checkpoint = save_checkpoint
-
-
-def _record_writes(strategy: Any, recorder: Recorder) -> None:
-    """Count the checkpoint writes in flight: the strategy's ``save_checkpoint`` (Trainer and Fabric), its checkpoint
-    IO's and, for a wrapping IO (``AsyncCheckpointIO`` writes on a thread of its own), the wrapped one's."""
-    _record_writing(strategy, recorder)
-    io = getattr(strategy, "checkpoint_io", None)
-    for _ in range(3):
-        if io is None:
-            break
-        _record_writing(io, recorder)
-        io = getattr(io, "checkpoint_io", None)
 
 
 def install(strategy: Any) -> None:
@@ -704,7 +469,7 @@ def install(strategy: Any) -> None:
         return result
 
     strategy.optimizer_step = optimizer_step
-    _record_writes(strategy, recorder)
+    record_writes(strategy, recorder)
     pg_timeout = _timeout_seconds(strategy)
     monitor = Monitor(recorder, int(dist.get_rank()), int(dist.get_world_size()), 0.9 * pg_timeout,
                       variables.collective_timeout())  # fmt: skip
