@@ -241,3 +241,15 @@ def test_the_steps_own_collectives_run_in_a_fake_world_of_the_jobs_size(models: 
     said = [note for note in report.request.notes if note.startswith("rehearsal (")]  # text and --json say it
     assert len(said) == 1, report.request.notes
     assert "completed set-up, first training step" in said[0], said
+
+
+def test_a_process_that_ran_autograd_rehearses_in_a_fresh_interpreter(
+    models: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch refuses the backward pass in a child forked after the parent ran autograd (seen on torch 2.15): that
+    limitation sends the rehearsal to a fresh interpreter, which completes it."""
+    forked = rehearsal.Rehearsal(completed=("set-up",), limitation=f"{rehearsal.FORKED_AUTOGRAD} (RuntimeError: ...)")
+    monkeypatch.setattr(rehearsal, "_rehearse_once", lambda *arguments: forked)
+    result = rehearsal.rehearse("rehearsal_models_t:Tiny", {}, None, timeout_s=120, world_size=2)
+    assert result.limitation == ""
+    assert "first training step" in result.completed

@@ -146,9 +146,50 @@ def rehearse(
     signal ended (:class:`RehearsalCrashed`) is forked once more first.
     """
     try:
-        return _rehearse_once(spec, arguments, family, timeout_s, world_size)
+        result = _rehearse_once(spec, arguments, family, timeout_s, world_size)
     except RehearsalCrashed:
-        return _rehearse_once(spec, arguments, family, timeout_s, world_size)
+        result = _rehearse_once(spec, arguments, family, timeout_s, world_size)
+    if result.limitation.startswith(FORKED_AUTOGRAD):  # this process ran autograd before: a fresh interpreter
+        return _rehearse_fresh(spec, arguments, family, timeout_s, world_size)
+    return result
+
+
+FORKED_AUTOGRAD = "autograd's threads do not survive a fork"
+"""The limitation a forked rehearsal reports when the checking process had run autograd before (torch refuses the
+backward pass in such a child): the rehearsal is then run in a fresh interpreter instead."""
+
+
+def _rehearse_fresh(spec: str, arguments: dict[str, Any], family: str | None, timeout_s: float,
+                    world_size: int) -> Rehearsal:  # fmt: skip
+    """The rehearsal in a fresh interpreter (it imports torch and Lightning again: seconds), its own session killed
+    whole at the end or the timeout."""
+    import subprocess
+
+    payload = {"spec": spec, "arguments": _jsonable(arguments), "family": family, "world_size": world_size}
+    code = "import sys; from lightning_presets.tools.check import rehearsal as r; print(r._fresh_child(sys.argv[1]))"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, json.dumps(payload)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    timed_out = False
+    try:
+        with terminated_as_interrupt():
+            out, err = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        out, err = b"", b""
+    finally:
+        kill_group(child.pid)
+        child.wait()
+    return _result(spec, out.splitlines(keepends=True), bytearray(err[-4096:]), child.returncode, timed_out, timeout_s)
+
+
+def _fresh_child(payload: str) -> str:
+    """What a fresh interpreter running the rehearsal prints: its result line (torch single-threaded, as forked)."""
+    import torch
+
+    torch.set_num_threads(1)
+    return _child_result(json.loads(payload))
 
 
 def _rehearse_once(
@@ -353,6 +394,8 @@ def _limitation(error: BaseException) -> str:
         return (f"configure_model raised {type(error).__name__}: {_first(error)}; it builds the model for the job's "
                 "strategy and device mesh, which one CPU process does not have")  # fmt: skip
     text = f"{type(error).__name__}: {error}".lower()
+    if "autograd" in text and "fork" in text:  # torch's own refusal in a child forked after autograd ran
+        return f"{FORKED_AUTOGRAD} ({type(error).__name__}: {_first(error)})"
     hit = next((word for word in _CPU_LIMITS if word in text), None)
     return f"the model needs what a CPU process lacks ({hit}: {type(error).__name__}: {_first(error)})" if hit else ""
 
