@@ -171,7 +171,7 @@ def _outcome(report: dict[str, Any], reference: dict[str, float]) -> tuple[str, 
 
 
 def _facts(path: str) -> dict[str, Any]:
-    from lightning_presets.guards.checkpoints import read_checkpoint
+    from lightning_presets.checkpoints import read_checkpoint
 
     return dataclasses.asdict(read_checkpoint(path))
 

@@ -12,7 +12,19 @@ import pytest
 import lightning_presets
 
 PACKAGE = Path(lightning_presets.__file__).parent
-LAYERS = ("cli", "testing", "ray", "tools", "strategies", "plugins", "guards", "registry", "core")
+LAYERS = (
+    "cli",
+    "testing",
+    "ray",
+    "tools",
+    "strategies",
+    "plugins",
+    "guards",
+    "registry",
+    "checkpoints",
+    "failures",
+    "core",
+)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import bench_explain_heldout as bench
 
-from lightning_presets.guards.failures.model import CATEGORIES
+from lightning_presets.failures.model import CATEGORIES
 
 ROOT = Path(__file__).resolve().parents[1]
 THREAD = re.compile(r"https://github\.com/([^/]+/[^/]+)/(?:issues|pull|discussions)/(\d+)$")
@@ -27,7 +27,7 @@ def test_every_case_is_a_sourced_log_with_a_known_category_from_no_thread_the_te
     assert len({case["id"] for case in cases}) == len(cases)
     quoted = "\n".join(path.read_text(encoding="utf-8", errors="replace") for path in [
         *(ROOT / "tests").glob("test_explain*.py"), *(ROOT / "tests" / "explain_logs").rglob("*"),
-        *(ROOT / "src" / "lightning_presets" / "guards" / "failures").glob("*.py"),
+        *(ROOT / "src" / "lightning_presets" / "failures").glob("*.py"),
     ] if path.is_file())  # fmt: skip
     for case in cases:
         assert (bench.CASES_DIR / f"{case['id']}.txt").read_text(encoding="utf-8").strip(), case["id"]

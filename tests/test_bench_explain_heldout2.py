@@ -24,7 +24,7 @@ def test_the_cases_are_held_out_sourced_and_the_set_the_issue_asked_for() -> Non
     assert sum(not case["knowable"] for case in cases) >= 8
     quoted = "\n".join(path.read_text(encoding="utf-8", errors="replace") for path in [
         *(ROOT / "tests").glob("test_explain*.py"), *(ROOT / "tests" / "explain_logs").rglob("*"),
-        *(ROOT / "src" / "lightning_presets" / "guards" / "failures").glob("*.py"),
+        *(ROOT / "src" / "lightning_presets" / "failures").glob("*.py"),
     ] if path.is_file())  # fmt: skip
     for case in cases:
         assert (bench.CASES_DIR / f"{case['id']}.txt").read_text(encoding="utf-8").strip(), case["id"]

@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch import nn
 
+from lightning_presets.checkpoints import read_checkpoint
 from lightning_presets.cli import main
-from lightning_presets.guards.checkpoints import read_checkpoint
 from lightning_presets.guards.resume import command_line, to_one_file
 from lightning_presets.tools import convert as convert_module
 from lightning_presets.tools.convert import ConvertError, convert, loading, writing

@@ -16,7 +16,7 @@ import lightning_presets
 
 PACKAGE = Path(lightning_presets.__file__).parent
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("cli", "testing", "tools", "strategies", "plugins", "guards", "registry", "core")
+LAYERS = ("cli", "testing", "tools", "strategies", "plugins", "guards", "registry", "checkpoints", "failures", "core")
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 DOTTED = re.compile(rf"(?<![\w.])(?:lightning_presets|{'|'.join(LAYERS)})(?:\.{_NAME})+")

@@ -88,7 +88,7 @@ def cited_problems(declared: Mapping[str, tuple[str, str]], cited: Mapping[str, 
 
 def reproduction_problems(declared: Mapping[str, tuple[str, str]], reproductions: Mapping[str, str]) -> list[str]:
     """Signatures reproduced on CPU without an entry, entries of no such signature, and paths that do not exist."""
-    from lightning_presets.guards.failures import SIGNATURES, UNKNOWN_EXCEPTION
+    from lightning_presets.failures import SIGNATURES, UNKNOWN_EXCEPTION
 
     reproduced = {s.code for s in (*SIGNATURES, UNKNOWN_EXCEPTION) if s.source.startswith("CPU reproduction: ")}
     problems = [

@@ -163,7 +163,7 @@ def test_the_paragraphs_name_the_code_cause_fix_ranks_files_and_order(capsys: py
 
 
 def test_the_help_lists_every_category(capsys: pytest.CaptureFixture[str]) -> None:
-    from lightning_presets.guards.failures import CATEGORIES
+    from lightning_presets.failures import CATEGORIES
 
     with pytest.raises(SystemExit):
         run(capsys, "explain", "--help")

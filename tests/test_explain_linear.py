@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from lightning_presets.guards.failures import notes
-from lightning_presets.guards.failures.model import _matches_of
-from lightning_presets.guards.failures.probes import PROBES
-from lightning_presets.guards.failures.signatures import SIGNATURES, Signature
+from lightning_presets.failures import notes
+from lightning_presets.failures.model import _matches_of
+from lightning_presets.failures.probes import PROBES
+from lightning_presets.failures.signatures import SIGNATURES, Signature
 
 try:  # Python 3.11+
     from re import _constants as sre_constants
@@ -156,7 +156,7 @@ def test_every_signature_is_linear_on_adversarial_lines(signature: Signature) ->
 
 
 def test_every_probe_reading_the_text_is_linear() -> None:
-    from lightning_presets.guards.failures.probes import _LIBRARY
+    from lightning_presets.failures.probes import _LIBRARY
 
     pieces = adversarial_pieces(_LIBRARY.pattern)
     assert _ratio(lambda text: _LIBRARY.search(text), pieces) < MAX_RATIO

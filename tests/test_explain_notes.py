@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import lightning_presets
-from lightning_presets.guards.failures import annotate, explained, explaining, explanation, notes, probes
+from lightning_presets.failures import annotate, explained, explaining, explanation, notes, probes
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.43 GiB of which 1 MiB is free."

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from lightning_presets.core.codes import STAGES, Code
-from lightning_presets.guards.failures import CATEGORIES, SIGNATURES, UNKNOWN_EXCEPTION, Signature, matches
+from lightning_presets.failures import CATEGORIES, SIGNATURES, UNKNOWN_EXCEPTION, Signature, matches
 
 ALL = (*SIGNATURES, UNKNOWN_EXCEPTION)
 

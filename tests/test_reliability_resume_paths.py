@@ -11,7 +11,7 @@ import torch
 
 from helpers import run_cli
 from lightning_presets import PresetConfigError, PresetWarning
-from lightning_presets.guards.checkpoints import local_path
+from lightning_presets.checkpoints import local_path
 from test_resume import lightning_calls, sharded_folder  # noqa: F401  (a fixture)
 
 

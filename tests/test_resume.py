@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from lightning_presets import PresetConfigError
+from lightning_presets.checkpoints import CheckpointFacts
 from lightning_presets.core.context import Context
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.rules import Rule
-from lightning_presets.guards.checkpoints import CheckpointFacts
 from lightning_presets.guards.resume import RESUME_RULES, Resume, resumable, resume_findings
 from lightning_presets.tools.examples import run_example
 

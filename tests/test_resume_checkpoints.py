@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_presets.guards.checkpoints import CheckpointReadError, limits, read_checkpoint, torch_file
+from lightning_presets.checkpoints import CheckpointReadError, limits, read_checkpoint, torch_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "scripts"))
 

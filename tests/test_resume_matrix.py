@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from lightning_presets.checkpoints import CheckpointFacts, read_checkpoint
 from lightning_presets.core.context import Context
 from lightning_presets.core.rules import run_rules
-from lightning_presets.guards.checkpoints import CheckpointFacts, read_checkpoint
 from lightning_presets.guards.resume import RESUME_RULES, Resume
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,12 +26,12 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_presets import PresetConfigError
+from lightning_presets import PresetConfigError, checkpoints
+from lightning_presets.checkpoints import CheckpointReadError, formats, limits, read_checkpoint
 from lightning_presets.core.context import Context
 from lightning_presets.core.findings import Finding, PresetWarning
 from lightning_presets.core.namespaces import Kind
-from lightning_presets.guards import checkpoints, resume
-from lightning_presets.guards.checkpoints import CheckpointReadError, formats, limits, read_checkpoint
+from lightning_presets.guards import resume
 from lightning_presets.guards.resume import resume_findings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -416,7 +416,7 @@ class Work:
 @pytest.fixture
 def work(monkeypatch: pytest.MonkeyPatch) -> Work:
     """Counts the reader's :class:`Work` while the test runs."""
-    from lightning_presets.guards.checkpoints import torch_file, unpickler
+    from lightning_presets.checkpoints import torch_file, unpickler
 
     counted = Work()
 
@@ -502,7 +502,7 @@ def test_a_compressed_pickle_of_empty_dicts_costs_nothing(tmp_path: Path, work: 
 
 
 def test_a_stored_pickle_of_empty_dicts_stops_at_the_object_budget(tmp_path: Path, work: Work) -> None:
-    from lightning_presets.guards.checkpoints.unpickler import _CHECK_EVERY
+    from lightning_presets.checkpoints.unpickler import _CHECK_EVERY
 
     path = raw_zip(tmp_path / "dicts.ckpt", b"\x80\x02" + b"}" * (3 * checkpoints.MAX_PICKLE_OBJECTS) + b".")
     with pytest.raises(CheckpointReadError, match="creates more than"):

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from lightning_presets.cli._output import emit, emit_json, fields, heading, indented, verdict
-from lightning_presets.guards.failures import CATEGORIES
+from lightning_presets.failures import CATEGORIES
 from lightning_presets.tools import explain as _explain
 
 DESCRIPTION = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -13,8 +14,8 @@ from lightning_presets.core.findings import report
 from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Rule, Stage, conditional_findings, run_rules
+from lightning_presets.failures import explained, explaining
 from lightning_presets.guards.arguments import call_arguments
-from lightning_presets.guards.failures import explained, explaining
 from lightning_presets.guards.launch_rules import LAUNCH_RULES
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 from lightning_presets.registry import compat
@@ -54,19 +55,23 @@ def environment_refusal(strategy: Any, devices: int, nodes: int) -> str | None:
 
 
 def launched_world(environment: Any, devices: int, nodes: int, refusal: str | None) -> int | None:
-    """The world a launcher made, where the cluster environment reads it from the launcher (its processes are started
-    outside Lightning, and ``set_world_size`` leaves it as it is: Ray's, Kubeflow's, LSF's, MPI's) and it differs
-    from devices × num_nodes; ``None`` for Lightning's own environment, one that refuses the job (its refusal says
-    it) or one that cannot say yet."""
-    if environment is None or refusal is not None or type(environment).__name__ == "LightningEnvironment":
+    """The world a launcher made, where the cluster environment reads it from the launcher and it differs from
+    devices × num_nodes: Ray's, Kubeflow's, LSF's, MPI's environments start their processes outside Lightning and keep
+    their world when Lightning sets one (``set_world_size(devices × num_nodes)`` changes nothing they report), where
+    Lightning's own environment reports what it was set to. ``None`` for an environment that takes Lightning's count,
+    one that refuses the job (its refusal says it) or one that cannot say yet.
+
+    Asked of a copy of the environment, so the user's object keeps its state until Lightning sets it itself."""
+    if environment is None or refusal is not None or not getattr(environment, "creates_processes_externally", False):
         return None
-    if not getattr(environment, "creates_processes_externally", False):
-        return None
+    asked = devices * nodes
     try:
-        world = int(environment.world_size())
+        probe = copy.copy(environment)
+        probe.set_world_size(asked)  # what Lightning's set_world_ranks does at launch
+        world = int(probe.world_size())
     except Exception:  # an environment that reads a variable not set (yet): no launcher's world to read
         return None
-    return world if world > 0 and world != devices * nodes else None
+    return world if world > 0 and world != asked else None
 
 
 def snapshot(strategy: Any, preset: Preset, namespace: Namespace, options: Mapping[str, Any]) -> Context:
@@ -274,7 +279,7 @@ class GuardedTrainerStrategy(Guarded):
 
     def on_exception(self, exception: BaseException) -> None:
         """Lightning's interrupt handling (every exception of ``fit``/``validate``/``test``/``predict``): the cause and
-        fix of a known failure are appended to the exception as notes, its message kept (``guards.failures``)."""
+        fix of a known failure are appended to the exception as notes, its message kept (``failures``)."""
         with explained(exception):
             super().on_exception(exception)
 

@@ -2,7 +2,7 @@
 
 The rules (stage ``resume``, :mod:`~lightning_presets.guards.resume.rules`) are pure functions of the job's
 :class:`~lightning_presets.core.context.Context` and a :class:`~lightning_presets.guards.resume.state.Resume`: the
-checkpoint's facts (:mod:`lightning_presets.guards.checkpoints`) and how the job loads it. Every rank reads the same
+checkpoint's facts (:mod:`lightning_presets.checkpoints`) and how the job loads it. Every rank reads the same
 files and the same configuration, so every rank reaches the same verdict without communicating. A refusal's hint
 names a :class:`~lightning_presets.guards.resume.conversions.Conversion` (:func:`conversion_for` gives the object
 itself); the rules' documented examples are in :mod:`~lightning_presets.guards.resume.examples`.
@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lightning_presets.checkpoints import MAX_TEXT, CheckpointReadError, clean, local_path, read_checkpoint
 from lightning_presets.core.context import Context
 from lightning_presets.core.environment import skipped_rules
 from lightning_presets.core.findings import Finding
 from lightning_presets.core.rules import Rule, run_rules
-from lightning_presets.guards.checkpoints import MAX_TEXT, CheckpointReadError, clean, local_path, read_checkpoint
 from lightning_presets.guards.resume.conversions import (
     Command,
     Conversion,

@@ -12,7 +12,7 @@ import os
 import shlex
 from dataclasses import dataclass
 
-from lightning_presets.guards.checkpoints import CheckpointFacts
+from lightning_presets.checkpoints import CheckpointFacts
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,9 @@ import os
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+from lightning_presets.checkpoints import CheckpointFacts
 from lightning_presets.core.context import Context
 from lightning_presets.core.rules import Problem, Rule, rule
-from lightning_presets.guards.checkpoints import CheckpointFacts
 from lightning_presets.guards.resume.conversions import (
     Conversion,
     deepspeed_root,

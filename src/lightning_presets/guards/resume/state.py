@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from lightning_presets.checkpoints import CheckpointFacts, Format
 from lightning_presets.core.context import Context
-from lightning_presets.guards.checkpoints import CheckpointFacts, Format
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

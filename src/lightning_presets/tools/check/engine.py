@@ -19,13 +19,13 @@ from types import MappingProxyType
 from typing import Any
 
 from lightning_presets import _api
+from lightning_presets.checkpoints import local_path
 from lightning_presets.core.codes import Code
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning, UsageError
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import run_rules
 from lightning_presets.guards import arguments
-from lightning_presets.guards.checkpoints import local_path
 from lightning_presets.registry import catalog, private
 from lightning_presets.registry.overrides import accepted
 from lightning_presets.registry.variables import variable_findings

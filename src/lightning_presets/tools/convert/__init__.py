@@ -2,7 +2,7 @@
 program) loads, written safely and verified.
 
 What it converts (the source's layout is detected by the checkpoint reader the resume guards use,
-:func:`lightning_presets.guards.checkpoints.read_checkpoint`):
+:func:`lightning_presets.checkpoints.read_checkpoint`):
 
 - to ``file``, one ``torch.save`` file in its writer's layout: from a ``torch.distributed.checkpoint`` folder (fsdp2,
   tp2d_hybrid, FSDP's sharded layout; any world size; the Trainer's optimizers re-keyed from parameter names to
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from lightning_presets.guards.checkpoints import CheckpointFacts, CheckpointReadError, read_checkpoint
+from lightning_presets.checkpoints import CheckpointFacts, CheckpointReadError, read_checkpoint
 from lightning_presets.tools.convert import loading, verify, writing
 
 __all__ = ["TARGETS", "ConvertError", "Converted", "convert"]

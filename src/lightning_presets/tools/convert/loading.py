@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_presets.guards.checkpoints import CheckpointFacts
+from lightning_presets.checkpoints import CheckpointFacts
 from lightning_presets.registry import private
 
 _TRAINER_OPTIMIZER = re.compile(r"optimizer_(\d+)")

@@ -2,7 +2,7 @@
 
 :func:`explain` reads files, folders (torchrun's ``--log-dir`` with its per-rank files and torchelastic error files,
 a SLURM output folder) and standard input (:mod:`.reading`), matches the failure signatures
-(:mod:`lightning_presets.guards.failures`) and orders the failures, the first one first (:mod:`.analysis`).
+(:mod:`lightning_presets.failures`) and orders the failures, the first one first (:mod:`.analysis`).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from lightning_presets.guards.failures import SIGNATURES, UNKNOWN_EXCEPTION, Signature, matches, run_probe
-from lightning_presets.guards.failures.signatures import HOST_OUT_OF_MEMORY
+from lightning_presets.failures import SIGNATURES, UNKNOWN_EXCEPTION, Signature, matches, run_probe
+from lightning_presets.failures.signatures import HOST_OUT_OF_MEMORY
 from lightning_presets.tools.explain.reading import Read, Stream, places, summary_spans, text_of
 
 MAX_EVIDENCE = 6

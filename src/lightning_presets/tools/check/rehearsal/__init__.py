@@ -335,7 +335,7 @@ def _jsonable(value: Any) -> Any:
 def findings(rehearsal: Rehearsal, spec: str, call: str) -> list[Any]:
     """The check's findings from a rehearsal: an error naming the stage, the exception and the user's line; or the
     warning that it could not (all) run."""
-    from lightning_presets.guards.failures import SIGNATURES, matches
+    from lightning_presets.failures import SIGNATURES, matches
 
     out = []
     where = f" at {rehearsal.line}" if rehearsal.line else ""

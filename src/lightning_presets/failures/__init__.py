@@ -10,12 +10,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from lightning_presets.guards.failures.notes import annotate, explained, explaining, explanation
+from lightning_presets.failures.notes import annotate, explained, explaining, explanation
 
 if TYPE_CHECKING:
-    from lightning_presets.guards.failures.model import CATEGORIES, Match, Signature, matches
-    from lightning_presets.guards.failures.probes import PROBES, run_probe
-    from lightning_presets.guards.failures.signatures import SIGNATURES, UNKNOWN_EXCEPTION
+    from lightning_presets.failures.model import CATEGORIES, Match, Signature, matches
+    from lightning_presets.failures.probes import PROBES, run_probe
+    from lightning_presets.failures.signatures import SIGNATURES, UNKNOWN_EXCEPTION
 
 _LAZY = {
     "CATEGORIES": "model", "Match": "model", "Signature": "model", "matches": "model",

@@ -1,5 +1,5 @@
 """The file system, bounded: which local path a checkpoint argument names, and files and folders opened, listed and
-read without blocking and within :mod:`~lightning_presets.guards.checkpoints.limits`."""
+read without blocking and within :mod:`~lightning_presets.checkpoints.limits`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import stat
 from pathlib import Path
 from typing import IO, Literal
 
-from lightning_presets.guards.checkpoints import limits
-from lightning_presets.guards.checkpoints.facts import CheckpointReadError
+from lightning_presets.checkpoints import limits
+from lightning_presets.checkpoints.facts import CheckpointReadError
 
 FILE_URL = "file://"
 

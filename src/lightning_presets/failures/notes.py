@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from lightning_presets.guards.failures.model import Match
+    from lightning_presets.failures.model import Match
 
 MARK = "lightning-presets explain"
 """Every note starts with it; an exception that has one is not annotated twice."""
@@ -55,9 +55,9 @@ def explanation(exception: BaseException, original: str | None = None) -> list[s
     it had before something rewrote it), with what the signature's probe found on this machine."""
     # The signatures load here, when an exception is explained, not when a guard head is defined: they are most of
     # what `import lightning_presets` would otherwise spend on this package.
-    from lightning_presets.guards.failures.model import matches
-    from lightning_presets.guards.failures.probes import run_probe
-    from lightning_presets.guards.failures.signatures import SIGNATURES
+    from lightning_presets.failures.model import matches
+    from lightning_presets.failures.probes import run_probe
+    from lightning_presets.failures.signatures import SIGNATURES
 
     text = _text(exception) + ("\n" + _bounded(original) if original else "")
     found: list[Match] = []

@@ -11,10 +11,10 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, ClassVar
 
+from lightning_presets.checkpoints import limits
+from lightning_presets.checkpoints.facts import CheckpointReadError, clean
+from lightning_presets.checkpoints.paths import unreadable
 from lightning_presets.core.rules import error_text
-from lightning_presets.guards.checkpoints import limits
-from lightning_presets.guards.checkpoints.facts import CheckpointReadError, clean
-from lightning_presets.guards.checkpoints.paths import unreadable
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +247,7 @@ def _ordered_dict(*args: Any, **kwargs: Any) -> collections.OrderedDict[Any, Any
 
 def loads(source: IO[bytes] | bytes, where: str) -> Any:
     """One pickle: all of ``source`` (bytes, already bounded in size), or from a file at its position (at most
-    :data:`~lightning_presets.guards.checkpoints.limits.MAX_PICKLE_BYTES` of it), within the budget."""
+    :data:`~lightning_presets.checkpoints.limits.MAX_PICKLE_BYTES` of it), within the budget."""
     try:
         if isinstance(source, bytes):
             framed = source[:1] == pickle.PROTO and source[1:2] >= b"\x04"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from lightning_presets.guards.failures.model import Signature, words
+from lightning_presets.failures.model import Signature, words
 
 # --- NCCL ------------------------------------------------------------------------------------------------------
 

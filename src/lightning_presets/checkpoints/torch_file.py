@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from lightning_presets.checkpoints import limits
+from lightning_presets.checkpoints.facts import CheckpointReadError, clean
+from lightning_presets.checkpoints.paths import open_regular, unreadable
+from lightning_presets.checkpoints.unpickler import loads
 from lightning_presets.core.rules import error_text
-from lightning_presets.guards.checkpoints import limits
-from lightning_presets.guards.checkpoints.facts import CheckpointReadError, clean
-from lightning_presets.guards.checkpoints.paths import open_regular, unreadable
-from lightning_presets.guards.checkpoints.unpickler import loads
 
 _CHUNK = 16 * 2**10
 """How much compressed data is inflated at a time."""

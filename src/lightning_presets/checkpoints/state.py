@@ -1,5 +1,5 @@
 """What an unpickled state holds: its mappings, the dtypes of its tensors, and the optimizer states and how they are
-keyed (read from the placeholders of :mod:`~lightning_presets.guards.checkpoints.unpickler`)."""
+keyed (read from the placeholders of :mod:`~lightning_presets.checkpoints.unpickler`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import collections
 from collections.abc import Mapping
 from typing import Any
 
-from lightning_presets.guards.checkpoints.facts import KeyStyle
-from lightning_presets.guards.checkpoints.unpickler import DTYPE_NAMES, PickledObject, Storage
+from lightning_presets.checkpoints.facts import KeyStyle
+from lightning_presets.checkpoints.unpickler import DTYPE_NAMES, PickledObject, Storage
 
 _DEPTH = 64
 

@@ -25,22 +25,22 @@ sequences).
 
 The modules, one concern each:
 
-- :mod:`~lightning_presets.guards.checkpoints.facts`: :class:`CheckpointFacts`, :class:`CheckpointReadError`,
+- :mod:`~lightning_presets.checkpoints.facts`: :class:`CheckpointFacts`, :class:`CheckpointReadError`,
   :func:`clean`;
-- :mod:`~lightning_presets.guards.checkpoints.limits`: every bound of the reader;
-- :mod:`~lightning_presets.guards.checkpoints.paths`: which local path an argument names, and the file system read
+- :mod:`~lightning_presets.checkpoints.limits`: every bound of the reader;
+- :mod:`~lightning_presets.checkpoints.paths`: which local path an argument names, and the file system read
   without blocking;
-- :mod:`~lightning_presets.guards.checkpoints.unpickler`: the unpickler that runs nothing;
-- :mod:`~lightning_presets.guards.checkpoints.state`: what an unpickled state holds (dtypes, optimizer states);
-- :mod:`~lightning_presets.guards.checkpoints.torch_file`: one ``torch.save`` file, zip or legacy;
-- :mod:`~lightning_presets.guards.checkpoints.formats`: format detection (:func:`read_checkpoint`) and each
+- :mod:`~lightning_presets.checkpoints.unpickler`: the unpickler that runs nothing;
+- :mod:`~lightning_presets.checkpoints.state`: what an unpickled state holds (dtypes, optimizer states);
+- :mod:`~lightning_presets.checkpoints.torch_file`: one ``torch.save`` file, zip or legacy;
+- :mod:`~lightning_presets.checkpoints.formats`: format detection (:func:`read_checkpoint`) and each
   format's facts.
 """
 
 from __future__ import annotations
 
-from lightning_presets.guards.checkpoints import limits
-from lightning_presets.guards.checkpoints.facts import (
+from lightning_presets.checkpoints import limits
+from lightning_presets.checkpoints.facts import (
     MAX_TEXT,
     CheckpointFacts,
     CheckpointReadError,
@@ -48,8 +48,8 @@ from lightning_presets.guards.checkpoints.facts import (
     KeyStyle,
     clean,
 )
-from lightning_presets.guards.checkpoints.formats import read_checkpoint
-from lightning_presets.guards.checkpoints.limits import (
+from lightning_presets.checkpoints.formats import read_checkpoint
+from lightning_presets.checkpoints.limits import (
     MAX_COMPRESSION_RATIO,
     MAX_FOLDER_ENTRIES,
     MAX_PICKLE_BYTES,
@@ -61,8 +61,8 @@ from lightning_presets.guards.checkpoints.limits import (
     MAX_TEXT_LINE,
     MAX_ZIP_INDEX_BYTES,
 )
-from lightning_presets.guards.checkpoints.paths import FILE_URL, local_path
-from lightning_presets.guards.checkpoints.unpickler import label
+from lightning_presets.checkpoints.paths import FILE_URL, local_path
+from lightning_presets.checkpoints.unpickler import label
 
 __all__ = [
     "FILE_URL",

@@ -9,11 +9,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lightning_presets.core.rules import error_text
-from lightning_presets.guards.checkpoints import limits
-from lightning_presets.guards.checkpoints.facts import CheckpointFacts, CheckpointReadError, KeyStyle, clean
-from lightning_presets.guards.checkpoints.paths import list_folder, read_bounded, stat_kind
-from lightning_presets.guards.checkpoints.state import (
+from lightning_presets.checkpoints import limits
+from lightning_presets.checkpoints.facts import CheckpointFacts, CheckpointReadError, KeyStyle, clean
+from lightning_presets.checkpoints.paths import list_folder, read_bounded, stat_kind
+from lightning_presets.checkpoints.state import (
     as_int,
     dtypes_of,
     has_tensors,
@@ -21,8 +20,9 @@ from lightning_presets.guards.checkpoints.state import (
     key_style,
     mapping_of,
 )
-from lightning_presets.guards.checkpoints.torch_file import zip_pickle
-from lightning_presets.guards.checkpoints.unpickler import PickledObject, label, loads
+from lightning_presets.checkpoints.torch_file import zip_pickle
+from lightning_presets.checkpoints.unpickler import PickledObject, label, loads
+from lightning_presets.core.rules import error_text
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointFacts:
