@@ -249,7 +249,7 @@ def test_a_process_that_ran_autograd_rehearses_in_a_fresh_interpreter(
     """torch refuses the backward pass in a child forked after the parent ran autograd (seen on torch 2.15): that
     limitation sends the rehearsal to a fresh interpreter, which completes it."""
     forked = rehearsal.Rehearsal(completed=("set-up",), limitation=f"{rehearsal.FORKED_AUTOGRAD} (RuntimeError: ...)")
-    monkeypatch.setattr(rehearsal, "_rehearse_once", lambda *arguments: forked)
+    monkeypatch.setattr(rehearsal.runner, "_rehearse_once", lambda *arguments: forked)
     result = rehearsal.rehearse("rehearsal_models_t:Tiny", {}, None, timeout_s=120, world_size=2)
     assert result.limitation == ""
     assert "first training step" in result.completed

@@ -1,0 +1,274 @@
+"""The rehearsal in the child process (:func:`rehearse_in_process`): the user's model built by their factory, then
+Lightning's own ``Trainer.fit`` on one CPU device, real tensors, inside torch's fake process group of the job's world
+size, to the end of the first epoch (one validation batch, one training batch, the epoch-end hooks), then a checkpoint
+save to a scratch folder.
+
+Plug-in stages: where this package holds a module ``setup`` (:data:`SETUP_MODULE`) defining :func:`strategy_stages`'s
+signature, the child calls it with the built model before ``fit`` and reports its :class:`~.findings.StageRecord`
+list; a record that ``raised`` stops the rehearsal there. Without that module the strategy's wrapping is listed as
+not rehearsed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import time
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any, cast
+
+import lightning_presets
+from lightning_presets.tools.check.rehearsal.findings import (
+    FORKED_AUTOGRAD,
+    STAGES,
+    Rehearsal,
+    StageRecord,
+)
+
+MAX_PARAMETERS = 100_000_000
+"""The largest model rehearsed (real fp32 tensors on the CPU: about 1.6 GiB with gradients and Adam's state)."""
+SETUP_MODULE = f"{__package__}.setup"
+"""The plug-in module the child asks for the strategy's set-up stages (absent: said as not rehearsed)."""
+
+
+def strategy_stages(model: Any, trainer_kwargs: dict[str, Any], family: str | None, world_size: int,
+                    rank: int) -> list[StageRecord]:  # fmt: skip
+    """The contract of the plug-in's function of this name (``tools.check.rehearsal.setup.strategy_stages``), called
+    in the child with the built ``model`` (a LightningModule, on the CPU, not yet fitted), the Trainer arguments the
+    rehearsal uses, the preset's ``family`` (``"ddp"``, ``"fsdp2"``, ``"deepspeed"``, ... or ``None``), the job's
+    ``world_size`` and this child's ``rank`` (torch's fake process group of that size and rank exists during the call).
+
+    It runs the strategy's set-up as far as a CPU allows and returns one record per stage, in order: ``completed``;
+    ``raised`` (with ``exception``, the user's ``line`` and the ``code`` of a declared error of its range, or no code
+    where the rehearsal itself is the limit: reported as LP743); ``not rehearsed`` (``detail``: where and why it
+    stopped). A ``raised`` record stops the rehearsal before ``fit``. It must leave ``model`` usable by ``fit`` (set-up
+    on a copy, or undone).
+
+    This function is the default: nothing rehearsed, said so.
+    """
+    return [StageRecord(name=f"the {family or 'strategy'}'s wrapping on the job's {world_size} ranks",
+                        outcome="not rehearsed", detail="no strategy set-up module in this rehearsal")]  # fmt: skip
+
+
+def plugin() -> ModuleType | None:
+    """The plug-in module :data:`SETUP_MODULE`, or ``None`` where this package has none."""
+    try:
+        return importlib.import_module(SETUP_MODULE)
+    except ModuleNotFoundError as error:
+        if error.name != SETUP_MODULE:
+            raise
+        return None
+
+
+_NOT_THEIRS = (os.sep + "site-packages" + os.sep, os.sep + "lib" + os.sep + "python", "<frozen ", "<string>")
+_PACKAGE = str(Path(lightning_presets.__file__).resolve().parent)
+
+
+def theirs(filename: str) -> bool:
+    """Whether ``filename`` is the user's code (not torch's, Lightning's, the standard library's or this package's)."""
+    return not (filename.startswith(_PACKAGE) or any(part in filename for part in _NOT_THEIRS))
+
+
+def user_line(error: BaseException) -> str:
+    """The innermost frame of ``error``'s traceback in the user's code: ``file:line in function``."""
+    found = ""
+    for frame in traceback.extract_tb(error.__traceback__):
+        if theirs(frame.filename):
+            found = f"{_shown(frame.filename)}:{frame.lineno} in {frame.name}"
+    return found
+
+
+def _shown(name: str) -> str:
+    return os.path.relpath(name) if not name.startswith("<") else name
+
+
+_CPU_LIMITS = ("cuda", "nccl", "nvidia", "triton", "flash_attn", "transformer_engine", "bitsandbytes",
+               "process group", "device_mesh", "device mesh")  # fmt: skip
+_DATA_HOOKS = ("prepare_data", "setup", "train_dataloader", "val_dataloader")
+
+
+def _limitation(error: BaseException) -> str:
+    """Why ``error`` is the rehearsal's own limit (the model needs what one CPU process lacks, or data this machine
+    does not hold), or empty."""
+    frames = traceback.extract_tb(error.__traceback__)
+    mine = [frame for frame in frames if not any(part in frame.filename for part in _NOT_THEIRS)]
+    data = os.sep.join(("torch", "utils", "data", ""))
+    if any(frame.name in _DATA_HOOKS for frame in mine) or any(data in frame.filename for frame in frames):
+        return (f"loading the model's data raised {type(error).__name__}: {_first(error)}; the job's data may be "
+                "where the job runs, not here")  # fmt: skip
+    if any(frame.name == "configure_model" for frame in frames):
+        return (f"configure_model raised {type(error).__name__}: {_first(error)}; it builds the model for the job's "
+                "strategy and device mesh, which one CPU process does not have")  # fmt: skip
+    text = f"{type(error).__name__}: {error}".lower()
+    if "autograd" in text and "fork" in text:  # torch's own refusal in a child forked after autograd ran
+        return f"{FORKED_AUTOGRAD} ({type(error).__name__}: {_first(error)})"
+    hit = next((word for word in _CPU_LIMITS if word in text), None)
+    return f"the model needs what a CPU process lacks ({hit}: {type(error).__name__}: {_first(error)})" if hit else ""
+
+
+def _first(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:300] if lines else ""
+
+
+def rehearse_in_process(
+    spec: str, arguments: dict[str, Any], family: str | None = None, world_size: int = 1, rank: int = 0,
+    num_nodes: int = 1,
+) -> Rehearsal:  # fmt: skip
+    """The rehearsal itself (the child calls it; tests may, in a process that holds no process group), as ``rank``
+    of ``world_size`` ranks on ``num_nodes`` nodes."""
+    import logging
+    import warnings
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from lightning_presets.tools.plan import user_model
+
+    started = time.perf_counter()
+    notes: list[str] = []
+    factory = user_model.load_factory(spec)
+    with FakeTensorMode(allow_non_fake_inputs=True):  # count first: no real memory for a model too large
+        numel = sum(p.numel() for p in user_model.build(factory, spec).parameters())
+    if numel > MAX_PARAMETERS:
+        note = (f"not rehearsed: the model has {numel:,} parameters, above the {MAX_PARAMETERS:,} a CPU rehearsal "
+                "runs with real tensors")  # fmt: skip
+        return Rehearsal(notes=(note,), seconds=time.perf_counter() - started, rank=rank)
+    model = user_model.build(factory, spec)
+    from lightning.pytorch import LightningModule
+
+    if not isinstance(model, LightningModule):
+        note = f"not rehearsed: {type(model).__name__} is not a LightningModule, so fit has no step of it to run"
+        return Rehearsal(notes=(note,), seconds=time.perf_counter() - started, rank=rank)
+    trainer_args = dict(arguments)
+    precision = str(trainer_args.get("precision", ""))
+    if precision.startswith("16"):
+        trainer_args["precision"] = "bf16" + precision[2:]
+        notes.append(f"precision {precision} rehearsed as {trainer_args['precision']} (a CPU has no float16 autocast)")
+    train, validation, source = _loaders(model, spec)
+    if not validation:
+        notes.append("no first validation step: the model defines no val_dataloader and validation_step")
+    recorder = _stages_callback()
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    from lightning.pytorch import Trainer
+
+    error: BaseException | None = None
+    records: list[StageRecord] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with _world(world_size, rank):  # torch.distributed calls of the user's step see the job's world size
+                module = plugin()
+                stages = getattr(module, "strategy_stages", strategy_stages)
+                records = list(stages(model, trainer_args, family, world_size, rank))
+                if not any(record.outcome == "raised" for record in records):
+                    trainer = Trainer(accelerator="cpu", devices=1, max_steps=1, limit_train_batches=1,
+                                      limit_val_batches=1, num_sanity_val_steps=1 if validation else 0, logger=False,
+                                      enable_checkpointing=False, enable_progress_bar=False,
+                                      enable_model_summary=False, callbacks=[recorder], **trainer_args)  # fmt: skip
+                    trainer.fit(model, train_dataloaders=train)
+        except BaseException as raised:  # the user's code may raise anything, SystemExit included
+            error = raised
+    if error is None and family == "deepspeed":
+        error = _deepspeed_optimizers(model)
+        if error is not None:
+            recorder.completed = [each for each in recorder.completed if each != "set-up"]
+    completed = tuple(each for each in STAGES if each in recorder.completed)
+    seconds = time.perf_counter() - started
+    notes.append(f"first batch from {source}")
+    done = {"completed": completed, "notes": tuple(notes), "seconds": seconds, "records": tuple(records), "rank": rank}
+    if error is None:
+        return Rehearsal(**done)  # type: ignore[arg-type]
+    limitation = _limitation(error)
+    if limitation:
+        return Rehearsal(limitation=limitation, **done)  # type: ignore[arg-type]
+    if "set-up" in completed and source == "example_input_array":  # forward's input, maybe not the loader's batch
+        why = (f"the first training step raised {type(error).__name__}: {_first(error)} on example_input_array, "
+               "which Lightning's convention makes the forward's input, not necessarily a batch as the dataloader "
+               "yields it; give the model a train_dataloader() to rehearse the step")  # fmt: skip
+        return Rehearsal(limitation=why, **done)  # type: ignore[arg-type]
+    if "set-up" not in completed:
+        stage = "set-up"
+    elif validation and "first validation step" not in completed:
+        stage = "first validation step"
+    else:
+        stage = "first training step"
+    return Rehearsal(stage=stage, exception=f"{type(error).__name__}: {_first(error)}", line=user_line(error),
+                     **done)  # type: ignore[arg-type]  # fmt: skip
+
+
+def _world(world_size: int, rank: int = 0) -> contextlib.AbstractContextManager[None]:
+    """torch's fake process group of the job's world size, this process ``rank`` (collectives return at once, with
+    the right shapes), unless a process group exists already."""
+    import torch.distributed as dist
+
+    if world_size <= 1 or not dist.is_available() or dist.is_initialized():
+        return contextlib.nullcontext()
+    return _fake_world(world_size, rank)
+
+
+@contextlib.contextmanager
+def _fake_world(world_size: int, rank: int) -> Any:
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _deepspeed_optimizers(model: Any) -> BaseException | None:
+    """Lightning's ``DeepSpeedStrategy`` reading of the model's optimizers and schedulers (what its set-up runs)."""
+    from lightning_presets.registry import private
+
+    try:
+        private.deepspeed_init_optimizers(model)
+    except Exception as error:
+        return error
+    return None
+
+
+def _loaders(model: Any, spec: str) -> tuple[Any, bool, str]:
+    """What fit gets to train on: the model's own dataloader hooks (Lightning calls them after ``prepare_data`` and
+    ``setup``, as in the job; one batch of each is used), else a loader of its ``example_input_array``; whether it
+    has a validation step to run; where the first batch comes from."""
+    from lightning.pytorch import LightningModule
+    from torch.utils.data import DataLoader
+
+    from lightning_presets.tools.plan.user_model import ModelError
+
+    def overridden(name: str) -> bool:
+        return getattr(type(model), name, None) is not getattr(LightningModule, name)
+
+    validation = overridden("val_dataloader") and overridden("validation_step")
+    if overridden("train_dataloader"):
+        return None, validation, f"{type(model).__name__}.train_dataloader()"
+    if getattr(model, "example_input_array", None) is not None:
+        return DataLoader(cast(Any, [model.example_input_array]), batch_size=None), validation, "example_input_array"
+    raise ModelError(f"--model {spec}: {type(model).__name__} has neither a train_dataloader() nor an "
+                     "example_input_array, so there is no batch to rehearse the first step with; define one "
+                     "(a batch as the dataloader yields it, e.g. self.example_input_array = "
+                     "(torch.zeros(8, 32), torch.zeros(8, dtype=torch.long)))")  # fmt: skip
+
+
+def _stages_callback() -> Any:
+    from lightning.pytorch import Callback
+
+    class Stages(Callback):  # type: ignore[misc]  # Lightning's class, untyped here
+        def __init__(self) -> None:
+            self.completed: list[str] = []
+
+        def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            self.completed.append("set-up")
+
+        def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
+            self.completed.append("first validation step")
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            self.completed.append("first training step")
+
+    return Stages()
