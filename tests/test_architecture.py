@@ -20,6 +20,7 @@ LAYERS = (
     "strategies",
     "plugins",
     "guards",
+    "inspection",
     "registry",
     "checkpoints",
     "failures",
@@ -116,7 +117,7 @@ def test_the_core_needs_neither_torch_nor_lightning(graph: grimp.ImportGraph) ->
     imported = {name for module in core for name in graph.find_modules_directly_imported_by(module)}
     assert "re" in imported  # the graph holds external packages
     assert not {name for name in imported if name.split(".")[0] in ("torch", "lightning", "pytorch_lightning")}
-    guards = graph.find_modules_directly_imported_by("lightning_presets.guards.blocks")
+    guards = graph.find_modules_directly_imported_by("lightning_presets.inspection.blocks")
     assert "torch" in guards  # and it would see them
 
 

@@ -1,4 +1,4 @@
-"""Block detection (``guards/blocks.py``): the largest repeated container, in time linear in the module tree."""
+"""Block detection (``inspection/blocks.py``): the largest repeated container, in time linear in the module tree."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 
 from torch import nn
 
-from lightning_presets.guards.blocks import find_repeated_blocks
+from lightning_presets.inspection.blocks import find_repeated_blocks
 
 
 class Block(nn.Module):

@@ -1,5 +1,5 @@
 """Every module path the package's docstrings and comments name exists: ``lightning_presets.core.context.Context``,
-the same relative to the package (``tools.check.names``, ``guards.hooks.overrides``) and file paths
+the same relative to the package (``tools.check.names``, ``inspection.hooks.overrides``) and file paths
 (``guards/resume/rules.py``, ``src/lightning_presets/core/rules.py``, ``scripts/errors_doc.py``)."""
 
 from __future__ import annotations
@@ -16,7 +16,19 @@ import lightning_presets
 
 PACKAGE = Path(lightning_presets.__file__).parent
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("cli", "testing", "tools", "strategies", "plugins", "guards", "registry", "checkpoints", "failures", "core")
+LAYERS = (
+    "cli",
+    "testing",
+    "tools",
+    "strategies",
+    "plugins",
+    "guards",
+    "inspection",
+    "registry",
+    "checkpoints",
+    "failures",
+    "core",
+)
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 DOTTED = re.compile(rf"(?<![\w.])(?:lightning_presets|{'|'.join(LAYERS)})(?:\.{_NAME})+")

@@ -27,7 +27,7 @@ import lightning_presets
 from helpers import NAMESPACE_IDS, QUIET, RecordingFSDP, setup_model, wrapped_modules
 from helpers import NAMESPACES as CONSTRUCTORS
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
-from lightning_presets.guards.blocks import describe_children, find_repeated_blocks
+from lightning_presets.inspection.blocks import describe_children, find_repeated_blocks
 from lightning_presets.strategies import fsdp
 from lightning_presets.tools.examples import check_examples
 from lightning_presets.tools.simulation import SimulatedGPU

@@ -15,7 +15,7 @@ from torch import nn
 from lightning_presets.core.context import Context, Options, PrecisionContext
 from lightning_presets.core.findings import Severity
 from lightning_presets.core.rules import Problem, Rule, rule
-from lightning_presets.guards.blocks import describe_children, find_repeated_blocks
+from lightning_presets.inspection.blocks import describe_children, find_repeated_blocks
 
 # Models the documented examples of the block rules start from (``torch.nn`` is in the examples' namespace).
 NO_BLOCKS = "model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))   # no repeated block\n"

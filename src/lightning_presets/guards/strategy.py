@@ -15,9 +15,9 @@ from lightning_presets.core.namespaces import Namespace
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Rule, Stage, conditional_findings, run_rules
 from lightning_presets.failures import explained, explaining
-from lightning_presets.guards.arguments import call_arguments
 from lightning_presets.guards.launch_rules import LAUNCH_RULES
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
+from lightning_presets.inspection.arguments import call_arguments
 from lightning_presets.registry import compat
 from lightning_presets.registry.private import LauncherHook, start_method_of, trainer_of
 

@@ -17,9 +17,9 @@ from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule, run_rules
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import one_device
-from lightning_presets.guards.models import batch_norm_layers, sync_batch_norm_layers
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES
 from lightning_presets.guards.strategy import PresetHooks
+from lightning_presets.inspection.models import batch_norm_layers, sync_batch_norm_layers
 from lightning_presets.registry import compat
 
 _STATIC_GRAPH_KEYS = ("static_graph", "gradient_as_bucket_view")

@@ -11,11 +11,11 @@ from lightning_presets.core.mesh import AUTO, mesh_shape
 from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
-from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.guards.builders import needs_cuda, one_device, one_of, repeated_block
-from lightning_presets.guards.hooks import overrides
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
+from lightning_presets.inspection.blocks import find_repeated_blocks
+from lightning_presets.inspection.hooks import overrides
 from lightning_presets.registry import private
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")

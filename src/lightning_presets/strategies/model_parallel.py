@@ -15,10 +15,10 @@ from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import needs_accelerator
-from lightning_presets.guards.hooks import overrides
-from lightning_presets.guards.models import batch_norm_layers, parameter_meshes, sync_batch_norm_layers
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.guards.strategy import PresetHooks
+from lightning_presets.inspection.hooks import overrides
+from lightning_presets.inspection.models import batch_norm_layers, parameter_meshes, sync_batch_norm_layers
 
 MODEL_PARALLEL_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true", "64-true")
 """What ModelParallelStrategy trains with: Lightning's own list for the strategy object, and 64-true, which Lightning's

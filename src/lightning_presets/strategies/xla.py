@@ -16,10 +16,10 @@ from lightning_presets.core.context import Options
 from lightning_presets.core.preset import Preset, Requirement
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
-from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.guards.builders import needs_accelerator, one_device, one_of, repeated_block
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 from lightning_presets.guards.strategy import PresetHooks
+from lightning_presets.inspection.blocks import find_repeated_blocks
 from lightning_presets.registry import private
 
 TORCH_XLA = Requirement(module="torch_xla", extra="xla")

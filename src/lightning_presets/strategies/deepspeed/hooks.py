@@ -9,8 +9,8 @@ from typing import Any
 
 from torch import nn
 
-from lightning_presets.guards.blocks import find_repeated_blocks
 from lightning_presets.guards.strategy import PresetHooks
+from lightning_presets.inspection.blocks import find_repeated_blocks
 from lightning_presets.registry import compat, private
 from lightning_presets.strategies.deepspeed.config import FORCE_DS_CPU_OPTIMIZER
 

@@ -25,7 +25,7 @@ from lightning_presets.core.context import Context, Options
 from lightning_presets.core.findings import Finding, PresetConfigError, PresetWarning, UsageError
 from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import run_rules
-from lightning_presets.guards import arguments
+from lightning_presets.inspection import arguments
 from lightning_presets.registry import catalog, private
 from lightning_presets.registry.overrides import accepted
 from lightning_presets.registry.variables import variable_findings
@@ -268,7 +268,7 @@ def _syntax_guards(
 ) -> list[Finding]:
     """The preset's guards on the requested values, for when Lightning stopped before they could run.
 
-    The values are read as Lightning reads them (``guards.arguments``); which precision plugin Lightning would have
+    The values are read as Lightning reads them (``inspection.arguments``); which precision plugin Lightning would have
     picked is not known without constructing, so the rules that read the plugin do not decide. With a precision
     preset (``--plugin``) only the options rules run.
     """

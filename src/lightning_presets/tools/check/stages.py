@@ -61,7 +61,7 @@ def model_stage_findings(
     when the model cannot be built."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from lightning_presets.guards.hooks import overrides  # imports torch: only for --model
+    from lightning_presets.inspection.hooks import overrides  # imports torch: only for --model
     from lightning_presets.tools.check.fit_start import fit_start_findings
     from lightning_presets.tools.check.unused import unused_parameter_findings
     from lightning_presets.tools.plan import user_model

@@ -34,7 +34,7 @@ from typing import Any
 
 from torch import nn
 
-from lightning_presets.guards.blocks import find_repeated_blocks
+from lightning_presets.inspection.blocks import find_repeated_blocks
 from lightning_presets.tools.plan.counts import Collective, OpCost, StepCounts
 
 EXTRAPOLATE_FROM = 10

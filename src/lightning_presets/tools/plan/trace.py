@@ -30,8 +30,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map_only
 
-from lightning_presets.guards.blocks import find_repeated_blocks
-from lightning_presets.guards.hooks import overrides
+from lightning_presets.inspection.blocks import find_repeated_blocks
+from lightning_presets.inspection.hooks import overrides
 from lightning_presets.registry import private
 from lightning_presets.strategies import fsdp2
 from lightning_presets.tools.plan import depth, step, tracking, user_model

@@ -1,0 +1,6 @@
+"""What the package reads off the user's job before it judges it: the model's repeated blocks (:mod:`.blocks`), its
+batch-norm layers and device meshes (:mod:`.models`), the hooks it overrides (:mod:`.hooks`), and the arguments of the
+``Trainer(...)``/``Fabric(...)`` call as Lightning reads them (:mod:`.arguments`).
+
+No rule lives here: the guards, the strategies' rules and the tools read these facts and decide.
+"""
