@@ -20,8 +20,9 @@ from lightning_presets.tools import codes
 from lightning_presets.tools.examples import PRELUDE, rules_of
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCES = ROOT / "tests" / "evidence" / "references.py"
-"""The mapping from codes (and presets' claims) to the tests and checks that prove them: the package names no file."""
+REFERENCES = ROOT / "tests" / "references.py"
+"""The mapping from codes (and presets' claims) to the tests and checks that prove them (the proofs derived from the
+``proves`` marks): the package names no file."""
 
 POLICY = """\
 ## Severity policy
@@ -55,7 +56,7 @@ codes) on the hardware it names in its comment, simulated. The examples assume:
 
 @cache
 def references() -> ModuleType:
-    """``tests/evidence/references.py``, loaded from its path (``tests`` is no package)."""
+    """``tests/references.py``, loaded from its path (``tests`` is no package)."""
     spec = importlib.util.spec_from_file_location("lightning_presets_evidence_references", REFERENCES)
     if spec is None or spec.loader is None:
         raise FileNotFoundError(f"{REFERENCES} cannot be loaded")

@@ -13,7 +13,7 @@ invisible to it. This module rewrites the source of each error rule's function (
 A mutant is killed by the first of the rule's own tests it makes fail, each run in this process the way its test
 runs it: the rule's documented ``fails`` example must still report it and its ``fixed`` example must not (what
 ``tests/test_examples.py`` checks), and each accepted neighbour (``tests/neighbours.py``) must stay accepted. The
-2-process proofs (``@pytest.mark.proves``, ``tests/evidence/references.py``) are not run: they prove the failure with
+2-process proofs (``@pytest.mark.proves``, ``tests/references.py``) are not run: they prove the failure with
 the guards off, so no rule mutant changes them.
 """
 

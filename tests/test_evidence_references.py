@@ -1,9 +1,9 @@
-"""The evidence references (``tests/evidence/references.py``) agree with the declarations, and ``src`` names no file of
+"""The evidence references (``tests/references.py``) agree with the declarations, and ``src`` names no file of
 ``tests/`` or ``benchmarks/``.
 
 A declaration says how far its proof goes and what fails (``evidence="runtime: ..."``); the mapping names the test or
-check. Every error with executed evidence has an entry, every entry belongs to a declaration of its kind, and every
-file and function an entry names exists (read by AST, nothing is run).
+check (``PROOFS`` derived from the ``proves`` marks). Every error with executed evidence has a proof, every proof
+belongs to a declaration of its kind, and every file and function an entry names exists (read by AST, nothing is run).
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def proof_problems(declared: Mapping[str, tuple[str, str]], proofs: Mapping[str,
     """Errors with executed evidence but no proof in the mapping, and entries no such declaration has."""
     proved = {code for code, (severity, evidence) in declared.items() if evidence.startswith(PROVED)}
     problems = [
-        f"{code}: its evidence is executed, but PROOFS names no test for it" for code in sorted(proved - set(proofs))
+        f"{code}: its evidence is executed, but no test is marked @pytest.mark.proves({code!r})"
+        for code in sorted(proved - set(proofs))
     ]
     for code in sorted(set(proofs) - proved):
         known = f"its evidence is {declared[code][1][:30]!r}" if code in declared else "no such code is declared"
@@ -151,23 +152,23 @@ def test_every_tested_with_claim_has_its_test() -> None:
 
 
 def test_the_package_names_no_test_or_benchmark_file() -> None:
-    assert paths_in(ROOT / "src") == [], "name the file in tests/evidence/references.py, not in the package"
+    assert paths_in(ROOT / "src") == [], "name the file in tests/references.py (or mark the test), not in the package"
 
 
 def test_the_reference_checks_can_fail(tmp_path: Path) -> None:
     declared = _declared()
     proofs = dict(REFERENCES.PROOFS)
     test = proofs.pop("LP101")
-    assert proof_problems(declared, proofs) == ["LP101: its evidence is executed, but PROOFS names no test for it"]
+    assert proof_problems(declared, proofs) == [
+        "LP101: its evidence is executed, but no test is marked @pytest.mark.proves('LP101')"
+    ]
     ghost = {**proofs, "LP101": test + "_renamed", "LP999": test}
     assert proof_problems(declared, ghost) == [
         "LP999: PROOFS has an entry, but no such code is declared",
         f"LP101: {test}_renamed does not exist",
     ]
-    moved = {**proofs, "LP101": test.replace("tests/evidence/", "tests/")}
-    assert proof_problems(declared, moved) == [
-        f"LP101: {test.replace('tests/evidence/', 'tests/').split('::')[0]} does not exist"
-    ]
+    moved = {**proofs, "LP101": "tests/nowhere/" + test.removeprefix("tests/")}
+    assert proof_problems(declared, moved) == [f"LP101: {moved['LP101'].split('::')[0]} does not exist"]
     warning = next(code for code, (severity, _) in declared.items() if severity == "warning")
     assert any("PROOFS has an entry, but its evidence is ''" in each
                for each in proof_problems(declared, {**REFERENCES.PROOFS, warning: test})), warning  # fmt: skip
@@ -193,3 +194,40 @@ def test_the_reference_checks_can_fail(tmp_path: Path) -> None:
         "module.py:1: tests/evidence/test_x.py::test_y",
         "module.py:2: benchmarks/gpu/gpu_checks.py",
     ]
+
+
+def test_the_proofs_are_derived_from_the_marks(tmp_path: Path) -> None:
+    """``PROOFS`` is what the ``proves`` marks and the GPU checks say: a test named after its code first, then the
+    first in path and file order; a GPU check only where no test proves the code."""
+    folder = tmp_path / "tests" / "strategies"
+    folder.mkdir(parents=True)
+    (folder / "test_rules.py").write_text(
+        "import pytest\n\n\n@pytest.mark.proves('LP002', 'LP001')\ndef test_two(proof): ...\n\n\n"
+        "@pytest.mark.proves('LP002')\ndef test_lp002_named(proof): ...\n\n\n"
+        "@pytest.mark.distributed\ndef test_unmarked(): ...\n",
+        encoding="utf-8",
+    )
+    (folder / "helpers.py").write_text("@pytest.mark.proves('LP003')\ndef test_not_a_test_module(): ...\n")
+    gpu = tmp_path / "benchmarks" / "gpu"
+    gpu.mkdir(parents=True)
+    (gpu / "gpu_checks.py").write_text(
+        "CHECKS = [Check(name='proof_lp001', proves=('LP001',)), Check(name='proof_lp004', proves=('LP004',)),\n"
+        "          Check(name='speed', what='no proof')]\n",
+        encoding="utf-8",
+    )
+    tests, checks = REFERENCES.proving_tests(tmp_path), REFERENCES.gpu_proofs(tmp_path)
+    assert tests == {
+        "tests/strategies/test_rules.py::test_two": ("LP002", "LP001"),
+        "tests/strategies/test_rules.py::test_lp002_named": ("LP002",),
+    }
+    assert checks == {
+        "benchmarks/gpu/gpu_checks.py::proof_lp001": ("LP001",),
+        "benchmarks/gpu/gpu_checks.py::proof_lp004": ("LP004",),
+    }
+    assert REFERENCES.proofs(tests, checks) == {
+        "LP001": "tests/strategies/test_rules.py::test_two",
+        "LP002": "tests/strategies/test_rules.py::test_lp002_named",
+        "LP004": "benchmarks/gpu/gpu_checks.py::proof_lp004",
+    }
+    assert REFERENCES.proofs(REFERENCES.proving_tests(), REFERENCES.gpu_proofs()) == REFERENCES.PROOFS
+    assert "LP101" in REFERENCES.PROOFS

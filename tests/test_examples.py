@@ -6,7 +6,6 @@ hardware, cluster and modules the rule declares; the severity policy (``docs/err
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import re
 import sys
@@ -30,7 +29,6 @@ BUILTIN = sorted(preset.name for preset in _docs.builtin_presets())
 _EVIDENCE = re.compile(r"(\w+): (.+)$", re.DOTALL)
 _PROOF = re.compile(r"([\w/]+\.py)::(\w+)$")
 PROOFS: dict[str, str] = _docs.references().PROOFS
-EVIDENCE_TESTS = ROOT / "tests" / "evidence"
 GPU_CHECKS = ROOT / "benchmarks" / "gpu" / "gpu_checks.py"
 NOT_EXECUTED = {
     "LP502": "a torch_xla wheel built for another torch release: neither this machine, CI nor the GPU machine has one "
@@ -128,25 +126,9 @@ def _documented() -> list[Any]:
     return [*_docs._documented_codes(), *_docs._rule_entries()]
 
 
-def _proved(function: ast.FunctionDef) -> set[str]:
-    """The codes of a test's ``@pytest.mark.proves(...)``."""
-    return {
-        argument.value
-        for decorator in function.decorator_list
-        if isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "pytest.mark.proves"
-        for argument in decorator.args
-        if isinstance(argument, ast.Constant) and isinstance(argument.value, str)
-    }
-
-
 def _evidence_tests() -> dict[str, set[str]]:
-    """``tests/evidence/FILE.py::test`` of every test marked ``proves``, with its codes."""
-    found = {}
-    for path in sorted(EVIDENCE_TESTS.glob("test_*.py")):
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.FunctionDef) and _proved(node):
-                found[f"{path.relative_to(ROOT).as_posix()}::{node.name}"] = _proved(node)
-    return found
+    """``tests/PATH.py::test`` of every test marked ``proves``, with its codes (``tests/references.py`` reads them)."""
+    return {node: set(codes) for node, codes in _docs.references().proving_tests().items()}
 
 
 def _gpu_proofs() -> dict[str, tuple[str, ...]]:
@@ -162,24 +144,24 @@ def _gpu_proofs() -> dict[str, tuple[str, ...]]:
 def evidence_problem(
     code: str, evidence: str, proof: str, tests: dict[str, set[str]], gpu: dict[str, tuple[str, ...]]
 ) -> str:
-    """Why ``evidence`` (the declaration's) and ``proof`` (its node id in ``tests/evidence/references.py``) are not an
-    executed proof of ``code``; empty when they are."""
+    """Why ``evidence`` (the declaration's) and ``proof`` (its node id in ``tests/references.py``, derived from the
+    ``proves`` marks) are not an executed proof of ``code``; empty when they are."""
     found = _EVIDENCE.match(evidence)
     if found is None or found.group(1) not in EVIDENCE_KINDS:
         return f"{code}: evidence must be 'runtime: what fails' or 'gpu: what fails', got {evidence!r}"
     kind, what = found.groups()
     if "::" in what or ".py" in what:
-        return f"{code}: the declaration names a file ({what!r}): name it in tests/evidence/references.py"
+        return f"{code}: the declaration names a file ({what!r}): mark its test @pytest.mark.proves(...)"
     if len(what) < 15:
         return f"{code}: say in a few words what fails"
     named = _PROOF.match(proof)
     if named is None:
-        return f"{code}: tests/evidence/references.py names no proof (FILE.py::test) for it, got {proof!r}"
+        return f"{code}: no test is marked @pytest.mark.proves({code!r}) (FILE.py::test), got {proof!r}"
     path, name = named.groups()
     if kind == "runtime":
         codes = tests.get(f"{path}::{name}")
         if codes is None:
-            return f"{code}: {path}::{name} is not a test of tests/evidence/ marked @pytest.mark.proves(...)"
+            return f"{code}: {path}::{name} is not a test marked @pytest.mark.proves(...)"
         return "" if code in codes else f"{code}: {path}::{name} proves {sorted(codes)}, not {code}"
     if path != GPU_CHECKS.relative_to(ROOT).as_posix() or name not in gpu:
         return f"{code}: {path}::{name} is not a check of {GPU_CHECKS.relative_to(ROOT)}"
@@ -211,19 +193,19 @@ def test_every_proof_proves_a_declared_error() -> None:
 
 def test_the_evidence_check_can_fail() -> None:
     tests, gpu = _evidence_tests(), _gpu_proofs()
-    test = "tests/evidence/test_fails_fsdp.py::test_lp101_fsdp_on_cpu_fails_when_the_model_is_wrapped"
+    test = PROOFS["LP101"]
     real = "runtime: FSDP raises on CPU"
     assert evidence_problem("LP101", real, test, tests, gpu) == ""
     assert "say in a few words" in evidence_problem("LP101", "runtime: x fails", test, tests, gpu)
     assert "proves ['LP101'], not LP104" in evidence_problem("LP104", real, test, tests, gpu)
-    assert "names no proof" in evidence_problem("LP101", real, "", tests, gpu)
+    assert "no test is marked" in evidence_problem("LP101", real, "", tests, gpu)
     assert "names a file" in evidence_problem("LP101", f"runtime: {test} (FSDP raises on CPU)", test, tests, gpu)
-    ghost = "tests/evidence/test_fails_fsdp.py::test_that_does_not_exist"
-    assert "is not a test of tests/evidence/" in evidence_problem("LP101", real, ghost, tests, gpu)
+    ghost = test.split("::")[0] + "::test_that_does_not_exist"
+    assert "is not a test marked" in evidence_problem("LP101", real, ghost, tests, gpu)
     source = "source: lightning/fabric/strategies/fsdp.py, _init_sharding_strategy raises KeyError (lightning 2.6.6)"
     assert "evidence must be" in evidence_problem("LP104", source, test, tests, gpu)
     untested = "tests/test_fsdp2.py::test_fsdp2_trainer_fit_computes_the_losses_of_ddp"
-    assert "is not a test of tests/evidence/" in evidence_problem("LP210", real, untested, tests, gpu)
+    assert "is not a test marked" in evidence_problem("LP210", real, untested, tests, gpu)
     gpu_check = "benchmarks/gpu/gpu_checks.py::proof_lp412_deepspeed_closure"
     assert evidence_problem("LP412", "gpu: training_step never runs", gpu_check, tests, gpu) == ""
     assert "proves ['LP412'], not LP607" in evidence_problem(

@@ -85,6 +85,16 @@ def test_lp208_a_module_without_configure_model_fails_after_launch(proof: Proof)
 
 
 @pytest.mark.proves("LP211")
+def test_lp211_fsdp2_data_parallel_size_fails_in_the_mesh(proof: Proof) -> None:
+    def strategy() -> object:
+        return lightning_presets.strategy("fsdp2_offload_ckpt", data_parallel_size=2)
+
+    proof.refused("LP211", lambda: trainer(strategy()))
+    with proof.guard_off("LP211"), proof.raises(RuntimeError, r"data_parallel_size=2`.* multiplied should equal"):
+        fit(strategy())
+
+
+@pytest.mark.proves("LP211")
 def test_lp211_fsdp2_with_tensor_parallel_beyond_the_world_fails_in_the_mesh(proof: Proof) -> None:
     """tensor_parallel_size=2 with data_parallel_size='auto' (the whole world): data × tensor is twice the world."""
 
@@ -93,14 +103,4 @@ def test_lp211_fsdp2_with_tensor_parallel_beyond_the_world_fails_in_the_mesh(pro
 
     proof.refused("LP211", lambda: trainer(strategy()))
     with proof.guard_off("LP211"), proof.raises(RuntimeError, r"tensor_parallel_size=2` multiplied should equal"):
-        fit(strategy())
-
-
-@pytest.mark.proves("LP211")
-def test_lp211_fsdp2_data_parallel_size_fails_in_the_mesh(proof: Proof) -> None:
-    def strategy() -> object:
-        return lightning_presets.strategy("fsdp2_offload_ckpt", data_parallel_size=2)
-
-    proof.refused("LP211", lambda: trainer(strategy()))
-    with proof.guard_off("LP211"), proof.raises(RuntimeError, r"data_parallel_size=2`.* multiplied should equal"):
         fit(strategy())
