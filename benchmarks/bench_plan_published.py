@@ -35,7 +35,8 @@ ROWS = Path("benchmarks/published_runs.json")
 COUNTS = Path("benchmarks/results/plan_published_counts.json")
 _CHILD = """
 import json, sys
-from lightning_presets.tools.plan import trace, user_model
+from lightning_presets.tools.plan import trace
+from lightning_presets.tools.simulation import user_model
 from lightning_presets.tools.plan.presets import mesh_sizes, plannable
 from lightning_presets.tools.plan.request import PlanRequest
 request = PlanRequest(model=sys.argv[1], gpus_per_node=8, presets=("fsdp2",), batch_size=int(sys.argv[2]))

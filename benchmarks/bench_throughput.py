@@ -47,7 +47,8 @@ ROWS = (  # (name, nodes, compile, published tokens/s/GPU, fitted on, fp8)
 _CHILD = """
 import json, sys
 from dataclasses import replace
-from lightning_presets.tools.plan import trace, user_model
+from lightning_presets.tools.plan import trace
+from lightning_presets.tools.simulation import user_model
 from lightning_presets.tools.plan.presets import mesh_sizes, plannable
 from lightning_presets.tools.plan.request import PlanRequest
 nodes, checkpoint = int(sys.argv[1]), sys.argv[2] == "1"

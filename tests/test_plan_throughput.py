@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from helpers import run
-from lightning_presets.tools.plan import calibration, hardware, planner, throughput, trace, user_model, worker
+from lightning_presets.tools.plan import calibration, hardware, planner, throughput, trace, worker
 from lightning_presets.tools.plan.counts import Collective, OpCost, StepCounts
 from lightning_presets.tools.plan.presets import mesh_sizes, plannable
 from lightning_presets.tools.plan.request import PlanRequest
+from lightning_presets.tools.simulation import user_model
 
 TINY = "lightning_presets.tools.plan.reference_models:llama_tiny"
 VOCAB, DIM, HEADS, HEAD_DIM, HIDDEN, KV, LAYERS, SEQ, BATCH = 256, 128, 16, 8, 320, 8, 2, 32, 2

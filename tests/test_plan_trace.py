@@ -27,9 +27,10 @@ from helpers import SCRIPTS, run
 from lightning_presets.cli import _output, main
 from lightning_presets.registry.catalog import strategy_catalog
 from lightning_presets.tools.plan import layouts as memory
-from lightning_presets.tools.plan import trace, user_model
+from lightning_presets.tools.plan import trace
 from lightning_presets.tools.plan import worker as plan_worker
 from lightning_presets.tools.plan.estimates import Estimate, PlanRequest, traced_estimate
+from lightning_presets.tools.simulation import user_model
 
 INIT_READS_VALUES = torch.__version__ >= (2, 8)
 """Whether torch's ``trunc_normal_`` reads a value from a tensor (it loops on ``.any()``): not on torch 2.7."""

@@ -64,7 +64,7 @@ def model_stage_findings(
     from lightning_presets.inspection.hooks import overrides  # imports torch: only for --model
     from lightning_presets.tools.check.fit_start import fit_start_findings
     from lightning_presets.tools.check.unused import unused_parameter_findings
-    from lightning_presets.tools.plan import user_model
+    from lightning_presets.tools.simulation import user_model
 
     preset = getattr(strategy, "_lp_preset", None)
     context = getattr(strategy, "_lp_context", None)
@@ -159,7 +159,7 @@ def model_findings(request: CheckRequest, outcome: _construct.Outcome, timeout_s
     if request.model is None or outcome.built is None:
         return Decided()
     from lightning_presets.tools.check import rehearsal as _rehearsal
-    from lightning_presets.tools.plan.user_model import ModelError
+    from lightning_presets.tools.simulation.user_model import ModelError
 
     rehearsed = None
     if request.mode == "trainer":

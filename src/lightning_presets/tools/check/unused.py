@@ -61,7 +61,7 @@ def unused_parameter_condition(context: Context) -> list[Finding]:
 def unused_parameter_findings(context: Any, model: nn.Module, spec: str, call: str) -> tuple[list[Finding], list[str]]:
     """LP732 when the job's DDP expects every gradient and one training step of ``model`` (built under the caller's
     fake-tensor mode) leaves some parameter that requires one without it; notes for what could not be run."""
-    from lightning_presets.tools.plan import step, user_model
+    from lightning_presets.tools.simulation import step, user_model
 
     if getattr(context, "family", None) != "ddp" or not _expects_every_gradient(getattr(context, "options", {})):
         return [], []

@@ -34,13 +34,14 @@ from lightning_presets.inspection.blocks import find_repeated_blocks
 from lightning_presets.inspection.hooks import overrides
 from lightning_presets.registry import private
 from lightning_presets.strategies import fsdp2
-from lightning_presets.tools.plan import depth, step, tracking, user_model
+from lightning_presets.tools.plan import depth, tracking
 from lightning_presets.tools.plan.attention import CudaAttention
 from lightning_presets.tools.plan.counting import OpCounter
 from lightning_presets.tools.plan.counts import StepCounts
 from lightning_presets.tools.plan.layouts import Layout
-from lightning_presets.tools.plan.untraceable import answering_scalars, untraceable_reason
+from lightning_presets.tools.simulation import step, user_model
 from lightning_presets.tools.simulation.tracing import as_on_a_real_run, attention_replaced
+from lightning_presets.tools.simulation.untraceable import answering_scalars, untraceable_reason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -197,7 +197,8 @@ def plan_in_process(request: PlanRequest, progress: Progress | None = None) -> t
 
     Raises :class:`PlanFailed` when the model itself cannot be built, given an input or an optimizer.
     """
-    from lightning_presets.tools.plan import trace, user_model
+    from lightning_presets.tools.plan import trace
+    from lightning_presets.tools.simulation import user_model
 
     report = progress or (lambda what, done, total: None)
     spec = str(request.model)
@@ -273,7 +274,8 @@ class _Tracer:
         full trace) in full."""
         from dataclasses import replace
 
-        from lightning_presets.tools.plan import depth, trace, user_model
+        from lightning_presets.tools.plan import depth, trace
+        from lightning_presets.tools.simulation import user_model
 
         stack = None if self.request.full_trace else self.stack()
         why = "--full-trace" if self.request.full_trace else stack if isinstance(stack, str) else None
@@ -295,7 +297,8 @@ class _Tracer:
         if self._stack is None:
             from torch._subclasses.fake_tensor import FakeTensorMode
 
-            from lightning_presets.tools.plan import depth, step, trace
+            from lightning_presets.tools.plan import depth, trace
+            from lightning_presets.tools.simulation import step
             from lightning_presets.tools.simulation.tracing import as_on_a_real_run
 
             with as_on_a_real_run(), FakeTensorMode(allow_non_fake_inputs=True), step.eager():

@@ -125,7 +125,7 @@ def rehearse_in_process(
 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from lightning_presets.tools.plan import user_model
+    from lightning_presets.tools.simulation import user_model
 
     started = time.perf_counter()
     notes: list[str] = []
@@ -239,7 +239,7 @@ def _loaders(model: Any, spec: str) -> tuple[Any, bool, str]:
     from lightning.pytorch import LightningModule
     from torch.utils.data import DataLoader
 
-    from lightning_presets.tools.plan.user_model import ModelError
+    from lightning_presets.tools.simulation.user_model import ModelError
 
     def overridden(name: str) -> bool:
         return getattr(type(model), name, None) is not getattr(LightningModule, name)

@@ -186,7 +186,7 @@ def _forked_child(payload: dict[str, Any], results: int, result_end: int, output
 
 def _child_result(payload: dict[str, Any]) -> str:
     from lightning_presets.tools.check.rehearsal.child import rehearse_in_process
-    from lightning_presets.tools.plan.user_model import ModelError
+    from lightning_presets.tools.simulation.user_model import ModelError
 
     sys.path.insert(0, os.getcwd())  # --model imports from the current directory first, as ``python -m`` would
     try:

@@ -58,7 +58,7 @@ def _no_debugger(*args: Any, **kwargs: Any) -> None:
 def contained(what: str) -> Iterator[None]:
     """Run user code with an empty stdin and no debugger; anything it raises or exits with becomes a
     :class:`ModelError` of one line."""
-    from lightning_presets.tools.plan.untraceable import untraceable_reason
+    from lightning_presets.tools.simulation.untraceable import untraceable_reason
 
     stdin, hook, tracer, exit_ = sys.stdin, sys.breakpointhook, sys.gettrace(), os._exit
     sys.stdin = io.StringIO("")

@@ -20,8 +20,8 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from lightning_presets.registry import private
-from lightning_presets.tools.plan import user_model
-from lightning_presets.tools.plan.user_model import Batch
+from lightning_presets.tools.simulation import user_model
+from lightning_presets.tools.simulation.user_model import Batch
 
 _DTYPES = {"bf16": torch.bfloat16, "16": torch.float16, "32": torch.float32, "64": torch.float64}
 
