@@ -495,7 +495,7 @@ def _run_one(case: Case, scratch: Path, model: str | None) -> dict[str, Any]:
     from dataclasses import replace
 
     from lightning_presets.core.findings import UsageError
-    from lightning_presets.tools.check import run_check
+    from lightning_presets.tools.verdict import run_check
 
     started = time.perf_counter()
     if case.request is None:

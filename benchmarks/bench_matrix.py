@@ -33,7 +33,8 @@ def _matrix_runs(repeat: int) -> list[tuple[int, float, float]]:
 
 
 def _single_latencies(count: int) -> list[float]:
-    from lightning_presets.tools.check import CheckRequest, run_check
+    from lightning_presets.tools.check import CheckRequest
+    from lightning_presets.tools.verdict import run_check
 
     request = CheckRequest(
         arguments={
@@ -51,8 +52,8 @@ def _single_latencies(count: int) -> list[float]:
 
 def _profile() -> str:
     from lightning_presets.tools import matrix as _matrix
-    from lightning_presets.tools.check import run_check
     from lightning_presets.tools.check.construct import session
+    from lightning_presets.tools.verdict import run_check
 
     requests = list(_matrix.requests(("trainer",)))[::7]
     profiler = cProfile.Profile()

@@ -58,7 +58,8 @@ def verify(case: Case) -> str:
 
 def check(case: Case) -> dict[str, Any]:
     from lightning_presets.core.findings import UsageError
-    from lightning_presets.tools.check import CheckRequest, run_check
+    from lightning_presets.tools.check import CheckRequest
+    from lightning_presets.tools.verdict import run_check
 
     started = time.perf_counter()
     request = CheckRequest(arguments=dict(case.job), gpus=case.gpus, model=f"{MODULE}:{case.model}")

@@ -136,7 +136,7 @@ def _check_parser() -> argparse.ArgumentParser:
 
 def _run_check(command: str) -> Result:
     from lightning_presets.cli import _check
-    from lightning_presets.tools.check import run_check
+    from lightning_presets.tools.verdict import run_check
 
     args = _check_parser().parse_args(shlex.split(command.removeprefix(CHECK)))
     report = run_check(_check.request_from(args))

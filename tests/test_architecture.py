@@ -131,6 +131,17 @@ def test_tools_is_a_few_subpackages_named_for_what_they_do() -> None:
     assert len(loose) <= 8, loose
 
 
+def test_check_never_reaches_the_planner(graph: grimp.ImportGraph) -> None:
+    """``check`` and ``plan`` import each other in one direction only: the planner asks the check whether a preset
+    applies; the check never reaches the planner, directly or through another module (``check --model``'s memory plan
+    is added above both, in ``tools.verdict``; ``lint-imports`` holds the same contract)."""
+    check, plan = "lightning_presets.tools.check", "lightning_presets.tools.plan"
+    assert not graph.chain_exists(importer=check, imported=plan, as_packages=True)
+    assert graph.chain_exists(importer=plan, imported=check, as_packages=True)  # the one direction there is
+    graph.add_import(importer="lightning_presets.tools.check.stages", imported="lightning_presets.tools.plan.fit")
+    assert graph.chain_exists(importer=check, imported=plan, as_packages=True)  # and it would see the other
+
+
 def test_only_the_simulation_imports_unittest(graph: grimp.ImportGraph) -> None:
     """Patching torch or Lightning is the simulation's job alone (``lint-imports`` holds the same contract)."""
     importers = {

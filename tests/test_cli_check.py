@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 from lightning_presets.cli import main
 from lightning_presets.registry.requirements import is_importable
 from lightning_presets.tools.check import CODES as CHECK_CODES
-from lightning_presets.tools.check import CheckRequest, run_check
+from lightning_presets.tools.check import CheckRequest
 from lightning_presets.tools.plan.fit import CODES as MEMORY_CODES
+from lightning_presets.tools.verdict import run_check
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "docs" / "check-schema.json").read_text(encoding="utf-8"))

@@ -9,7 +9,8 @@ import pytest
 
 import lightning_presets
 from lightning_presets import PresetConfigError
-from lightning_presets.tools.check import CheckRequest, run_check
+from lightning_presets.tools.check import CheckRequest
+from lightning_presets.tools.verdict import run_check
 
 
 @pytest.mark.parametrize("keyword", ["init_sync", "skip_all_reduce_unused_params", "broadcast_buffers", "dim"])

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from lightning_presets.core.findings import UsageError
-from lightning_presets.tools.check import CheckRequest, rehearsal, run_check
+from lightning_presets.tools.check import CheckRequest, rehearsal
+from lightning_presets.tools.verdict import run_check
 
 MODELS = """
 import os, signal, subprocess, sys, time

@@ -30,7 +30,7 @@ from helpers import reference_check_seconds
 from lightning_presets import cli
 from lightning_presets.cli import _matrix as matrix_cli
 from lightning_presets.cli import main
-from lightning_presets.tools import check as _check
+from lightning_presets.tools import verdict as _verdict
 
 EXAMPLES = int(os.environ.get("LP_FUZZ_EXAMPLES", "300"))
 COST_PER_RUN = 2000
@@ -178,7 +178,7 @@ def small_matrix() -> Iterator[None]:
     """``matrix`` over a few real checks instead of two thousand (what is fuzzed is its flags and output)."""
     from lightning_presets.tools import matrix as _matrix
 
-    rows = [_matrix._row(_check.run_check(request)) for request in itertools.islice(_matrix.requests(), 6)]
+    rows = [_matrix._row(_verdict.run_check(request)) for request in itertools.islice(_matrix.requests(), 6)]
     with mock.patch.object(matrix_cli, "compute", return_value=(rows, 0.01)):
         yield
 

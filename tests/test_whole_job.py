@@ -17,8 +17,9 @@ from lightning_presets import PrecisionPreset, PresetConfigError, PresetWarning
 from lightning_presets.core.namespaces import namespace_for_target
 from lightning_presets.guards import precision as precision_guards
 from lightning_presets.registry.build import build
-from lightning_presets.tools.check import CheckRequest, run_check
+from lightning_presets.tools.check import CheckRequest
 from lightning_presets.tools.simulation import SimulatedGPU, simulated_cuda
+from lightning_presets.tools.verdict import run_check
 
 QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
 

@@ -473,11 +473,11 @@ def _cli_check() -> dict[str, Any]:
     import torch
 
     from lightning_presets.cli import _check as cli_check
-    from lightning_presets.tools import check as _check
+    from lightning_presets.tools import verdict as _verdict
 
     parser = argparse.ArgumentParser(prog="lightning-presets check")
     cli_check.add_arguments(parser)
-    report = _check.run_check(cli_check.request_from(parser.parse_args(list(CLI_ARGUMENTS[1:]))))
+    report = _verdict.run_check(cli_check.request_from(parser.parse_args(list(CLI_ARGUMENTS[1:]))))
     code = report.exit_code()
     initialized = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]  # read first: nothing below may touch CUDA before it
     figures = {

@@ -6,7 +6,7 @@ Two independent askings of the guards, with the guards on:
   ``fit`` with the package's dry run (``tools.simulation.dry_runs``: the ``trainer``, ``model`` and ``setup`` stages
   run on the real LightningModule, nothing trains). Errors (``PresetConfigError``) and warnings (``PresetWarning``)
   are collected with their codes; an error from Lightning itself is kept apart.
-- ``check``: ``lightning_presets.tools.check.run_check`` with the same Trainer arguments (it sees no model).
+- ``check``: ``lightning_presets.tools.verdict.run_check`` with the same Trainer arguments (it sees no model).
 
 The same construction with every guard off (``LIGHTNING_PRESETS_SKIP=all``) says whether Lightning itself refuses
 the job at construction, and how many processes it would start.
@@ -127,7 +127,8 @@ def check_verdict(config: dict[str, Any], model: bool = False) -> Verdict:
     """``lightning-presets check`` on the same arguments: without a model (its stages after construction do not
     run), or with ``model`` as ``check --model`` on the job's own module (its model-stage rules, and one training
     step under fake tensors: the parameters DDP would wait for, LP732)."""
-    from lightning_presets.tools.check import CheckRequest, run_check
+    from lightning_presets.tools.check import CheckRequest
+    from lightning_presets.tools.verdict import run_check
 
     arguments = {"strategy": config["preset"], **worker().plain_arguments(config)}
     request = CheckRequest(

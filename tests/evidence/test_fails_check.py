@@ -214,7 +214,8 @@ def _unused_job(tmp_path: Path, preset: str, overrides: str, *flags: str) -> Any
 
 
 def _check_codes(preset: str, model: str = "", **overrides: Any) -> list[str]:
-    from lightning_presets.tools.check import CheckRequest, run_check
+    from lightning_presets.tools.check import CheckRequest
+    from lightning_presets.tools.verdict import run_check
 
     request = CheckRequest(arguments={"strategy": preset, "accelerator": "cpu", "devices": 2},
                            overrides=overrides, model=model or _UNUSED_MODEL)  # fmt: skip
@@ -252,7 +253,8 @@ _MANUAL_MODEL = "lightning_presets.tools.plan.reference_models:manual_tiny"
 
 
 def _model_check_codes(spec: str, **arguments: Any) -> list[str]:
-    from lightning_presets.tools.check import CheckRequest, run_check
+    from lightning_presets.tools.check import CheckRequest
+    from lightning_presets.tools.verdict import run_check
 
     request = CheckRequest(arguments={"strategy": "ddp_static_graph", "accelerator": "cpu", "devices": 2, **arguments},
                            model=spec)  # fmt: skip

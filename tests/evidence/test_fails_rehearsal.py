@@ -104,7 +104,8 @@ def _real(folder: Path, name: str) -> tuple[str, list[dict[str, str]]]:
 
 
 def _codes(folder: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from lightning_presets.tools.check import CheckRequest, run_check
+    from lightning_presets.tools.check import CheckRequest
+    from lightning_presets.tools.verdict import run_check
 
     monkeypatch.chdir(folder)
     monkeypatch.syspath_prepend(str(folder))

@@ -17,8 +17,9 @@ import pytest
 from lightning.pytorch.plugins import BitsandbytesPrecision, MixedPrecision
 
 from lightning_presets.core.codes import Setting
-from lightning_presets.tools.check import CheckRequest, run_check
+from lightning_presets.tools.check import CheckRequest
 from lightning_presets.tools.examples import run_example
+from lightning_presets.tools.verdict import run_check
 
 V100 = Setting(capability=(7, 0))
 RTX8000 = Setting(capability=(7, 5))

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from lightning_presets.cli._output import emit, emit_json, fields, findings, heading, indented, verdict
 from lightning_presets.tools import check as _check
+from lightning_presets.tools import verdict as _verdict
 from lightning_presets.tools.check.flags import flag_parameters
 from lightning_presets.tools.simulation import CLUSTERS
 
@@ -273,7 +274,7 @@ def render(report: _check.CheckReport, strict: bool) -> Group:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = _check.run_check(request_from(args), getattr(args, "timeout", None))
+    report = _verdict.run_check(request_from(args), getattr(args, "timeout", None))
     if args.json:
         emit_json(report.as_dict(args.strict))
     else:

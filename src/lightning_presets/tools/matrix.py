@@ -18,6 +18,7 @@ from typing import Any
 
 from lightning_presets.core.namespaces import Kind, constructor
 from lightning_presets.tools import check as _check
+from lightning_presets.tools import verdict as _verdict
 from lightning_presets.tools.check.construct import session
 from lightning_presets.tools.check.names import registered_strategies
 
@@ -128,7 +129,7 @@ def compute(
     rows = []
     with session():
         for done, request in enumerate(all_requests, 1):
-            rows.append(_row(_check.run_check(request)))
+            rows.append(_row(_verdict.run_check(request)))
             if progress is not None and (done % 50 == 0 or done == len(all_requests)):
                 progress(f"checking {request.mode} configurations", done, len(all_requests))
     return rows, time.perf_counter() - start

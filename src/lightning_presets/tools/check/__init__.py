@@ -1,13 +1,11 @@
 """``lightning-presets check``: validate a job for a target cluster without launching anything.
 
-:func:`run_check` builds the real ``Trainer``/``Fabric`` on simulated hardware through the same guards as a user's
-script (``engine``), adds the cluster-consistency findings (``cluster``) and, for ``--model``, the memory plan of the
-job's preset (``lightning_presets.tools.plan.fit``).
+:func:`check_job` builds the real ``Trainer``/``Fabric`` on simulated hardware through the same guards as a user's
+script (``engine``) and adds the cluster-consistency findings (``cluster``). The memory plan ``--model`` adds is
+planned above this package (:func:`lightning_presets.tools.verdict.run_check`): the check never imports the planner.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from lightning_presets.tools.check.engine import CODES, FABRIC_KEYS, TRAINER_SETTINGS, check_job
 from lightning_presets.tools.check.request import (
@@ -23,22 +21,5 @@ from lightning_presets.tools.check.request import (
 
 __all__ = [
     "CODES", "FABRIC_KEYS", "SCHEMA", "SCHEMA_VERSION", "TRAINER_SETTINGS", "CheckReport", "CheckRequest",
-    "Evidence", "Reported", "Source", "check_job", "parse_value", "run_check",
+    "Evidence", "Reported", "Source", "check_job", "parse_value",
 ]  # fmt: skip
-
-
-def run_check(request: CheckRequest, model_timeout_s: float | None = None) -> CheckReport:
-    """Validate ``request``, and with ``request.model`` the memory plan of the job's preset (when the job passed).
-
-    Never raises for a bad configuration; only :class:`~lightning_presets.core.findings.UsageError` for a bad request.
-    """
-    report = check_job(request, model_timeout_s)
-    if request.model is None or report.resolved is None or not report.constructed or report.rejected():
-        return report
-    from lightning_presets.tools.plan.fit import memory_findings  # here: the planner imports torch's tracers
-
-    findings, notes = memory_findings(request.model, request.gpu_memory, report.resolved, request.call())
-    memory = tuple(Reported(finding=each, source="check", level=report.evidence) for each in findings)
-    reported = tuple(sorted((*report.reported, *memory), key=lambda each: each.finding.severity != "error"))
-    known = report.request  # its notes include the model stages' (the rehearsal's among them)
-    return replace(report, reported=reported, request=replace(known, notes=(*known.notes, *notes)))

@@ -379,7 +379,7 @@ def _settings_out_of_overrides(request: CheckRequest) -> CheckRequest:
 
 def check_job(request: CheckRequest, model_timeout_s: float | None = None) -> CheckReport:
     """Validate ``request``: names, construction, cluster (``--model``'s memory plan is added by
-    :func:`lightning_presets.tools.check.run_check`). Never raises for a bad configuration, only
+    :func:`lightning_presets.tools.verdict.run_check`). Never raises for a bad configuration, only
     :class:`UsageError` for a bad request."""
     request = _settings_out_of_overrides(request)
     if request.mode not in ("trainer", "fabric"):

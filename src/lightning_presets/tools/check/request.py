@@ -59,7 +59,7 @@ class CheckRequest:
     its facts (never its tensors) against the constructed job."""
     model: str | None = None
     """``MODULE:FACTORY``: the model the preset's model-stage rules decide on (``tools.check.stages``) and whose
-    memory :func:`~lightning_presets.tools.check.run_check` plans under the job's preset against ``gpu_memory``
+    memory :func:`~lightning_presets.tools.verdict.run_check` plans under the job's preset against ``gpu_memory``
     (``tools.plan.fit``: LP730-LP731)."""
 
     @property
