@@ -1,5 +1,9 @@
-"""Every error rule's legal side: each accepted neighbour (``tests/neighbours.py``) runs on simulated hardware and
-is accepted, every error rule has at least three, and the known false rejections are strict expected failures."""
+"""Every error rule's legal side: each accepted neighbour runs on simulated hardware and is accepted, every error rule
+has at least three, and the known false rejections are strict expected failures.
+
+The neighbours live in the test module that mirrors their rule's module (``strategies/deepspeed/config_rules.py``'s in
+``tests/strategies/deepspeed/test_config_rules.py``), which runs them; those not moved yet are in
+``tests/neighbours.py`` (:data:`neighbours.CENTRAL`) and run here. The checks over all of them stay here."""
 
 from __future__ import annotations
 
@@ -11,32 +15,23 @@ import pytest
 
 from harness import run_job
 from neighbours import (
+    CENTRAL,
     FEWER_THAN_THREE,
     NEIGHBOURS,
     Neighbour,
     accepted_problem,
-    cases,
-    clean,
     declared_rules,
     error_rules,
+    mirrored_modules,
+    neighbour_tests,
+    param,
     run,
 )
 
 MINIMUM = 3
 
-
-def _param(code: str, index: int, neighbour: Neighbour) -> Any:
-    """A known false rejection (``false_rejection`` set) is a strict expected failure: it passes once the rule is
-    fixed, and then the entry must lose its ``false_rejection`` (the review's ones are fixed; the data keeps the
-    story in ``why``)."""
-    marks = [pytest.mark.xfail(strict=True, reason=neighbour.false_rejection)] if neighbour.false_rejection else []
-    return pytest.param(code, index, id=f"{code}-{index}", marks=marks)
-
-
-@pytest.mark.parametrize(("code", "index"), [_param(code, index, NEIGHBOURS[code][index]) for code, index in cases()])
-def test_the_neighbour_is_accepted(code: str, index: int) -> None:
-    problem = accepted_problem(code, clean(code, index))
-    assert problem == "", f"{code} neighbour {index} ({NEIGHBOURS[code][index].why}): {problem}"
+# The neighbours still declared in tests/neighbours.py; a mirrored test module runs its own (neighbour_tests).
+test_the_neighbour_is_accepted, _, _ = neighbour_tests(CENTRAL)
 
 
 def test_every_error_rule_has_three_accepted_neighbours() -> None:
@@ -53,6 +48,7 @@ def test_every_code_of_the_data_is_a_declared_rule() -> None:
     assert set(NEIGHBOURS) <= declared, sorted(set(NEIGHBOURS) - declared)  # a rule demoted to a warning may stay
     assert set(FEWER_THAN_THREE) <= errors, sorted(set(FEWER_THAN_THREE) - errors)
     assert len(errors) >= 60  # the walk found the package's rules, not an empty module list
+    assert len(NEIGHBOURS) >= len(CENTRAL) + len(mirrored_modules())  # each mirrored module adds its own
     for code, neighbours in NEIGHBOURS.items():
         assert all(isinstance(each, Neighbour) and each.why.strip() for each in neighbours), code
         assert len({each.source + repr(each.setting) for each in neighbours}) == len(neighbours), f"{code}: duplicates"
@@ -108,7 +104,7 @@ def test_ddp_bf16_compress_trains_plain_ddp_on_cpu_on_two_processes() -> None:
 
 def test_a_known_false_rejection_is_a_strict_expected_failure() -> None:
     refused = Neighbour("Trainer()", "legal", false_rejection="LP999 refuses it, and it trains")
-    (mark,) = _param("LP999", 0, refused).marks
+    (mark,) = param("LP999", 0, refused).marks
     assert mark.name == "xfail"
     assert mark.kwargs == {"strict": True, "reason": "LP999 refuses it, and it trains"}
-    assert not _param("LP201", 0, NEIGHBOURS["LP201"][0]).marks
+    assert not param("LP201", 0, NEIGHBOURS["LP201"][0]).marks

@@ -1,59 +1,12 @@
-"""The ``proves`` marker and the ``proof`` fixture of the evidence tests, and the check that a marked test observed a
-failure for every code it names (see ``proof.py``)."""
+"""The evidence tests' plugin (``proving.py``: the ``proof`` fixture and the check that a marked
+test observed a failure for every code it names), and the shared 2-process run of ``scripts/two_ranks.py``."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from proof import Proof, unproven
-
-_PROOF = pytest.StashKey[Proof]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "proves(*codes): an evidence test; it must observe a failure for each code (tests/evidence/)"
-    )
-
-
-@pytest.fixture
-def proof(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Proof:
-    if request.node.get_closest_marker("proves") is None:
-        pytest.fail("the proof fixture belongs to tests marked @pytest.mark.proves(...)")
-    monkeypatch.delenv("LIGHTNING_PRESETS_SKIP", raising=False)
-    recorded = Proof(monkeypatch)
-    request.node.stash[_PROOF] = recorded
-    return recorded
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    result = yield
-    marker = item.get_closest_marker("proves")
-    if marker is not None:
-        problems = unproven(tuple(marker.args), item.stash.get(_PROOF, None))
-        if problems:
-            raise AssertionError("not proven: " + "; ".join(problems))
-    return result
-
-
-@pytest.fixture
-def process_group() -> Iterator[None]:
-    """A test that runs Lightning's 1-process launch in this process: its process group and the variables Lightning
-    writes (MASTER_PORT, LOCAL_RANK, ...) are gone afterwards."""
-    import torch.distributed as dist
-
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        os.environ.clear()
-        os.environ.update(saved)
+from proving import process_group, proof, pytest_runtest_call  # noqa: F401  (this folder's plugin)
 
 
 @pytest.fixture(scope="session")
