@@ -1,10 +1,11 @@
 """``lightning_presets.ray``: presets through Ray Train's documented Lightning recipe, on a real local Ray cluster of
-two CPU workers bound to 127.0.0.1 (one cluster for the module). Skipped where Ray is not installed (it is the
-optional ``[ray]`` extra, not part of ``[test]``)."""
+two CPU workers bound to 127.0.0.1 (no dashboard, usage stats off, nothing leaves the machine), one cluster for the
+test session. Skipped where Ray Train is not installed (the ``[ray]`` extra; the ``test`` extra installs it)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -12,13 +13,13 @@ from typing import Any
 
 import pytest
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("ray.train.lightning")
+ray = pytest.importorskip("ray", reason="Ray Train is the optional [ray] extra (installed by the test extra)")
+pytest.importorskip("ray.train.lightning", reason="Ray without its Train library (pip install 'ray[train]')")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster() -> Any:
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # read by the driver and inherited by every Ray process it starts
     ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
     yield ray
@@ -26,66 +27,157 @@ def cluster() -> Any:
 
 
 def _train(config: dict[str, Any]) -> None:
-    """Ray's recipe: Trainer(devices='auto', strategy=<Ray strategy>, plugins=[RayLightningEnvironment()], callbacks=
-    [RayTrainReportCallback()]) through prepare_trainer, two steps; what the guards saw is written per rank."""
+    """Ray's recipe: Trainer(devices='auto', strategy=lightning_presets.ray.strategy(NAME), plugins=
+    [RayLightningEnvironment()], callbacks=[RayTrainReportCallback()]) through lightning_presets.ray.prepare_trainer,
+    one epoch of 16 indexed samples, for each preset of ``config["presets"]`` in turn on the same workers; what each
+    rank saw is written to ``<out>/<preset>-<rank>.json``."""
+    for index, preset in enumerate(config["presets"]):
+        _train_one(config, preset, index)
+
+
+def _train_one(config: dict[str, Any], preset: str, index: int) -> None:
     import warnings
 
     import lightning.pytorch as pl
     import torch
-    from ray.train.lightning import RayLightningEnvironment, RayTrainReportCallback, prepare_trainer
+    from ray.train import get_context
+    from ray.train.lightning import RayLightningEnvironment, RayTrainReportCallback
     from torch.utils.data import DataLoader, TensorDataset
 
     import lightning_presets.ray
 
+    seen: dict[str, Any] = {"indices": [], "losses": []}
+
     class Model(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.layer = torch.nn.Linear(4, 1)
+            torch.manual_seed(0)
+            self.blocks = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(2))
+            self.head = torch.nn.Linear(4, 1)
+
+        def forward(self, x: Any) -> Any:
+            for block in self.blocks:
+                x = torch.relu(block(x))
+            return self.head(x)
 
         def training_step(self, batch: Any, _: int) -> Any:
-            return self.layer(batch[0]).pow(2).mean()
+            ids, features = batch
+            seen["indices"] += ids.tolist()
+            loss = self(features).pow(2).mean()
+            seen["losses"].append(float(loss))
+            self.log("preset", float(index))  # in the metrics Ray's report keeps beside each checkpoint
+            return loss
 
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
+    rank = get_context().get_world_rank()
+    precision = config.get("precision_by_rank", ["32-true", "32-true"])[rank]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        strategy = lightning_presets.ray.strategy(config["preset"], **config.get("overrides", {}))
-        trainer = pl.Trainer(devices="auto", accelerator="cpu", strategy=strategy, max_steps=2, logger=False,
-                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                             plugins=[RayLightningEnvironment()], callbacks=[RayTrainReportCallback()])  # fmt: skip
-        trainer = prepare_trainer(trainer)
-        data = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4)
-        trainer.fit(Model(), train_dataloaders=data)
-    codes = sorted({each.message.finding.code for each in caught if hasattr(each.message, "finding")})
-    seen = {"world": trainer.strategy._lp_context.world_size, "codes": codes, "steps": trainer.global_step}
-    Path(config["out"], f"{trainer.global_rank}.json").write_text(json.dumps(seen))
+        strategy = lightning_presets.ray.strategy(preset, **config.get("overrides", {}))
+        trainer = pl.Trainer(devices="auto", accelerator="cpu", strategy=strategy, max_epochs=1, logger=False,
+                             precision=precision, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, plugins=[RayLightningEnvironment()],
+                             callbacks=[RayTrainReportCallback()])  # fmt: skip
+        trainer = lightning_presets.ray.prepare_trainer(trainer)
+        torch.manual_seed(1)
+        data = TensorDataset(torch.arange(16), torch.randn(16, 4))
+        model = Model()
+        trainer.fit(model, train_dataloaders=DataLoader(data, batch_size=4))
+    weights = {
+        name: (value.full_tensor() if hasattr(value, "full_tensor") else value).flatten().tolist()
+        for name, value in model.state_dict().items()
+    }  # FSDP2's DTensors gathered on every rank
+    context = trainer.strategy._lp_context
+    seen |= {
+        "world": [context.world_size, context.devices_per_node, context.num_nodes],
+        "findings": sorted({str(each.message.finding) for each in caught if hasattr(each.message, "finding")}),
+        "sampler": trainer.strategy.distributed_sampler_kwargs,
+        "root_device": str(trainer.strategy.root_device),
+        "weights": weights,
+    }
+    Path(config["out"], f"{preset}-{rank}.json").write_text(json.dumps(seen))
 
 
-def _fit(preset: str, out: Path, **overrides: Any) -> Any:
+def _fit(presets: list[str], out: Path, **config: Any) -> Any:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    trainer = TorchTrainer(_train, train_loop_config={"preset": preset, "out": str(out), "overrides": overrides},
+    trainer = TorchTrainer(_train, train_loop_config={"presets": presets, "out": str(out), **config},
                            scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
-                           run_config=RunConfig(storage_path=str(out / "ray")))  # fmt: skip
+                           run_config=RunConfig(storage_path=str(out / "ray"), name="job"))  # fmt: skip
     return trainer.fit()
 
 
-def test_a_preset_trains_under_rays_recipe_and_its_guards_see_rays_world(cluster: Any, tmp_path: Path) -> None:
-    """Two workers, devices='auto' (one CPU each): the guards read Ray's world of 2, so no 'one process in total'
-    (LP305), and both ranks train."""
-    _fit("ddp_static_graph", tmp_path)
-    seen = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in (0, 1)]
-    assert [each["world"] for each in seen] == [2, 2]
-    assert all("LP305" not in each["codes"] for each in seen), seen
-    assert [each["steps"] for each in seen] == [2, 2]
+def _loaded(checkpoint: Any, tmp_path: Path) -> dict[str, Any]:
+    """The LightningModule's weights in the checkpoint Ray's report kept: Lightning's file, or (a sharded strategy)
+    the distributed checkpoint every worker wrote into it, converted by torch's own ``dcp_to_torch_save``."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    path = Path(checkpoint.path, "checkpoint.ckpt")
+    if path.is_dir():
+        dcp_to_torch_save(path, tmp_path / "converted.pt")
+        path = tmp_path / "converted.pt"
+    loaded = torch.load(path, map_location="cpu", weights_only=False)
+    state = loaded["state_dict"] if "state_dict" in loaded else loaded["model"]
+    return {name: value.flatten().tolist() for name, value in state.items()}
 
 
-def test_a_refusal_under_ray_shows_its_code_in_what_the_driver_sees(cluster: Any, tmp_path: Path) -> None:
-    """An unknown override is refused in the worker; the error the driver gets names the code within Ray's first or
-    last 500 characters."""
-    with pytest.raises(Exception, match="LP006") as failed:  # Ray's own error type, from its worker
-        _fit("ddp_static_graph", tmp_path, no_such_option=1)
-    text = str(failed.value)
-    assert "LP006" in text[:500] + text[-500:], text[-1500:]
+PRESETS = ["ddp_static_graph", "fsdp2"]
+
+
+@pytest.fixture(scope="session")
+def trained(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """One Ray job of two workers that trains each of :data:`PRESETS` in turn (one set of workers for both)."""
+    out = tmp_path_factory.mktemp("ray-trained")
+    return out, _fit(PRESETS, out)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_preset_trains_under_rays_recipe(trained: tuple[Path, Any], tmp_path: Path, preset: str) -> None:
+    """Two workers, devices='auto' (one CPU each): both train, the loss is finite, the weights end equal on both, each
+    worker reads its own half of the data, Ray's reported checkpoint loads with those weights, and the guards read
+    Ray's layout (2 workers on 1 node), so no finding describes a one-process job."""
+    out, result = trained
+    seen = [json.loads((out / f"{preset}-{rank}.json").read_text()) for rank in (0, 1)]
+    assert [each["world"] for each in seen] == [[2, 2, 1]] * 2
+    assert all(each["losses"] and all(math.isfinite(loss) for loss in each["losses"]) for each in seen), seen
+    assert seen[0]["weights"] == seen[1]["weights"]
+    assert [each["sampler"] for each in seen] == [{"num_replicas": 2, "rank": 0}, {"num_replicas": 2, "rank": 1}]
+    assert not set(seen[0]["indices"]) & set(seen[1]["indices"])
+    assert sorted(seen[0]["indices"] + seen[1]["indices"]) == list(range(16))
+    assert [each["root_device"] for each in seen] == ["cpu", "cpu"]
+    one_process = [finding for each in seen for finding in each["findings"] if "devices=1" in finding]
+    assert not one_process, one_process
+    reported = [
+        checkpoint for checkpoint, metrics in result.best_checkpoints if metrics["preset"] == PRESETS.index(preset)
+    ]
+    assert len(reported) == 1, result.best_checkpoints
+    assert _loaded(reported[0], tmp_path) == seen[0]["weights"]
+
+
+def _driver_error(presets: list[str], tmp_path: Path, **config: Any) -> str:
+    from ray.train import TrainingFailedError
+
+    with pytest.raises(TrainingFailedError, match=r"\[LP\d{3}\]") as failed:  # Ray's, holding its workers' errors
+        _fit(presets, tmp_path, **config)
+    return str(failed.value)
+
+
+def test_a_refusal_under_ray_reaches_the_driver_with_its_code_and_fix(cluster: Any, tmp_path: Path) -> None:
+    """fsdp2's data_parallel_size=4 on Ray's 2 workers (LP211: the guards read Ray's world) is refused in each worker;
+    the error the driver gets holds the code, the message and the fix within the last 500 characters Ray keeps of a
+    worker's error."""
+    text = _driver_error(["fsdp2"], tmp_path, overrides={"data_parallel_size": 4})
+    tail = text[-500:]
+    assert "[LP211]" in tail, text[-1500:]
+    assert "data_parallel_size=4 × tensor_parallel_size=1 = 4, but the world size is" in tail
+    assert "| fix: valid (data, tensor) splits for 2 device(s)" in tail
+
+
+def test_ranks_that_disagree_under_ray_are_caught(cluster: Any, tmp_path: Path) -> None:
+    """One worker in bf16-mixed, the other in 32-true: the start-up handshake refuses the job (LP030) on the driver."""
+    text = _driver_error(["ddp_static_graph"], tmp_path, precision_by_rank=["32-true", "bf16-mixed"])
+    assert "[LP030]" in text[-500:], text[-1500:]

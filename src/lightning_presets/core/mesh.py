@@ -32,12 +32,15 @@ class MeshSpec:
     keys: tuple[str, str] | None = None
     pair_key: str | None = None
 
-    def sizes(self, options: Mapping[str, Any], devices_per_node: int, num_nodes: int) -> tuple[Any, Any] | None:
+    def sizes(
+        self, options: Mapping[str, Any], devices_per_node: int, num_nodes: int, world: int | None = None
+    ) -> tuple[Any, Any] | None:
         """The sizes the strategy runs with, ``'auto'`` resolved; values that are not sizes come back as given.
+        ``world``: the processes the launcher made where that is not devices × num_nodes (``Context.world_size``).
 
         ``None`` when the mesh cannot be known from the options (a ``DeviceMesh`` object or a process group).
         """
-        resolved = tuple(_auto(meaning, devices_per_node, num_nodes) for meaning in self.auto)
+        resolved = tuple(_auto(meaning, devices_per_node, num_nodes, world) for meaning in self.auto)
         if self.keys is not None:
             values = [options.get(key, AUTO) for key in self.keys]
             return (
@@ -63,11 +66,11 @@ class MeshSpec:
         return options.get(self.pair_key or "", AUTO) in (AUTO, None)
 
 
-def _auto(meaning: Auto, devices_per_node: int, num_nodes: int) -> int:
+def _auto(meaning: Auto, devices_per_node: int, num_nodes: int, world: int | None = None) -> int:
     return {
         "nodes": num_nodes,
         "devices": devices_per_node,
-        "world": devices_per_node * num_nodes,
+        "world": world or devices_per_node * num_nodes,
         "one": 1,
     }[meaning]
 

@@ -165,11 +165,16 @@ class Guarded(LauncherHook):
     def _lp_before_launcher(self) -> None:
         """Lightning's ``_configure_launcher`` (``registry.private.LauncherHook``): the snapshot and the construction
         rules, then the family mixins' additions."""
-        context = snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
+        context = self._lp_snapshot()
         self._lp_context = context
         findings = run_rules(self._construction_rules(context), "construction", context)
         report([*findings, *conditional_findings(self._lp_preset.rules, context)])
         super()._lp_before_launcher()
+
+    def _lp_snapshot(self) -> Context:
+        """The configuration the construction rules read (a head for an engine that lays the processes out itself, such
+        as Ray's, reads its layout here)."""
+        return snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
 
     def setup_environment(self) -> None:
         """Lightning forms the process group here, in every family (Trainer and Fabric): the runtime guards watch the
@@ -243,7 +248,7 @@ class Guarded(LauncherHook):
         rank reads the same files and configuration, so every rank reaches the same verdict without communicating."""
         from lightning_presets.guards.resume import resume_findings  # imports torch: not at `import lightning_presets`
 
-        context = self._lp_context or snapshot(self, self._lp_preset, self._lp_namespace, self._lp_options)
+        context = self._lp_context or self._lp_snapshot()
         findings = resume_findings(
             path,
             context,

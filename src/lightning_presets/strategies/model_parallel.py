@@ -29,7 +29,7 @@ _SIZES = ("data_parallel_size", "tensor_parallel_size")
 
 def resolved_sizes(ctx: Context, mesh: MeshSpec = MODEL_PARALLEL) -> tuple[Any, Any]:
     """(data, tensor) with ``"auto"`` resolved as the preset's mesh says (Lightning's own: nodes, devices per node)."""
-    sizes = mesh.sizes(ctx.options, ctx.devices_per_node, ctx.num_nodes)
+    sizes = mesh.sizes(ctx.options, ctx.devices_per_node, ctx.num_nodes, ctx.world_size)
     return sizes if sizes is not None else ("auto", "auto")
 
 

@@ -21,10 +21,14 @@ from lightning_presets.registry import variables
 
 def distributed(strategy: Any) -> bool:
     """Whether the strategy forms a process group of its own that the runtime guards can use (not XLA, not one
-    device)."""
+    process): the world the guards read (``Context.world_size``: the launcher's where it made the world, as Ray's
+    workers with ``devices="auto"``), else devices × num_nodes."""
     try:
         if accelerator_name(getattr(strategy, "accelerator", None)) == "xla":
             return False
+        context = getattr(strategy, "_lp_context", None)
+        if context is not None:
+            return int(context.world_size) > 1
         return int(getattr(strategy, "num_processes", 1) or 1) * int(getattr(strategy, "num_nodes", 1) or 1) > 1
     except Exception:  # a strategy that cannot say: no runtime guard
         return False

@@ -72,12 +72,19 @@ def launcher_world_size(t: Target) -> Problem | None:
                   if nodes is not None and per_node is not None and nodes * per_node == size else "")  # fmt: skip
         return Problem(
             f"{t.call(t.devices_part, f'num_nodes={t.num_nodes}')}: the PyTorchJob's WORLD_SIZE={size}{counts}, but "
-            f"devices={t.devices} × num_nodes={t.num_nodes} = {world}; "
-            "KubeflowEnvironment takes the world from WORLD_SIZE, one process per pod, and nothing checks that they "
-            "agree: the ranks wait for processes that never start",
-            f"run {t.num_nodes} replicas with nprocPerNode: 1 and devices=1 (KubeflowEnvironment starts one process "
-            "per pod), or drop KubeflowEnvironment and run torchrun in each pod with nprocPerNode: "
-            f"{t.devices} (Lightning then follows torchrun)",
+            f"devices={t.devices} × num_nodes={t.num_nodes} = {world}; KubeflowEnvironment takes the world and the "
+            "ranks from the operator, one process per pod, but DDP, FSDP and DeepSpeed split the data among devices × "
+            f"num_nodes = {world} (their DistributedSampler"
+            + (
+                f" refuses rank {world}: 'Invalid rank {world}, rank should be in the interval [0, {world - 1}]')"
+                if size > world
+                else ": part of every epoch is never read)"
+            )
+            + "; ModelParallelStrategy presets lay their mesh on the operator's world",
+            f"set devices=1 and num_nodes={size} (the PyTorchJob's WORLD_SIZE), or run {t.num_nodes} replicas with "
+            "nprocPerNode: 1 and devices=1 (KubeflowEnvironment starts one process per pod), or drop "
+            f"KubeflowEnvironment and run torchrun in each pod with nprocPerNode: {t.devices} (Lightning then follows "
+            "torchrun)",
         )
     reads = (
         "takes the world from WORLD_SIZE and ignores devices × num_nodes"
