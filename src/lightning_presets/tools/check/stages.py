@@ -168,9 +168,11 @@ def model_findings(request: CheckRequest, outcome: _construct.Outcome, timeout_s
             family = "deepspeed"
         try:
             world = getattr(outcome.strategy, "world_size", 1)
+            nodes = getattr(outcome.strategy, "num_nodes", 1)
             rehearsed = _rehearsal.rehearse(request.model, _rehearsal.trainer_arguments(dict(request.arguments)),
                                             family, timeout_s or _rehearsal.DEFAULT_TIMEOUT_S,
-                                            world if isinstance(world, int) else 1)  # fmt: skip
+                                            world if isinstance(world, int) else 1,
+                                            nodes if isinstance(nodes, int) else 1)  # fmt: skip
         except _rehearsal.RehearsalFailed as error:
             raise UsageError(str(error)) from None
     try:
@@ -190,9 +192,12 @@ def model_findings(request: CheckRequest, outcome: _construct.Outcome, timeout_s
 def rehearsal_note(rehearsed: Any, outcome: _construct.Outcome) -> str:
     """What the rehearsal ran and what it could not: the stages completed, in the check's notes (text and JSON)."""
     done = ", ".join(rehearsed.completed) or "nothing"
+    steps = f" (stages: {', '.join(rehearsed.steps)})" if rehearsed.steps else ""
     world = getattr(outcome.strategy, "world_size", None)
+    ranks = f"ranks {', '.join(map(str, rehearsed.ranks))} of {world}" if rehearsed.ranks else f"{world or '?'} ranks"
     extra = "; ".join(rehearsed.notes)
-    return (f"rehearsal ({rehearsed.seconds:.1f} s, Lightning's fit in one CPU process, real tensors, torch's fake "
-            f"process group of {world or '?'} ranks): completed "
-            f"{done}{'; ' + extra if extra else ''}; not rehearsed: {type(outcome.strategy).__name__}'s wrapping on "
-            f"the job's {world or '?'} ranks, collectives between ranks, GPU kernels")  # fmt: skip
+    missing = "; ".join(rehearsed.not_rehearsed) or (f"{type(outcome.strategy).__name__}'s wrapping on the job's "
+                                                     f"{world or '?'} ranks, NCCL itself, CUDA kernels")  # fmt: skip
+    return (f"rehearsal ({rehearsed.seconds:.1f} s, Lightning's fit in one CPU process per rank, real tensors, torch's "
+            f"fake process group, {ranks}): completed {done}{steps}{'; ' + extra if extra else ''}; not rehearsed: "
+            f"{missing}")  # fmt: skip

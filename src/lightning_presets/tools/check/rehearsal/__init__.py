@@ -17,8 +17,14 @@ tensor parallelism, DeepSpeed's engine), collectives between ranks, CUDA kernels
 (``16-mixed`` is rehearsed as ``bf16-mixed``). A failure the rehearsal causes itself (code that needs CUDA) is a
 warning that it could not finish.
 
+Ranks: rank 0 and the ranks whose code can differ (the last rank, the first rank of the second node) are rehearsed
+side by side, each in its own child as that rank (Lightning's ``global_rank``, ``local_rank`` and ``node_rank`` and
+torch's fake process group say so); each one's collectives are recorded and compared (:mod:`.collectives`): a
+collective some ranks enter and others do not, or enter with other shapes, is LP744.
+
 Modules: :mod:`.runner` (the child processes), :mod:`.child` (the rehearsal in the child, and the plug-in stages'
-contract :func:`.child.strategy_stages`), :mod:`.findings` (codes, results, findings).
+contract :func:`.child.strategy_stages`), :mod:`.collectives` (recording and comparing the ranks' collectives),
+:mod:`.findings` (codes, results, findings).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from lightning_presets.tools.check.rehearsal.findings import (
     CODES,
     FORKED_AUTOGRAD,
     NOT_REHEARSED,
+    RANKS_DISAGREE,
     SETUP_FAILS,
     STAGES,
     TRAINING_STEP_FAILS,
@@ -38,9 +45,14 @@ from lightning_presets.tools.check.rehearsal.findings import (
     StageRecord,
     findings,
 )
-from lightning_presets.tools.check.rehearsal.runner import DEFAULT_TIMEOUT_S, rehearse, trainer_arguments
+from lightning_presets.tools.check.rehearsal.runner import (
+    DEFAULT_TIMEOUT_S,
+    ranks_to_rehearse,
+    rehearse,
+    trainer_arguments,
+)
 
-__all__ = ["CODES", "DEFAULT_TIMEOUT_S", "FORKED_AUTOGRAD", "MAX_PARAMETERS", "NOT_REHEARSED", "SETUP_FAILS",
-           "STAGES", "TRAINING_STEP_FAILS", "VALIDATION_STEP_FAILS", "Rehearsal", "RehearsalCrashed",
-           "RehearsalFailed", "StageRecord", "findings", "rehearse", "rehearse_in_process", "trainer_arguments",
-           "user_line"]  # fmt: skip
+__all__ = ["CODES", "DEFAULT_TIMEOUT_S", "FORKED_AUTOGRAD", "MAX_PARAMETERS", "NOT_REHEARSED", "RANKS_DISAGREE",
+           "SETUP_FAILS", "STAGES", "TRAINING_STEP_FAILS", "VALIDATION_STEP_FAILS", "Rehearsal", "RehearsalCrashed",
+           "RehearsalFailed", "StageRecord", "findings", "ranks_to_rehearse", "rehearse", "rehearse_in_process",
+           "trainer_arguments", "user_line"]  # fmt: skip

@@ -77,11 +77,11 @@ def user_line(error: BaseException) -> str:
     found = ""
     for frame in traceback.extract_tb(error.__traceback__):
         if theirs(frame.filename):
-            found = f"{_shown(frame.filename)}:{frame.lineno} in {frame.name}"
+            found = f"{shown(frame.filename)}:{frame.lineno} in {frame.name}"
     return found
 
 
-def _shown(name: str) -> str:
+def shown(name: str) -> str:
     return os.path.relpath(name) if not name.startswith("<") else name
 
 
@@ -154,9 +154,11 @@ def rehearse_in_process(
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     from lightning.pytorch import Trainer
 
+    from lightning_presets.tools.check.rehearsal.collectives import recording
+
     error: BaseException | None = None
     records: list[StageRecord] = []
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _rank_zero(rank), recording() as recorded, _scratch() as scratch:
         warnings.simplefilter("ignore")
         try:
             with _world(world_size, rank):  # torch.distributed calls of the user's step see the job's world size
@@ -164,13 +166,17 @@ def rehearse_in_process(
                 stages = getattr(module, "strategy_stages", strategy_stages)
                 records = list(stages(model, trainer_args, family, world_size, rank))
                 if not any(record.outcome == "raised" for record in records):
-                    trainer = Trainer(accelerator="cpu", devices=1, max_steps=1, limit_train_batches=1,
+                    trainer = Trainer(accelerator="cpu", devices=1, max_epochs=1, max_steps=1, limit_train_batches=1,
                                       limit_val_batches=1, num_sanity_val_steps=1 if validation else 0, logger=False,
-                                      enable_checkpointing=False, enable_progress_bar=False,
-                                      enable_model_summary=False, callbacks=[recorder], **trainer_args)  # fmt: skip
+                                      enable_checkpointing=False, enable_progress_bar=False, default_root_dir=scratch,
+                                      enable_model_summary=False, callbacks=[recorder],
+                                      **_ranked(world_size, rank, num_nodes), **trainer_args)  # fmt: skip
                     trainer.fit(model, train_dataloaders=train)
+                    recorder.steps.append("epoch-end hooks")
+                    _save(trainer, scratch, recorder, notes)
         except BaseException as raised:  # the user's code may raise anything, SystemExit included
             error = raised
+        calls = list(recorded.calls)
     if error is None and family == "deepspeed":
         error = _deepspeed_optimizers(model)
         if error is not None:
@@ -178,7 +184,11 @@ def rehearse_in_process(
     completed = tuple(each for each in STAGES if each in recorder.completed)
     seconds = time.perf_counter() - started
     notes.append(f"first batch from {source}")
-    done = {"completed": completed, "notes": tuple(notes), "seconds": seconds, "records": tuple(records), "rank": rank}
+    missing = [f"{record.name} ({record.detail})" if record.detail else record.name for record in records
+               if record.outcome == "not rehearsed"]  # fmt: skip
+    done = {"completed": completed, "notes": tuple(notes), "seconds": seconds, "records": tuple(records), "rank": rank,
+            "steps": tuple(recorder.steps), "collectives": tuple(calls),
+            "not_rehearsed": (*missing, *NOT_ON_CPU)}  # fmt: skip
     if error is None:
         return Rehearsal(**done)  # type: ignore[arg-type]
     limitation = _limitation(error)
@@ -197,6 +207,94 @@ def rehearse_in_process(
         stage = "first training step"
     return Rehearsal(stage=stage, exception=f"{type(error).__name__}: {_first(error)}", line=user_line(error),
                      **done)  # type: ignore[arg-type]  # fmt: skip
+
+
+NOT_ON_CPU = ("CUDA kernels (the step ran on the CPU, real tensors)",
+              "NCCL itself (each rank's collectives ran alone on torch's fake process group)")  # fmt: skip
+"""What a CPU rehearsal never runs, said in its output."""
+
+
+def _save(trainer: Any, scratch: str, recorder: Any, notes: list[str]) -> None:
+    """Lightning's checkpoint save of the fitted model into the scratch folder (what the job's first save runs); a
+    failure is said, not blamed: the job may never save."""
+    try:
+        trainer.save_checkpoint(os.path.join(scratch, "rehearsal.ckpt"))
+    except Exception as error:  # the hooks' or the state's, said as a note
+        where = user_line(error)
+        notes.append(f"the checkpoint save raised {type(error).__name__}: {_first(error)}"
+                     f"{' at ' + where if where else ''}; a job that saves checkpoints raises it too")  # fmt: skip
+        return
+    recorder.steps.append("checkpoint save")
+
+
+@contextlib.contextmanager
+def _scratch() -> Any:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="lp-rehearsal-") as folder:
+        yield folder
+
+
+@contextlib.contextmanager
+def _rank_zero(rank: int) -> Any:
+    """Lightning's ``rank_zero_only.rank`` as the rank's (Lightning sets it at set-up; restored after)."""
+    from lightning.fabric.utilities import rank_zero as fabric_rank
+    from lightning.pytorch.utilities import rank_zero_only
+
+    saved = getattr(rank_zero_only, "rank", 0), getattr(fabric_rank.rank_zero_only, "rank", 0)
+    rank_zero_only.rank = fabric_rank.rank_zero_only.rank = rank
+    try:
+        yield
+    finally:
+        rank_zero_only.rank, fabric_rank.rank_zero_only.rank = saved
+
+
+def _ranked(world_size: int, rank: int, num_nodes: int) -> dict[str, Any]:
+    """The Trainer's strategy for one rank of a job of ``world_size`` ranks: Lightning's ``DDPStrategy`` whose cluster
+    environment names the rank (so ``global_rank``, ``local_rank``, ``node_rank``, ``self.log(sync_dist=True)`` and
+    ``self.all_gather`` run as on that rank), its model left unwrapped (DDP's wrapper is the strategy's set-up stage,
+    not this one's); one device and no strategy for a job of one rank."""
+    if world_size <= 1:
+        return {}
+    import torch
+    from lightning.fabric.plugins.environments import ClusterEnvironment
+    from lightning.pytorch.strategies import DDPStrategy
+
+    per_node = max(1, world_size // max(1, num_nodes))
+
+    class Rank(ClusterEnvironment):  # type: ignore[misc]  # Lightning's class, untyped here
+        creates_processes_externally = True
+        main_address = "127.0.0.1"
+        main_port = 0
+
+        @staticmethod
+        def detect() -> bool:
+            return True
+
+        def world_size(self) -> int:
+            return world_size
+
+        def set_world_size(self, size: int) -> None:
+            pass
+
+        def global_rank(self) -> int:
+            return rank
+
+        def set_global_rank(self, rank: int) -> None:
+            pass
+
+        def local_rank(self) -> int:
+            return rank % per_node
+
+        def node_rank(self) -> int:
+            return rank // per_node
+
+    class Unwrapped(DDPStrategy):  # type: ignore[misc]
+        def configure_ddp(self) -> None:
+            pass
+
+    devices = [torch.device("cpu")] * per_node
+    return {"strategy": Unwrapped(cluster_environment=Rank(), parallel_devices=devices), "num_nodes": num_nodes}
 
 
 def _world(world_size: int, rank: int = 0) -> contextlib.AbstractContextManager[None]:
@@ -255,18 +353,50 @@ def _loaders(model: Any, spec: str) -> tuple[Any, bool, str]:
                      "(torch.zeros(8, 32), torch.zeros(8, dtype=torch.long)))")  # fmt: skip
 
 
+STEPS = (
+    "fit-start",
+    "configure_optimizers",
+    "sanity validation step",
+    "training step",
+    "backward",
+    "optimizer step",
+    "epoch-end hooks",
+    "checkpoint save",
+)
+"""The finer stages a rehearsal lists as completed, in order."""
+
+
 def _stages_callback() -> Any:
     from lightning.pytorch import Callback
 
     class Stages(Callback):  # type: ignore[misc]  # Lightning's class, untyped here
         def __init__(self) -> None:
             self.completed: list[str] = []
+            self.steps: list[str] = []
+
+        def mark(self, name: str) -> None:
+            if name not in self.steps:
+                self.steps.append(name)
 
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
             self.completed.append("set-up")
+            self.mark("fit-start")
+            self.mark("configure_optimizers")
 
         def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
             self.completed.append("first validation step")
+            self.mark("sanity validation step")
+
+        def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+            self.mark("training step")
+
+        def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
+            self.mark("backward")
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self.mark("training step")
+            if trainer.global_step >= 1:  # an optimizer stepped (not with gradient accumulation's first batch)
+                self.mark("optimizer step")
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             self.completed.append("first training step")

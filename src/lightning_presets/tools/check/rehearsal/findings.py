@@ -42,7 +42,17 @@ NOT_REHEARSED = Code(
     "# training_step calls .cuda()",
     fixed=_FIXED,
 )  # fmt: skip
-CODES: tuple[Code, ...] = (SETUP_FAILS, TRAINING_STEP_FAILS, VALIDATION_STEP_FAILS, NOT_REHEARSED)
+RANKS_DISAGREE = Code(
+    code="LP744", severity="error", stage="check",
+    title="the ranks enter different collectives: one some ranks enter and others do not, or with different shapes "
+    "or dtypes (a rank-0-only self.log(..., sync_dist=True) or all_gather)",
+    evidence="runtime: a 2-process gloo run of the same model waits in the collective rank 0 entered alone until the "
+    "process group's timeout",
+    fails=f"{CHECK} --strategy ddp_static_graph --accelerator cpu --devices 2 --model my_models:RankZeroSyncLog   "
+    "# if self.global_rank == 0: self.log('x', v, sync_dist=True)",
+    fixed=_FIXED,
+)  # fmt: skip
+CODES: tuple[Code, ...] = (SETUP_FAILS, TRAINING_STEP_FAILS, VALIDATION_STEP_FAILS, NOT_REHEARSED, RANKS_DISAGREE)
 
 STAGES = ("set-up", "first validation step", "first training step")
 """The stages a failure is blamed on (each has its code); :attr:`Rehearsal.steps` lists the finer ones completed."""
@@ -107,8 +117,13 @@ class Rehearsal:
     records: tuple[StageRecord, ...] = ()
     """The plug-in stages' records (the strategy's set-up), in order."""
     rank: int = 0
+    """The rank rehearsed (of a merged rehearsal: the one whose result it is)."""
     collectives: tuple[dict[str, Any], ...] = ()
     """The collectives this rank entered, in order (:mod:`.collectives`)."""
+    ranks: tuple[int, ...] = ()
+    """The ranks rehearsed (a merged rehearsal)."""
+    disagreements: tuple[str, ...] = ()
+    """Where the ranks' collectives disagree, one sentence per rank (a merged rehearsal)."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Rehearsal:
@@ -118,15 +133,17 @@ class Rehearsal:
                    seconds=float(data.get("seconds", 0.0)), steps=tuple(data.get("steps", ())),
                    not_rehearsed=tuple(data.get("not_rehearsed", ())),
                    records=tuple(StageRecord(**each) for each in data.get("records", ())),
-                   rank=int(data.get("rank", 0)),
-                   collectives=tuple(data.get("collectives", ())))  # fmt: skip
+                   rank=int(data.get("rank", 0)), collectives=tuple(data.get("collectives", ())),
+                   ranks=tuple(data.get("ranks", ())),
+                   disagreements=tuple(data.get("disagreements", ())))  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return {"completed": list(self.completed), "stage": self.stage, "exception": self.exception,
                 "line": self.line, "limitation": self.limitation, "notes": list(self.notes),
                 "seconds": self.seconds, "steps": list(self.steps), "not_rehearsed": list(self.not_rehearsed),
                 "records": [each.as_dict() for each in self.records], "rank": self.rank,
-                "collectives": list(self.collectives)}  # fmt: skip
+                "collectives": list(self.collectives), "ranks": list(self.ranks),
+                "disagreements": list(self.disagreements)}  # fmt: skip
 
 
 def findings(rehearsal: Rehearsal, spec: str, call: str) -> list[Any]:
@@ -144,9 +161,17 @@ def findings(rehearsal: Rehearsal, spec: str, call: str) -> list[Any]:
         hint = (f"{known[0].cause}; {known[0].signature.fix}" if known else
                 "change what the exception names (a real run raises it on every rank), then check again")  # fmt: skip
         done = f" (completed: {', '.join(rehearsal.completed)})" if rehearsal.completed else ""
+        rank = f" on rank {rehearsal.rank}" if rehearsal.rank else ""
         out.append(code.finding(
-            f"{call} with --model {spec}: the {rehearsal.stage} raises {rehearsal.exception}{where}; rehearsed with "
-            f"Lightning's fit in one CPU process{done}", hint))  # fmt: skip
+            f"{call} with --model {spec}: the {rehearsal.stage} raises {rehearsal.exception}{where}{rank}; rehearsed "
+            f"with Lightning's fit in one CPU process per rank{done}", hint))  # fmt: skip
+    for sentence in rehearsal.disagreements:
+        out.append(RANKS_DISAGREE.finding(
+            f"{call} with --model {spec}: {sentence}; rehearsed ranks {', '.join(map(str, rehearsal.ranks))} with "
+            "Lightning's fit, each on torch's fake process group",
+            "make every rank enter the same collectives with the same shapes: log with sync_dist=True on every rank "
+            "(or without sync_dist on rank 0: self.log(..., rank_zero_only=True)), and call all_gather/all_reduce "
+            "outside rank-dependent branches"))  # fmt: skip
     if rehearsal.limitation:
         out.append(NOT_REHEARSED.finding(
             f"--model {spec}: {rehearsal.limitation}; rehearsed: {', '.join(rehearsal.completed) or 'nothing'}",

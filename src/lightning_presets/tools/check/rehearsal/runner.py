@@ -35,22 +35,78 @@ def trainer_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     return {key: arguments[key] for key in keys if arguments.get(key) is not None}
 
 
+def ranks_to_rehearse(world_size: int, num_nodes: int = 1) -> tuple[int, ...]:
+    """Rank 0 and the ranks whose code can differ from it: the last rank, and the first rank of the second node when
+    the job has several nodes (its ``local_rank`` is 0 but its ``global_rank`` is not)."""
+    if world_size <= 1:
+        return (0,)
+    per_node = max(1, world_size // max(1, num_nodes))
+    second_node = (per_node,) if num_nodes > 1 and per_node < world_size else ()
+    return tuple(sorted({0, world_size - 1, *second_node}))
+
+
 def rehearse(
-    spec: str, arguments: dict[str, Any], family: str | None, timeout_s: float = DEFAULT_TIMEOUT_S, world_size: int = 1
-) -> Rehearsal:
-    """Rehearse ``spec`` (``MODULE:FACTORY``) with the job's Trainer ``arguments`` in a child process: forked from this
-    one, which has imported torch and Lightning already (a fresh interpreter would import them again: seconds).
+    spec: str, arguments: dict[str, Any], family: str | None, timeout_s: float = DEFAULT_TIMEOUT_S, world_size: int = 1,
+    num_nodes: int = 1,
+) -> Rehearsal:  # fmt: skip
+    """Rehearse ``spec`` (``MODULE:FACTORY``) with the job's Trainer ``arguments`` in child processes, one per rank of
+    :func:`ranks_to_rehearse`, side by side: each forked from this one, which has imported torch and Lightning
+    already (a fresh interpreter would import them again: seconds); then their collectives compared.
 
     ``family`` is the preset's family (``deepspeed`` adds DeepSpeed's optimizer reading). Raises
-    :class:`RehearsalFailed` when the model cannot be built or the child ends without a result; a child that a
+    :class:`RehearsalFailed` when the model cannot be built or a child ends without a result; a child that a
     signal ended (:class:`RehearsalCrashed`) is forked once more first.
     """
-    payload = {"spec": spec, "arguments": _jsonable(arguments), "family": family, "world_size": world_size}
-    return run_child(payload, timeout_s)
+    base = {"spec": spec, "arguments": _jsonable(arguments), "family": family, "world_size": world_size,
+            "num_nodes": num_nodes}  # fmt: skip
+    payloads = [{**base, "rank": rank} for rank in ranks_to_rehearse(world_size, num_nodes)]
+    return merged(_side_by_side(payloads, timeout_s))
+
+
+def _side_by_side(payloads: list[dict[str, Any]], timeout_s: float) -> list[Rehearsal]:
+    """One child per payload, all forked before any is waited for; a crashed or forked-autograd one run again."""
+    children: list[Started] = []
+    try:
+        for payload in payloads:
+            children.append(Started(payload))
+        timed_out = wait_all(children, timeout_s)
+    finally:  # the end, the timeout, Ctrl-C or SIGTERM: nothing a child started outlives the check
+        codes = [child.finish() for child in children]
+    results = []
+    for payload, child, code in zip(payloads, children, codes, strict=True):
+        try:
+            result = result_of(child, code, timed_out, timeout_s)
+        except RehearsalCrashed:
+            result = _rehearse_once(payload, timeout_s)
+        if result.limitation.startswith(FORKED_AUTOGRAD):  # this process ran autograd before: a fresh interpreter
+            result = _rehearse_fresh(payload, timeout_s)
+        results.append(result)
+    return results
+
+
+def merged(results: list[Rehearsal]) -> Rehearsal:
+    """The ranks' rehearsals as one: the first rank that raised (rank 0 first), else the first that could not
+    finish, else rank 0's, with the ranks' disagreements on their collectives when every rank finished."""
+    from dataclasses import replace
+
+    from lightning_presets.tools.check.rehearsal.collectives import disagreements
+
+    ranks = tuple(result.rank for result in results)
+    primary = next((result for result in results if result.stage is not None), None)
+    primary = primary or next((result for result in results if result.limitation), results[0])
+    finished = all(result.stage is None and not result.limitation for result in results)
+    found = disagreements({result.rank: list(result.collectives) for result in results}) if finished else []
+    notes = primary.notes
+    if len(results) > 1:
+        counts = ", ".join(f"rank {result.rank}: {len(result.collectives)}" for result in results)
+        notes = (*notes, f"ranks rehearsed side by side: {', '.join(map(str, ranks))} (collectives entered: {counts})")
+    return replace(primary, ranks=ranks, disagreements=tuple(found), notes=notes,
+                   seconds=max(result.seconds for result in results))  # fmt: skip
 
 
 def run_child(payload: dict[str, Any], timeout_s: float) -> Rehearsal:
-    """One rehearsal child of ``payload`` (``spec``, ``arguments``, ``family``, ``world_size``, ``rank``, ...)."""
+    """One rehearsal child of ``payload`` (``spec``, ``arguments``, ``family``, ``world_size``, ``rank``,
+    ``num_nodes``)."""
     try:
         result = _rehearse_once(payload, timeout_s)
     except RehearsalCrashed:
