@@ -20,6 +20,7 @@ import pytest
 from torch import nn
 
 from lightning_presets import PresetConfigError
+from lightning_presets.core.context import Context
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
@@ -34,6 +35,35 @@ NAMESPACES = [
     ("lightning_fabric", "lightning_fabric", "Fabric"),
 ]
 NAMESPACE_IDS = [namespace[0] for namespace in NAMESPACES]
+
+
+def context(
+    preset: str,
+    options: dict[str, Any],
+    *,
+    accelerator: str = "cuda",
+    devices_per_node: int = 8,
+    num_nodes: int = 1,
+    precision: str = "bf16-mixed",
+    precision_plugin: str | None = "MixedPrecision",
+    **more: Any,
+) -> Context:
+    """The rule context of a Trainer job with the preset ``preset`` and its ``options``: 8 CUDA devices on one node in
+    bf16 and Lightning's own cluster environment unless told otherwise (``more``: any other field of
+    :class:`Context`). Change one field of it with ``dataclasses.replace``."""
+    return Context(
+        preset=preset,
+        target="trainer",
+        kind="trainer",
+        accelerator=accelerator,
+        devices_per_node=devices_per_node,
+        num_nodes=num_nodes,
+        precision=precision,
+        precision_plugin=precision_plugin,
+        cluster_environment="LightningEnvironment",
+        options=options,
+        **more,
+    )
 
 
 def codes(excinfo: pytest.ExceptionInfo[PresetConfigError]) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compr
 
 import lightning_presets
 from harness import run_job
-from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, SCRIPTS
+from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, SCRIPTS, context
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.core.versions import recorded
 from lightning_presets.strategies import ddp
@@ -30,18 +30,9 @@ from lightning_presets.tools.simulation import SimulatedGPU
 
 STATIC = "ddp_static_graph"
 BF16 = "ddp_bf16_compress"
-BASE = Context(
-    preset=BF16,
-    target="trainer",
-    kind="trainer",
-    accelerator="cuda",
-    devices_per_node=8,
-    num_nodes=1,
-    precision="bf16-mixed",
-    precision_plugin="MixedPrecision",
-    cluster_environment="LightningEnvironment",
-    options={"ddp_comm_hook": "bf16_compress_hook"},  # the preset's hook (the rule reads only whether there is one)
-)
+BASE = context(
+    BF16, {"ddp_comm_hook": "bf16_compress_hook"}
+)  # the preset's hook: the rule reads only whether it has one
 
 
 def ctx(**changes: Any) -> Context:

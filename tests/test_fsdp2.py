@@ -16,7 +16,7 @@ import pytest
 
 import lightning_presets
 from harness import run_job
-from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, SCRIPTS
+from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, SCRIPTS, context
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.core.versions import recorded
 from lightning_presets.strategies import fsdp2
@@ -26,17 +26,13 @@ from models import FlatMLP, TinyTransformer
 
 FSDP2 = "fsdp2"
 OFFLOAD = "fsdp2_offload_ckpt"
-BASE = Context(
-    preset=FSDP2,
-    target="trainer",
-    kind="trainer",
+BASE = context(
+    FSDP2,
+    {"data_parallel_size": "auto", "tensor_parallel_size": 1},
     accelerator="cpu",
     devices_per_node=2,
-    num_nodes=1,
     precision="32-true",
     precision_plugin="Precision",
-    cluster_environment="LightningEnvironment",
-    options={"data_parallel_size": "auto", "tensor_parallel_size": 1},
 )
 
 

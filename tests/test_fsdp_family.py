@@ -18,7 +18,7 @@ from torch import nn
 from torch.distributed.fsdp import ShardingStrategy
 
 import lightning_presets
-from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, setup_model, wrapped_modules
+from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, context, setup_model, wrapped_modules
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.core.versions import recorded
 from lightning_presets.strategies import fsdp_family as family
@@ -28,17 +28,11 @@ from models import Block, FlatMLP, TinyTransformer
 HYBRID = "fsdp_hybrid_shard"
 GRAD_OP = "fsdp_grad_op"
 TWO_NODES = {"accelerator": "cuda", "devices": 8, "num_nodes": 2}
-BASE = Context(
-    preset=HYBRID,
-    target="trainer",
-    kind="trainer",
-    accelerator="cuda",
-    devices_per_node=8,
+BASE = context(
+    HYBRID,
+    {"sharding_strategy": "HYBRID_SHARD", "device_mesh": "auto", "auto_wrap_policy": None},
     num_nodes=2,
-    precision="bf16-mixed",
     precision_plugin="FSDPPrecision",
-    cluster_environment="LightningEnvironment",
-    options={"sharding_strategy": "HYBRID_SHARD", "device_mesh": "auto", "auto_wrap_policy": None},
 )
 
 

@@ -24,7 +24,7 @@ from torch import nn
 from torch.distributed.fsdp import ShardingStrategy
 
 import lightning_presets
-from helpers import NAMESPACE_IDS, QUIET, RecordingFSDP, setup_model, wrapped_modules
+from helpers import NAMESPACE_IDS, QUIET, RecordingFSDP, context, setup_model, wrapped_modules
 from helpers import NAMESPACES as CONSTRUCTORS
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.inspection.blocks import describe_children, find_repeated_blocks
@@ -34,17 +34,10 @@ from lightning_presets.tools.simulation import SimulatedGPU
 from models import Attention, Block, FeedForward, FlatMLP, TinyTransformer, TwoStacks, next_token_loss
 
 PRESET = "fsdp_offload_ckpt"
-CUDA_CONTEXT = Context(
-    preset=PRESET,
-    target="trainer",
-    kind="trainer",
-    accelerator="cuda",
-    devices_per_node=8,
-    num_nodes=1,
-    precision="bf16-mixed",
+CUDA_CONTEXT = context(
+    PRESET,
+    {"sharding_strategy": "FULL_SHARD", "auto_wrap_policy": None, "activation_checkpointing_policy": None},
     precision_plugin="FSDPPrecision",
-    cluster_environment="LightningEnvironment",
-    options={"sharding_strategy": "FULL_SHARD", "auto_wrap_policy": None, "activation_checkpointing_policy": None},
 )
 
 # (target, constructor module, constructor name, strategies package, precision package)

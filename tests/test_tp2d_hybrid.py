@@ -27,7 +27,7 @@ from torch import nn
 
 import lightning_presets
 from harness import Job, run_job
-from helpers import QUIET
+from helpers import QUIET, context
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.strategies import model_parallel as mp
 from lightning_presets.tools.examples import check_examples
@@ -37,17 +37,13 @@ from models import TinyTransformer, parallelize
 PRESET = "tp2d_hybrid"
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "scripts" / "train_tp2d.py"
-CPU_CONTEXT = Context(
-    preset=PRESET,
-    target="trainer",
-    kind="trainer",
+CPU_CONTEXT = context(
+    PRESET,
+    {"data_parallel_size": "auto", "tensor_parallel_size": "auto"},
     accelerator="cpu",
     devices_per_node=2,
-    num_nodes=1,
     precision="32-true",
     precision_plugin="Precision",
-    cluster_environment="LightningEnvironment",
-    options={"data_parallel_size": "auto", "tensor_parallel_size": "auto"},
 )
 # Variables Lightning's launcher writes into os.environ; a child that inherits them would wait for peers.
 LAUNCH_VARIABLES = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GLOBAL_RANK", "MASTER_ADDR", "MASTER_PORT", "RANK")
