@@ -1,0 +1,158 @@
+"""DeepSpeed presets rehearsed through DeepSpeed's own engine on its CPU accelerator (issue 35 item 8).
+
+Lightning's ``DeepSpeedStrategy`` insists on CUDA (its accelerator connector refuses ``accelerator="cpu"``), but
+DeepSpeed 0.19.8's engine runs on the CPU: ``deepspeed.initialize`` with the config the preset's strategy holds
+(``lightning_presets.strategy(name).config``: the ZeRO stage, the offload devices, ``zero_force_ds_cpu_optimizer``)
+over the optimizer the model's ``configure_optimizers`` returns, then one step: ``training_step`` through the
+engine's forward, ``engine.backward``, ``engine.step``. It runs in the set-up's world
+(:func:`~.setup.mirror_world`: a process group of the job's size whose collectives complete at once), as rank ``r``
+of ``W``: the ZeRO partitions are those of the real world size.
+
+What is set aside, and said: Lightning's own ``DeepSpeedStrategy`` set-up (its CUDA check; its reading of the
+optimizers runs in the child's Trainer rehearsal), DeepSpeed's shared-memory all-reduce kernel (a compiled
+optimisation of its CPU collectives, switched off as DeepSpeed's ``__compatible_ops__`` allows), ``fp16`` (rehearsed
+as ``bf16``: a CPU has no float16 loss scaling) and ``self.log`` (a no-op: there is no Trainer to log into).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from lightning_presets.tools.check.rehearsal.findings import StageRecord
+from lightning_presets.tools.check.rehearsal.setup import (
+    SetupJob,
+    _first,
+    _first_batch,
+    _raised,
+    _strategy,
+    mirror_world,
+)
+
+
+def engine_config(job: SetupJob, trainer_kwargs: Mapping[str, Any], micro_batch: int) -> dict[str, Any]:
+    """The config the preset's strategy holds, with what Lightning's ``_format_config`` adds for the job: the
+    micro-batch, gradient clipping and the precision section (``16-mixed`` as ``bf16``)."""
+    import copy
+
+    strategy = _strategy(job)
+    config: dict[str, Any] = copy.deepcopy(dict(getattr(strategy, "config", None) or {}))
+    config.setdefault("train_micro_batch_size_per_gpu", micro_batch)
+    config.setdefault("zero_allow_untested_optimizer", True)
+    clip = trainer_kwargs.get("gradient_clip_val")
+    if clip is not None:
+        config.setdefault("gradient_clipping", clip)
+    precision = str(trainer_kwargs.get("precision", "32-true"))
+    if precision.startswith(("bf16", "16")) and "fp16" not in config and "bf16" not in config:
+        config["bf16"] = {"enabled": True}
+    if isinstance(config.get("fp16"), dict) and config["fp16"].get("enabled"):
+        config.pop("fp16")
+        config["bf16"] = {"enabled": True}
+    return config
+
+
+class _TrainingStep:
+    """An ``nn.Module`` whose forward is the LightningModule's ``training_step`` (what Lightning's wrapper hands the
+    engine); built lazily so that torch is imported only here."""
+
+    @staticmethod
+    def wrap(model: Any) -> Any:
+        from torch import nn
+
+        class TrainingStep(nn.Module):
+            def __init__(self, module: Any) -> None:
+                super().__init__()
+                self.module = module
+
+            def forward(self, batch: Any) -> Any:
+                return self.module.training_step(batch, 0)
+
+        return TrainingStep(model)
+
+
+def _silenced_logging(model: Any) -> None:
+    def log(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    model.log = log
+    model.log_dict = log
+
+
+def rehearse_deepspeed(
+    model: Any, job: SetupJob, trainer_kwargs: Mapping[str, Any], rank: int = 0
+) -> list[StageRecord]:
+    """DeepSpeed's ``initialize`` and one step of ``model`` (changed in place: pass a copy) as rank ``rank`` of the
+    job's world, with the preset's config."""
+    import warnings
+
+    records = [StageRecord(name="Lightning's DeepSpeedStrategy on CPU", outcome="not rehearsed",
+                           detail="Lightning's DeepSpeed strategy runs only on CUDA GPUs; DeepSpeed's own engine is "
+                           "rehearsed instead on its CPU accelerator, with the preset's config")]  # fmt: skip
+    try:
+        import deepspeed
+        import deepspeed.ops
+    except Exception as error:  # not installed, or broken
+        records.append(StageRecord(name="deepspeed.initialize", outcome="not rehearsed",
+                                   detail=f"deepspeed cannot be imported here ({type(error).__name__}: "
+                                   f"{_first(error)})"))  # fmt: skip
+        return records
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # a compiled optimisation of CPU collectives
+    stage = "config"
+    with warnings.catch_warnings(), contextlib.ExitStack() as stack:
+        warnings.simplefilter("ignore")
+        stack.enter_context(mirror_world(job.world_size, rank, job.devices))
+        try:
+            batch = _first_batch(model)
+            config = engine_config(job, trainer_kwargs, _leading(batch))
+            zero = config.get("zero_optimization", {})
+            described = (f"ZeRO-{zero.get('stage', 0)}" + (", optimizer offloaded" if zero.get("offload_optimizer")
+                         else "") + (", parameters offloaded" if zero.get("offload_param") else ""))  # fmt: skip
+            records.append(StageRecord(name=f"DeepSpeed config of {job.strategy} ({described})"))
+            stage = "optimizers"
+            from lightning_presets.tools.simulation import user_model
+
+            optimizers = user_model.optimizers(model, type(model).__name__, "adamw")
+            records.append(StageRecord(name="configure_optimizers()"))
+            stage = "initialize"
+            _silenced_logging(model)
+            engine, *_ = deepspeed.initialize(model=_TrainingStep.wrap(model), optimizer=optimizers[0],
+                                              config=config, dist_init_required=False)  # fmt: skip
+            records.append(StageRecord(name=f"deepspeed.initialize ({described}, rank {rank} of {job.world_size}, "
+                                       f"{type(engine.optimizer).__name__})"))  # fmt: skip
+            stage = "step"
+            loss = _loss(engine(_as_engine_dtype(batch, config)))
+            engine.backward(loss)
+            engine.step()
+            records.append(StageRecord(name="first training step through DeepSpeed's engine: training_step, "
+                                       "engine.backward, engine.step"))  # fmt: skip
+        except BaseException as error:
+            names = {"config": f"DeepSpeed config of {job.strategy}", "optimizers": "configure_optimizers()",
+                     "initialize": "deepspeed.initialize with the preset's config",
+                     "step": "first training step through DeepSpeed's engine"}  # fmt: skip
+            records.append(_raised(names[stage], "step" if stage == "step" else "set-up", error))
+    return records
+
+
+def _leading(batch: Any) -> int:
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    sizes = [leaf.shape[0] for leaf in tree_flatten(batch)[0] if isinstance(leaf, torch.Tensor) and leaf.dim()]
+    return int(sizes[0]) if sizes else 1
+
+
+def _as_engine_dtype(batch: Any, config: Mapping[str, Any]) -> Any:
+    """The batch's floating tensors in the engine's dtype, as Lightning's DeepSpeed precision plugin converts them."""
+    import torch
+    from torch.utils._pytree import tree_map_only
+
+    if not (config.get("bf16") or {}).get("enabled"):
+        return batch
+    return tree_map_only(torch.Tensor, lambda t: t.to(torch.bfloat16) if t.is_floating_point() else t, batch)
+
+
+def _loss(output: Any) -> Any:
+    from lightning.pytorch.loops.optimization.automatic import ClosureResult
+
+    return ClosureResult.from_training_step_output(output).closure_loss
