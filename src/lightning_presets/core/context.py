@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
+from lightning_presets.core.family import Family
 from lightning_presets.core.namespaces import Kind, constructor
 from lightning_presets.core.preset import PrecisionPreset
 
@@ -85,8 +86,10 @@ class Context:
     """The preset's arguments (defaults merged with overrides)."""
     resolved: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     """What the strategy resolved from them (``Preset.resolve``), e.g. ``{"config": <the DeepSpeed config>}``."""
-    family: str | None = None
-    """The strategy preset's family (``fsdp``, ``deepspeed``, ...), for guards across presets."""
+    family: Family | None = None
+    """The strategy preset's family (:class:`~lightning_presets.core.family.Family`; also its name, ``fsdp``,
+    ``deepspeed``, ...), for guards across presets: what it loads, how it is laid out. A name stands for the family
+    declared under it."""
     precision_classes: tuple[str, ...] = ()
     """Class names of the precision plugin and its bases, for isinstance-style checks by name."""
     precision_preset: PrecisionPreset | None = None
@@ -114,6 +117,9 @@ class Context:
     device_indices: tuple[int, ...] | None = None
     """The device index of each process of a node as Lightning resolved them (``strategy.parallel_devices``: ``(1, 3)``
     for ``devices=[1, 3]`` on CUDA); ``None`` where the devices have no index (CPU) or nothing was resolved."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "family", Family.of(self.family))
 
     # --- the vocabulary rules read: the Trainer's settings, parsed once -------------------------------------------
 

@@ -9,8 +9,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
+from lightning_presets.core.family import Family
 from lightning_presets.core.findings import Severity
 from lightning_presets.core.mesh import MeshSpec
 from lightning_presets.core.namespaces import NAMESPACES, Kind
@@ -148,8 +149,10 @@ class Preset(_Published):
     """Lower-case name users pass as ``strategy=``."""
     description: str
     """One or two lines: what it is for."""
-    family: str
-    """``fsdp``, ``model_parallel``, ``ddp``, ``deepspeed``, ``xla`` or a third party's own."""
+    family: Family
+    """The strategy family (:class:`~lightning_presets.core.family.Family`): the built-in ``DDP_FAMILY``,
+    ``FSDP_FAMILY``, ``MODEL_PARALLEL_FAMILY``, ``DEEPSPEED_FAMILY``, ``XLA_FAMILY`` (declared beside their strategies)
+    or a third party's own; a name alone (``family="ddp"``) stands for the family declared under it."""
     strategy: Mapping[str, str]
     """Kind (``trainer``/``fabric``) to a class name in ``<namespace>.strategies``, or ``module:attr``."""
     init_params: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
@@ -176,6 +179,9 @@ class Preset(_Published):
     """Whether the preset keeps sharded state in CPU memory."""
     mesh: MeshSpec | None = None
     """How the preset lays its processes out on a device mesh, when it uses one."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "family", Family.of(cast("Family | str", self.family)))
 
     def class_spec(self, kind: str) -> str | None:
         """The Lightning class for a kind: a name in ``<namespace>.strategies`` or ``module:attr``."""

@@ -163,7 +163,7 @@ def half_weights_have_a_scaler(ctx: Context) -> Problem | None:
         "use precision='bf16-true' (same memory, bf16's range) on Ampere or newer"
         + (
             ", or precision='bf16-mixed' (fp32 weights); this strategy has no fp16 loss scaler for '16-mixed'"
-            if ctx.family == "model_parallel"
+            if ctx.family is not None and not ctx.family.fp16_loss_scaler
             else ", or precision='16-mixed' (fp32 weights and a loss scaler)"
         ),
     )

@@ -11,6 +11,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compr
 
 from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
+from lightning_presets.core.family import Checkpoints, Family, Layout, Memory
 from lightning_presets.core.findings import report
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset, every_kind
@@ -360,6 +361,18 @@ class StaticGraphTrainerHooks(PresetHooks):
         compat.flush_static_graph_first_backward(self)
 
 
+DDP_FAMILY = Family(
+    "ddp",
+    checkpoints=Checkpoints(loads=frozenset({"file"}), writes=frozenset({"file"}), through_checkpoint_io=True),
+    memory=Memory(
+        title="DDP", rank=0, traceable=True, compute="autocast", place=lambda preset: Layout(placement="replica")
+    ),
+    reducer=True,
+)
+"""DDP (``DDPStrategy``): every process keeps the whole model; one file per checkpoint, read through the Trainer's
+``CheckpointIO``; gradients all-reduced by DDP's ``Reducer``."""
+
+
 def prepare_comm_hook(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
     """The Trainer's DDPStrategy takes the hook; on Fabric the mixin registers it after wrapping."""
     if kind == "fabric":
@@ -372,7 +385,7 @@ DDP_STATIC_GRAPH = Preset(
     name="ddp_static_graph",
     description="DDP with static_graph=True and gradient_as_bucket_view=True: the graph is traced once, buckets "
     "are reused as gradients. For models that use the same parameters every step.",
-    family="ddp",
+    family=DDP_FAMILY,
     strategy=every_kind("DDPStrategy"),
     init_params={"static_graph": True, "gradient_as_bucket_view": True},
     rules=STATIC_GRAPH_RULES,
@@ -384,7 +397,7 @@ DDP_BF16_COMPRESS = Preset(
     name="ddp_bf16_compress",
     description="DDP whose gradients travel as bf16 (torch's bf16_compress_hook), halving all-reduce traffic. "
     "CUDA and NCCL only; for bandwidth-bound multi-node data parallelism.",
-    family="ddp",
+    family=DDP_FAMILY,
     strategy=every_kind("DDPStrategy"),
     init_params={"ddp_comm_hook": bf16_compress_hook},
     rules=BF16_COMPRESS_RULES,

@@ -7,6 +7,7 @@ from typing import Any, cast
 from torch import nn
 
 from lightning_presets.core.context import Context, Options
+from lightning_presets.core.family import Checkpoints, Family, Layout, Memory
 from lightning_presets.core.mesh import AUTO, mesh_shape
 from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule
@@ -210,11 +211,37 @@ FSDP_DEFAULTS: dict[str, Any] = {"state_dict_type": "sharded", "auto_wrap_policy
 """What every FSDP preset passes: sharded checkpoints, and the wrap policy (found from the model's repeated blocks when
 ``None``)."""
 
+
+def _fsdp_layout(preset: Preset) -> Layout:
+    """Where an FSDP1 preset keeps its model states: its ``sharding_strategy`` (a name or the enum) and offload."""
+    written = preset.init_params.get("sharding_strategy", "FULL_SHARD")
+    sharding = str(getattr(written, "name", written)).upper()
+    offload = bool(preset.init_params.get("cpu_offload")) or preset.cpu_offload
+    if sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"):
+        return Layout(placement="hybrid")
+    if sharding == "SHARD_GRAD_OP":
+        return Layout(placement="grad_op")
+    if sharding == "NO_SHARD":
+        return Layout(placement="replica")
+    return Layout(placement="offload_all" if offload else "full")
+
+
+FSDP_FAMILY = Family(
+    "fsdp",
+    checkpoints=Checkpoints(
+        loads=frozenset({"file", "distributed"}), writes=frozenset({"file", "distributed"}), trainer_model_key="model"
+    ),
+    memory=Memory(title="FSDP", rank=2, traceable=False, compute="half_weights", place=_fsdp_layout),
+    rehearsal="fsdp1",
+)
+"""FSDP1 (``FSDPStrategy``): one file or a sharded folder, the Trainer's weights under ``model``; planned by
+arithmetic (FSDP1 needs CUDA to wrap), computing with half-precision gathered weights."""
+
 FSDP_OFFLOAD_CKPT = Preset(
     name="fsdp_offload_ckpt",
     description="FSDP full shard with parameters and gradients offloaded to CPU, auto-wrap and activation "
     "checkpointing on the model's repeated blocks. For models that do not fit in GPU memory even sharded.",
-    family="fsdp",
+    family=FSDP_FAMILY,
     strategy=every_kind("FSDPStrategy"),
     init_params={
         "sharding_strategy": "FULL_SHARD",

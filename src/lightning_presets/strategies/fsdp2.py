@@ -28,6 +28,7 @@ from lightning_presets.inspection.blocks import find_repeated_blocks
 from lightning_presets.inspection.hooks import overrides
 from lightning_presets.registry import private
 from lightning_presets.strategies.model_parallel import (
+    MODEL_PARALLEL_FAMILY,
     anomaly_detection_without_tensor_parallel,
     batch_norm_synchronised,
     clipping_by_norm_on_one_mesh,
@@ -352,7 +353,7 @@ FSDP2 = Preset(
     name="fsdp2",
     description="FSDP2 (fully_shard) over every device through ModelParallelStrategy, with no change to the "
     "model: the repeated blocks and the root are sharded when the model does not shard itself.",
-    family="model_parallel",
+    family=MODEL_PARALLEL_FAMILY,
     strategy=every_kind("ModelParallelStrategy"),
     init_params={"data_parallel_size": "auto", "tensor_parallel_size": 1},
     rules=RULES,

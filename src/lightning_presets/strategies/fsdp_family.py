@@ -18,6 +18,7 @@ from lightning_presets.guards.builders import repeated_block
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
 from lightning_presets.strategies.fsdp import (
     FSDP_DEFAULTS,
+    FSDP_FAMILY,
     HYBRID_SHARDINGS,
     SHARDING_STRATEGIES,
     FSDPFabricHooks,
@@ -270,7 +271,7 @@ FSDP_HYBRID_SHARD = Preset(
     name="fsdp_hybrid_shard",
     description="HSDP: FSDP sharding inside each node and replication across nodes (device mesh = nodes × devices "
     "per node), auto-wrap on the repeated blocks. For multi-node jobs whose inter-node network is the bottleneck.",
-    family="fsdp",
+    family=FSDP_FAMILY,
     strategy=every_kind("FSDPStrategy"),
     init_params={
         "sharding_strategy": "HYBRID_SHARD",
@@ -289,7 +290,7 @@ FSDP_GRAD_OP = Preset(
     description="FSDP SHARD_GRAD_OP (ZeRO-2-like): gradients and optimizer state sharded, parameters kept whole "
     "between forward and backward, auto-wrap on the repeated blocks. For models that fit once their optimizer "
     "state is sharded.",
-    family="fsdp",
+    family=FSDP_FAMILY,
     strategy=every_kind("FSDPStrategy"),
     init_params={"sharding_strategy": "SHARD_GRAD_OP", **FSDP_DEFAULTS},
     rules=GRAD_OP_RULES,

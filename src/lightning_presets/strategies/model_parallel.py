@@ -9,6 +9,7 @@ from torch import nn
 
 from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
+from lightning_presets.core.family import Checkpoints, Family, Layout, Memory, Placement
 from lightning_presets.core.mesh import MODEL_PARALLEL, MeshSpec
 from lightning_presets.core.namespaces import Kind
 from lightning_presets.core.preset import Preset, every_kind
@@ -387,11 +388,34 @@ def _missing_parallelize_fn(module: nn.Module, device_mesh: Any) -> nn.Module:
     raise RuntimeError("tp2d_hybrid was built without a parallelize_fn (rule LP207 should have stopped this)")
 
 
+def _mesh_layout(preset: Preset) -> Layout | None:
+    """Where a ModelParallelStrategy preset keeps its model states: tensor parallel when its mesh has a tensor
+    dimension, else FSDP2 over every device (in CPU memory with ``cpu_offload``); no mesh: not planned."""
+    if preset.mesh is None:
+        return None
+    tensor_parallel = preset.mesh.auto[1] != "one"
+    placement: Placement = "tensor" if tensor_parallel else ("offload_all" if preset.cpu_offload else "full")
+    return Layout(placement=placement, tensor_parallel=tensor_parallel)
+
+
+MODEL_PARALLEL_FAMILY = Family(
+    "model_parallel",
+    checkpoints=Checkpoints(
+        loads=frozenset({"file", "distributed"}),
+        writes=frozenset({"file", "distributed"}),
+        trainer_model_key="state_dict",
+    ),
+    memory=Memory(title="FSDP2", rank=1, traceable=True, compute="autocast", place=_mesh_layout, on_mesh=True),
+    fp16_loss_scaler=False,
+)
+"""``ModelParallelStrategy`` (FSDP2 and tensor parallel on a device mesh): one file or a sharded folder, the
+Trainer's weights under ``state_dict``; traced under fake tensors; no fp16 loss scaler for ``16-mixed``."""
+
 TP2D_HYBRID = Preset(
     name="tp2d_hybrid",
     description="2D parallelism with ModelParallelStrategy: tensor parallel inside a node, FSDP2 data parallel "
     "across nodes (data = nodes, tensor = devices per node unless given). Runs on CUDA, and on CPU with gloo.",
-    family="model_parallel",
+    family=MODEL_PARALLEL_FAMILY,
     strategy=every_kind("ModelParallelStrategy"),
     init_params={"data_parallel_size": "auto", "tensor_parallel_size": "auto"},
     rules=RULES,

@@ -13,6 +13,7 @@ from torch import nn
 
 from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Options
+from lightning_presets.core.family import Family
 from lightning_presets.core.preset import Preset, Requirement
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.core.versions import tested
@@ -149,11 +150,14 @@ class XLAFSDPFabricHooks(PresetHooks):
         return cast(nn.Module, super().setup_module(module))
 
 
+XLA_FAMILY = Family("xla")
+"""XLA FSDP (``XLAFSDPStrategy``, TPUs): its own checkpoint format (resume not checked), no GPU memory layout."""
+
 XLA_FSDP_CKPT = Preset(
     name="xla_fsdp_ckpt",
     description="XLA FSDP on TPUs with auto-wrap and activation checkpointing on the model's repeated blocks. "
     "Fabric only: Lightning's Trainer has no XLA FSDP strategy.",
-    family="xla",
+    family=XLA_FAMILY,
     strategy={"fabric": "XLAFSDPStrategy"},
     init_params={"auto_wrap_policy": None, "activation_checkpointing_policy": None, "state_dict_type": "sharded"},
     rules=RULES,

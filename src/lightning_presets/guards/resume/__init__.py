@@ -33,13 +33,11 @@ from lightning_presets.guards.resume.conversions import (
     to_one_file,
 )
 from lightning_presets.guards.resume.rules import CONVERSIONS, RESUME_RULES, conversion_for
-from lightning_presets.guards.resume.state import FORMATS, TRAINER_MODEL_KEY, Resume, loadable, resumable
+from lightning_presets.guards.resume.state import Resume, checkpoints_of, loadable, resumable
 
 __all__ = [
     "CONVERSIONS",
-    "FORMATS",
     "RESUME_RULES",
-    "TRAINER_MODEL_KEY",
     "Command",
     "Conversion",
     "Python",
@@ -47,6 +45,7 @@ __all__ = [
     "Step",
     "command_line",
     "conversion_for",
+    "checkpoints_of",
     "loadable",
     "render",
     "resumable",
@@ -151,7 +150,7 @@ def resume_findings(
     check --resume-from PATH`` calls it with the strategy it constructed.
     """
     own = tuple(each for each in own if each.stage == "resume" and each not in RESUME_RULES)
-    if context.family not in FORMATS and not own:  # XLA's own format, a third party's family: nothing to check
+    if not checkpoints_of(context.family).checked and not own:  # XLA's own format, a family declaring none: nothing
         return []
     skipped = skipped_rules()
     if "ALL" in skipped or all(str(each.code).upper() in skipped for each in (*RESUME_RULES, *own)):

@@ -21,7 +21,7 @@ from lightning_presets.guards.resume.conversions import (
     to_universal,
 )
 from lightning_presets.guards.resume.examples import CPU_NODE, FULL, MODEL, deepspeed_folder, resumes, trainer_folder
-from lightning_presets.guards.resume.state import FORMAT_NAMES, FORMATS, TRAINER_MODEL_KEY, Resume, loadable
+from lightning_presets.guards.resume.state import FORMAT_NAMES, Resume, checkpoints_of, loadable
 
 # --------------------------------------------------------------------------- messages and conversions
 
@@ -57,7 +57,8 @@ def _loadable_conversion(ctx: Context, facts: CheckpointFacts) -> Conversion:
     """LP801's conversion: the checkpoint as one file, which the job resumes from unless DeepSpeed is on either side
     (then it loads the weights alone, or under ZeRO-3 with ``load_full_weights=True``)."""
     file = to_one_file(facts)
-    return file if ctx.family == "deepspeed" or facts.format == "deepspeed" else file.resuming()
+    own_format_only = checkpoints_of(ctx.family).own_format_only
+    return file if own_format_only or facts.format == "deepspeed" else file.resuming()
 
 
 def _layout_conversion(facts: CheckpointFacts) -> Conversion:
@@ -68,7 +69,7 @@ def _layout_conversion(facts: CheckpointFacts) -> Conversion:
 def conversion(ctx: Context, facts: CheckpointFacts, resume: Resume) -> str:
     """The conversion that makes ``facts`` loadable by the job (LP801), as commands and code with the real paths."""
     file = _loadable_conversion(ctx, facts)
-    if ctx.family == "deepspeed":
+    if checkpoints_of(ctx.family).own_format_only:
         if resume.zero_stage == 3:
             return (
                 f"{_first(file)}load the file's weights with `lightning_presets.strategy({ctx.preset!r}, "
@@ -88,7 +89,8 @@ def conversion(ctx: Context, facts: CheckpointFacts, resume: Resume) -> str:
 def _deepspeed_checkpoint(ctx: Context, resume: Resume) -> CheckpointFacts | None:
     """The checkpoint's facts when a DeepSpeed preset resumes a DeepSpeed checkpoint (LP802, LP803, LP807)."""
     facts = resume.checkpoint
-    return facts if facts is not None and ctx.family == "deepspeed" and facts.format == "deepspeed" else None
+    own = facts is not None and facts.format in checkpoints_of(ctx.family).loads and facts.format == "deepspeed"
+    return facts if own else None
 
 
 def _target(ctx: Context) -> str:
@@ -199,7 +201,7 @@ def optimizer_state_present(ctx: Context, resume: Resume) -> Problem | None:
         facts is None
         or not resume.restores_optimizer
         or facts.format not in loadable(ctx, resume) - {"deepspeed"}
-        or (facts.format == "file" and ctx.family == "deepspeed")
+        or (facts.format == "file" and checkpoints_of(ctx.family).own_format_only)
     ):
         return None
     if ctx.kind == "trainer":
@@ -237,7 +239,7 @@ def optimizer_state_present(ctx: Context, resume: Resume) -> Problem | None:
 )  # fmt: skip
 def trainer_layout_matches(ctx: Context, resume: Resume) -> Problem | None:
     facts = resume.checkpoint
-    expected = TRAINER_MODEL_KEY.get(ctx.family or "")
+    expected = checkpoints_of(ctx.family).trainer_model_key
     if (
         facts is None
         or ctx.kind != "trainer"
@@ -379,7 +381,7 @@ def saved_by_the_trainer(ctx: Context, resume: Resume) -> Problem | None:
     setting=CPU_NODE,
 )  # fmt: skip
 def checkpoint_is_readable(ctx: Context, resume: Resume) -> Problem | None:
-    if not resume.unreadable or ctx.family not in FORMATS:
+    if not resume.unreadable or not checkpoints_of(ctx.family).checked:
         return None
     message = f"{_job(ctx, resume)}: the checkpoint was not checked, Lightning will try to load it: {resume.unreadable}"
     if resume.reader_failed:

@@ -1,14 +1,13 @@
 """What the resume rules read besides the job's context: :class:`Resume` (the checkpoint's facts and how the job loads
-it) and which checkpoint formats each strategy family loads."""
+it) and what the job's family loads (its :class:`~lightning_presets.core.family.Checkpoints`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from lightning_presets.checkpoints import CheckpointFacts, Format
 from lightning_presets.core.context import Context
+from lightning_presets.core.family import Checkpoints, Family
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,26 +39,33 @@ class Resume:
     other formats: DDP's loads are then not checked)."""
 
 
-FORMATS: Mapping[str, frozenset[Format]] = MappingProxyType(
-    {
-        "ddp": frozenset({"file"}),
-        "fsdp": frozenset({"file", "distributed"}),
-        "model_parallel": frozenset({"file", "distributed"}),
-        "deepspeed": frozenset({"deepspeed"}),
-    }
-)
-"""What each family's Lightning strategy loads (``load_checkpoint`` in Lightning 2.5 and 2.6). Families not listed
-(XLA, a third party's own) are not checked."""
-TRAINER_MODEL_KEY: Mapping[str, str] = MappingProxyType({"fsdp": "model", "model_parallel": "state_dict"})
-"""Where the Trainer's sharded checkpoints keep the weights: ``FSDPStrategy`` under ``model``,
-``ModelParallelStrategy`` under ``state_dict``; each reads only its own key."""
 FORMAT_NAMES = {"file": "single-file", "distributed": "distributed (sharded)", "deepspeed": "DeepSpeed"}
 
 
-def resumable(family: str | None) -> tuple[str, ...]:
+def family_of(family: Family | str | None) -> Family | None:
+    """The declared family a context or a caller names: a name (or a family made from a name before its declaration
+    was imported) is looked up again once the built-in presets, which declare the built-in families, are loaded."""
+    found = Family.of(family)
+    if found is not None and found.stand_in:
+        from lightning_presets.core.preset import Preset
+        from lightning_presets.registry.catalog import builtin_entries
+
+        builtin_entries(Preset)
+        found = Family.of(found)
+    return found
+
+
+def checkpoints_of(family: Family | str | None) -> Checkpoints:
+    """What the family's strategy writes and loads (nothing: not checked)."""
+    found = family_of(family)
+    return found.checkpoints if found is not None else Checkpoints()
+
+
+def resumable(family: Family | str | None) -> tuple[str, ...]:
     """What a preset of ``family`` resumes, one line each (``lightning-presets show`` lists them); empty when
     the family is not checked."""
-    key = TRAINER_MODEL_KEY.get(family or "")
+    checkpoints = checkpoints_of(family)
+    key = checkpoints.trainer_model_key
     lines = {
         "file": "a single-file checkpoint (DDP's, FSDP's full state, a consolidated folder), at any world size",
         "distributed": "a sharded torch.distributed.checkpoint folder, at any world size"
@@ -67,17 +73,18 @@ def resumable(family: str | None) -> tuple[str, ...]:
         "deepspeed": "a DeepSpeed ZeRO folder of the same ZeRO stage (1/2 or 3), at the data-parallel size that wrote "
         "it or converted by ds_to_universal and loaded with checkpoint.load_universal",
     }
-    found = [lines[each] for each in ("file", "distributed", "deepspeed") if each in FORMATS.get(family or "", ())]
-    if family == "deepspeed":
+    found = [lines[each] for each in ("file", "distributed", "deepspeed") if each in checkpoints.loads]
+    if checkpoints.full_weights_from_file:
         found.append("a single-file checkpoint's weights, under ZeRO-3 with load_full_weights=True")
     return tuple(found)
 
 
 def loadable(ctx: Context, resume: Resume) -> frozenset[Format]:
     """The formats the job's strategy loads (empty when its family is not checked)."""
-    formats = FORMATS.get(ctx.family or "", frozenset())
-    if ctx.family == "ddp" and not resume.default_checkpoint_io:
+    checkpoints = checkpoints_of(ctx.family)
+    formats: frozenset[Format] = checkpoints.loads
+    if checkpoints.through_checkpoint_io and not resume.default_checkpoint_io:
         return frozenset()
-    if ctx.family == "deepspeed" and resume.load_full_weights and resume.zero_stage == 3:
+    if checkpoints.full_weights_from_file and resume.load_full_weights and resume.zero_stage == 3:
         return formats | {"file"}
     return formats

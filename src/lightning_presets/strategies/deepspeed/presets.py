@@ -29,6 +29,7 @@ from lightning_presets.strategies.deepspeed.config_rules import (
     trainer_batch_size_adds_up,
     trainer_owns_accumulation,
 )
+from lightning_presets.strategies.deepspeed.family import DEEPSPEED_FAMILY
 from lightning_presets.strategies.deepspeed.hooks import (
     DeepSpeedFabricHooks,
     DeepSpeedTrainerHooks,
@@ -104,7 +105,7 @@ DEEPSPEED_ZERO2_OFFLOAD = Preset(
     name="deepspeed_zero2_offload",
     description="DeepSpeed ZeRO stage 2 (optimizer state and gradients sharded) with optimizer state offloaded "
     "to CPU. For models whose optimizer state does not fit in GPU memory. CUDA only.",
-    family="deepspeed",
+    family=DEEPSPEED_FAMILY,
     strategy=every_kind("DeepSpeedStrategy"),
     init_params={
         "stage": 2,

@@ -45,7 +45,7 @@ def _expects_every_gradient(options: Any) -> bool:
 def unused_parameter_condition(context: Context) -> list[Finding]:
     """``check`` without ``--model``: LP732's condition, for a DDP job that expects every gradient (the call repeated
     as the presets' conditions repeat it)."""
-    if context.family != "ddp" or not _expects_every_gradient(context.options):
+    if context.family is None or not context.family.reducer or not _expects_every_gradient(context.options):
         return []
     return [
         condition(
@@ -63,7 +63,8 @@ def unused_parameter_findings(context: Any, model: nn.Module, spec: str, call: s
     fake-tensor mode) leaves some parameter that requires one without it; notes for what could not be run."""
     from lightning_presets.tools.simulation import step, user_model
 
-    if getattr(context, "family", None) != "ddp" or not _expects_every_gradient(getattr(context, "options", {})):
+    family = getattr(context, "family", None)
+    if not getattr(family, "reducer", False) or not _expects_every_gradient(getattr(context, "options", {})):
         return [], []
     trained = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
     if not trained:

@@ -10,8 +10,9 @@ wrapping cannot run under fake tensors (FSDP1 needs CUDA, DeepSpeed needs CUDA a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from lightning_presets.core.family import Compute, Family, Memory, Placement
 from lightning_presets.core.preset import Preset
 
 PRECISIONS: tuple[str, ...] = ("bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true", "64-true")
@@ -20,13 +21,10 @@ _DTYPE_BYTES = {"32-true": 4, "64-true": 8, "bf16-true": 2, "16-true": 2}
 DEEPSPEED_BUFFER_FACTOR = 1.5
 """DeepSpeed's ``additional_buffer_factor`` default in its estimators."""
 
-Kind = Literal["replica", "grad_op", "hybrid", "full", "tensor", "offload_optimizer", "offload_all"]
-Compute = Literal["autocast", "half_weights", "half_module", "dtype"]
+Kind = Placement
 _KIND_RANK: dict[str, int] = {
     "replica": 0, "grad_op": 1, "hybrid": 2, "full": 3, "tensor": 4, "offload_optimizer": 5, "offload_all": 6,
 }  # fmt: skip
-# Equal placement: FSDP2 (runs on CPU too, per-parameter sharding) before FSDP1, DeepSpeed last.
-_FAMILY_RANK = {"ddp": 0, "model_parallel": 1, "fsdp": 2, "deepspeed": 3}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +68,9 @@ class Layout:
     """How one preset places model states, as its declaration says."""
 
     preset: str
-    family: str
+    family: Family
+    memory: Memory
+    """The family's memory layout (:attr:`Family.memory`): how the planner counts it."""
     kind: Kind
     traceable: bool
     """Whether the strategy's own wrapping runs under fake tensors on a CPU build (FSDP2, tensor parallel,
@@ -93,19 +93,6 @@ class Layout:
         return self.compute if precision.endswith("-mixed") else "dtype"
 
 
-def _fsdp1_kind(preset: Preset) -> Kind | None:
-    sharding = str(getattr(preset.init_params.get("sharding_strategy"), "name", preset.init_params.get(
-        "sharding_strategy", "FULL_SHARD"))).upper()  # fmt: skip
-    offload = bool(preset.init_params.get("cpu_offload")) or preset.cpu_offload
-    if sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"):
-        return "hybrid"
-    if sharding == "SHARD_GRAD_OP":
-        return "grad_op"
-    if sharding == "NO_SHARD":
-        return "replica"
-    return "offload_all" if offload else "full"
-
-
 _SUMMARIES: dict[str, str] = {
     "replica": "every GPU holds full weights, gradients and optimizer states",
     "grad_op": "gradients and optimizer states sharded, full weights kept from forward to backward",
@@ -118,55 +105,30 @@ _SUMMARIES: dict[str, str] = {
 
 
 def layout_of(preset: Preset) -> Layout | None:
-    """The layout of a preset of a family the planner knows (ddp, fsdp, model_parallel, deepspeed), else ``None``."""
-    params = preset.init_params
+    """The layout of a preset whose family declares a memory layout (:attr:`Family.memory`), else ``None``."""
     family = preset.family
-    kind: Kind | None
-    tensor_parallel = False
-    zero_stage = 0
-    offload_parameters = False
-    compute: Compute = "autocast"
-    if family == "ddp":
-        kind, traceable = "replica", True
-    elif family == "fsdp":
-        kind, traceable, compute = _fsdp1_kind(preset), False, "half_weights"
-    elif family == "model_parallel" and preset.mesh is not None:
-        tensor_parallel = preset.mesh.auto[1] != "one"
-        kind = "tensor" if tensor_parallel else ("offload_all" if preset.cpu_offload else "full")
-        traceable = True
-    elif family == "deepspeed":
-        zero_stage = int(params.get("stage", 2))
-        offload_parameters = bool(params.get("offload_parameters"))
-        offload_optimizer = bool(params.get("offload_optimizer"))
-        if offload_parameters:
-            kind = "offload_all"
-        elif offload_optimizer:
-            kind = "offload_optimizer"
-        else:
-            kind = "full" if zero_stage == 3 else "grad_op"
-        traceable, compute = False, "half_module"
-    else:
+    memory = family.memory
+    placed = memory.place(preset) if memory is not None else None
+    if memory is None or placed is None:
         return None
-    if kind is None:
-        return None
-    offload = kind in ("offload_all", "offload_optimizer")
-    hook = 1 if params.get("ddp_comm_hook") is not None else 0
-    family_name = {"ddp": "DDP", "fsdp": "FSDP", "model_parallel": "FSDP2", "deepspeed": f"ZeRO-{zero_stage}"}
+    kind = placed.placement
+    hook = 1 if preset.init_params.get("ddp_comm_hook") is not None else 0
     return Layout(
         preset=preset.name,
         family=family,
+        memory=memory,
         kind=kind,
-        traceable=traceable,
+        traceable=memory.traceable,
         checkpoint=preset.activation_checkpointing,
-        offload=offload,
-        tensor_parallel=tensor_parallel,
-        compute=compute,
-        zero_stage=zero_stage,
-        offload_parameters=offload_parameters,
+        offload=kind in ("offload_all", "offload_optimizer"),
+        tensor_parallel=placed.tensor_parallel,
+        compute=memory.compute,
+        zero_stage=placed.zero_stage,
+        offload_parameters=placed.offload_parameters,
         multi_node=kind == "hybrid",
-        summary=f"{family_name[family]}: {_SUMMARIES[kind]}" + (", activations checkpointed" if
+        summary=f"{memory.titled(placed)}: {_SUMMARIES[kind]}" + (", activations checkpointed" if
                                                                   preset.activation_checkpointing else ""),
-        rank=(_KIND_RANK[kind], _FAMILY_RANK.get(family, 9), hook),
+        rank=(_KIND_RANK[kind], memory.rank, hook),
     )  # fmt: skip
 
 
@@ -214,7 +176,7 @@ def _n(per_param: float) -> str:
 
 def model_states(layout: Layout, sizes: Sizes) -> States:
     """Model states per GPU for a layout, by arithmetic (each branch names its formula)."""
-    if layout.family == "deepspeed":
+    if layout.memory.zero_optimizer:
         return _deepspeed_states(layout, sizes)
     per = bytes_per_param(sizes.precision, sizes.optimizer)
     p, world, node = sizes.params, sizes.world, sizes.gpus_per_node
@@ -290,5 +252,5 @@ def _deepspeed_states(layout: Layout, sizes: Sizes) -> States:
 
 
 def describe(layout: Layout) -> dict[str, Any]:
-    return {"family": layout.family, "placement": layout.kind, "summary": layout.summary,
+    return {"family": layout.family.name, "placement": layout.kind, "summary": layout.summary,
             "activation_checkpointing": layout.checkpoint, "cpu_offload": layout.offload}  # fmt: skip

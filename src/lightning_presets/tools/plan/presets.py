@@ -80,7 +80,7 @@ def unplanned(request: PlanRequest) -> tuple[str, ...]:
 
 def mesh_sizes(preset: Preset, layout: Layout, request: PlanRequest) -> dict[str, int] | None:
     """The device mesh the preset builds for this cluster (ModelParallelStrategy presets), else ``None``."""
-    if layout.family != "model_parallel" or preset.mesh is None:
+    if not layout.memory.on_mesh or preset.mesh is None:
         return None
     return preset.mesh.resolve(preset.init_params, request.gpus_per_node, request.num_nodes)
 

@@ -49,7 +49,7 @@ def _arithmetic_collectives(layout: Layout, request: PlanRequest, traced: Any) -
         return (Collective("all_reduce", world, across, size, ring_units(size), "backward"),)
     half = compute_bytes(request.precision)
     size = round(params * half)
-    if layout.family == "deepspeed":
+    if layout.memory.zero_optimizer:
         gathers = [Collective("all_gather", world, across, size, units, "forward"),
                    Collective("all_gather", world, across, size, units, "backward")] if layout.zero_stage == 3 else [
             Collective("all_gather", world, across, size, 1, "optimizer")]  # fmt: skip
@@ -75,7 +75,7 @@ def _offload(layout: Layout, request: PlanRequest, traced: Any) -> Offload | Non
         reduced = sum(c.bytes / c.group_size for c in counts.collectives if c.kind == "reduce_scatter")
         optimizer = sum(op.bytes for op in counts.ops if op.phase == "optimizer")
         return Offload(to_gpu=gathered, to_cpu=reduced, optimizer_bytes=optimizer)
-    if layout.family == "deepspeed":
+    if layout.memory.zero_optimizer:
         half = compute_bytes(request.precision)
         fetched = 2 if layout.offload_parameters else 1  # ZeRO-3 fetches its shard for both passes' gathers
         return Offload(
@@ -102,7 +102,7 @@ def preset_throughput(layout: Layout, request: PlanRequest, traced: Any,
     optimizer = (
         0.0
         if layout.traceable or layout.offload
-        else ((DEEPSPEED_ADAM_BYTES_PER_PARAM if layout.family == "deepspeed" else ADAM_BYTES_PER_PARAM) * shard)
+        else ((DEEPSPEED_ADAM_BYTES_PER_PARAM if layout.memory.zero_optimizer else ADAM_BYTES_PER_PARAM) * shard)
     )
     notes = []
     if request.compile:

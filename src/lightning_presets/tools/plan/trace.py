@@ -230,7 +230,7 @@ def _wrap(model: nn.Module, layout: Layout, mesh: Any, spec: str) -> tuple[list[
     if layout.tensor_parallel:
         if not parallelized:
             notes.append("configure_model() applied no tensor parallelism or FSDP2: the model trains unsharded")
-    elif layout.family == "model_parallel":
+    elif layout.memory.on_mesh:
         if parallelized:
             notes.append("configure_model() shards the model itself; the preset leaves it as it is")
         else:
