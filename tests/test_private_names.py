@@ -241,3 +241,104 @@ def test_each_door_user_goes_through_the_door() -> None:
             if f"lightning_presets.{DOOR}" not in imports and "private" not in names and not inherits:
                 stale.append(f"{entry.label}: {module}")
     assert stale == []
+
+
+# Pins: what the package relies on a private name *meaning*, beyond its presence. Each test fails when the name is
+# gone or no longer means what the package reads it for.
+
+_XLA_REQUIREMENTS = {"_XLA_AVAILABLE": "torch_xla>=1.13", "_XLA_GREATER_EQUAL_2_1": "torch_xla>=2.1",
+                     "_XLA_GREATER_EQUAL_2_5": "torch_xla>=2.5"}  # fmt: skip
+
+
+def test_the_xla_flags_are_lightnings_torch_xla_requirements() -> None:
+    """``XLA_FLAGS`` are what Lightning asks "is torch_xla (of this release) installed?" (the simulation of a TPU host
+    sets them): each a requirement on torch_xla, false where torch_xla is missing."""
+    from lightning.fabric.accelerators import xla
+
+    assert set(private.XLA_FLAGS) == set(_XLA_REQUIREMENTS)
+    for flag in private.XLA_FLAGS:
+        requirement = getattr(xla, flag)
+        assert str(requirement.requirement) == _XLA_REQUIREMENTS[flag], flag
+        assert bool(requirement) is (importlib.util.find_spec("torch_xla") is not None), flag
+
+
+def test_the_xla_flags_gate_what_the_simulation_turns_on() -> None:
+    """Off, ``_XLA_AVAILABLE`` refuses the XLA accelerator; on (the TPU-host simulation), the accelerator builds,
+    ``_XLA_GREATER_EQUAL_2_1`` makes the XLA environment ask torch_xla's ``runtime`` for the world size and
+    ``_XLA_GREATER_EQUAL_2_5`` makes Lightning ask ``runtime.device_type()`` whether PJRT is in use."""
+    import sys
+
+    from lightning.fabric.accelerators import xla
+    from lightning.fabric.plugins.environments import XLAEnvironment
+
+    from lightning_presets.tools.simulation.stand_ins import standing_in
+
+    if importlib.util.find_spec("torch_xla") is None:
+        with pytest.raises(ModuleNotFoundError):
+            xla.XLAAccelerator()
+    with standing_in("torch_xla"):
+        torch_xla = sys.modules["torch_xla"]
+        xla.XLAAccelerator()
+        XLAEnvironment().world_size()
+        assert torch_xla.runtime.world_size.called
+        assert not torch_xla.core.xla_model.xrt_world_size.called
+        using_pjrt = getattr(xla, "_using_pjrt", None)
+        if using_pjrt is not None:  # where the release still asks (all supported ones do)
+            using_pjrt()
+            assert torch_xla.runtime.device_type.called
+            assert not torch_xla.runtime.using_pjrt.called
+
+
+def test_the_hook_callers_name_the_hook_they_run(tmp_path: Path) -> None:
+    """``HOOK_CALLERS`` are the Trainer's functions that run a user's hook, with the hook's name in their frame's
+    ``hook_name`` (diagnose mode reads it: ``guards.runtime.hangs``); ``_call_callbacks_state_dict`` is the one that
+    runs a callback's ``state_dict`` when a checkpoint is saved. One step of a real fit on the CPU shows each."""
+    import sys
+
+    import torch
+    from lightning.pytorch import Callback, LightningModule, Trainer
+
+    seen: dict[str, set[str]] = {name: set() for name in private.HOOK_CALLERS}
+
+    def look() -> None:
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_name in seen:
+                seen[frame.f_code.co_name].add(str(frame.f_locals.get("hook_name", "")))
+            frame = frame.f_back
+
+    class Model(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            look()
+            return self.layer(batch).sum()
+
+        def on_train_start(self) -> None:
+            look()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self) -> torch.utils.data.DataLoader[torch.Tensor]:
+            return torch.utils.data.DataLoader(torch.ones(2, 2), batch_size=2)
+
+    class Watch(Callback):
+        def on_train_batch_start(self, *args: object) -> None:
+            look()
+
+        def state_dict(self) -> dict[str, int]:
+            look()
+            return {"seen": 1}
+
+    trainer = Trainer(accelerator="cpu", devices=1, max_steps=1, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, callbacks=[Watch()],
+                      default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(Model())
+    trainer.save_checkpoint(tmp_path / "step.ckpt")
+    assert "on_train_start" in seen["_call_lightning_module_hook"]
+    assert "on_train_batch_start" in seen["_call_callback_hooks"]
+    assert "training_step" in seen["_call_strategy_hook"]
+    assert seen["_call_callbacks_state_dict"] == {""}  # reached, and it names no hook: the state dicts are saved

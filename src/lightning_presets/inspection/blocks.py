@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from lightning_presets.registry import private
+
 
 def find_repeated_blocks(model: nn.Module) -> set[type[nn.Module]]:
     """The block type of the largest ``ModuleList``/``Sequential`` of two or more modules of one type.
@@ -28,14 +30,12 @@ def find_repeated_blocks(model: nn.Module) -> set[type[nn.Module]]:
             continue
         state[id(module)] = False
         stack.append((module, True))
-        stack.extend(
-            (child, False) for child in module._modules.values() if child is not None and id(child) not in state
-        )
+        stack.extend((child, False) for child in private.child_modules(module) if id(child) not in state)
     sizes: dict[int, int] = {}
     best: tuple[int, type[nn.Module]] | None = None
     for module in order:
-        own = sum(parameter.numel() for parameter in module._parameters.values() if parameter is not None)
-        children = [child for child in module._modules.values() if child is not None]
+        own = sum(parameter.numel() for parameter in private.own_parameters(module))
+        children = private.child_modules(module)
         sizes[id(module)] = own + sum(sizes.get(id(child), 0) for child in children)
         if not isinstance(module, (nn.ModuleList, nn.Sequential)) or len(children) < 2:
             continue

@@ -180,6 +180,18 @@ NAMES: tuple[Private, ...] = (*LIGHTNING, *DEEPSPEED, *TORCH)
 # accessor here, or its class inherits the mixin whose method is Lightning's private hook.
 
 
+def child_modules(module: Any) -> list[Any]:
+    """``nn.Module._modules``: a module's direct children as torch keeps them, ``None`` slots left out (one dict read,
+    no generator and no name prefixes, for a walk of a deep module tree)."""
+    return [child for child in module._modules.values() if child is not None]
+
+
+def own_parameters(module: Any) -> list[Any]:
+    """``nn.Module._parameters``: the parameters a module registers itself (not its children's), ``None`` slots left
+    out."""
+    return [parameter for parameter in module._parameters.values() if parameter is not None]
+
+
 def launcher_of(strategy: Any) -> Any:
     """``Strategy._launcher``: the launcher the connector configured (``None`` before ``_configure_launcher``)."""
     return getattr(strategy, "_launcher", None)
