@@ -297,7 +297,7 @@ IMPORTER = Dist(
 
 BROKEN = (BROKEN_IMPORT, RAISING, WRONG_TYPE, UPPER_CASE, BUILTIN_NAME, DUP_ONE, DUP_TWO, SHADOW)
 
-# --- hostile and broken plugins (tests/test_reliability*.py) -------------------------------------------
+# --- hostile and broken plugins (tests/test_plugin_*.py, tests/test_cli_and_plugin_fuzz.py) --------------------
 
 
 def with_rule(dist: str, name: str, body: str, code: str = "LP901", strategy: str = "DDPStrategy") -> Dist:
