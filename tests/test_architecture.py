@@ -105,6 +105,71 @@ def test_a_circle_among_scripts_would_be_found() -> None:
     assert "late_failures -> late_failures_doc -> late_failures" in _circles(edges)
 
 
+REPOSITORY_FOLDERS = ("scripts", "benchmarks", "tests", "examples")
+"""Where the repository's modules outside the package live, in folders at any depth (``tests/evidence``,
+``benchmarks/sweep``, the example distribution's package)."""
+
+
+def _resolve(name: str, level: int, importer: Path, top: Path) -> Path | None:
+    """The repository file an import of ``name`` from ``importer`` reaches, if any: relative to the importer's package
+    for a relative import; else from the importer's folder or one above it up to ``top`` (pytest and ``python
+    script.py`` put those on ``sys.path``), the longest dotted prefix that is a module or a package."""
+    if level:
+        bases = [importer.parents[level - 1]]
+    else:
+        bases = [importer.parent, *(parent for parent in importer.parent.parents if parent.is_relative_to(top))]
+    parts = [part for part in name.split(".") if part]
+    for base in bases:
+        for end in range(len(parts), 0, -1):
+            stem = base.joinpath(*parts[:end])
+            for candidate in (stem.with_suffix(".py"), stem / "__init__.py"):
+                if candidate.is_file():
+                    return candidate
+        if level and not parts:
+            return base / "__init__.py" if (base / "__init__.py").is_file() else None
+    return None
+
+
+def _repository_imports(root: Path) -> dict[str, set[str]]:
+    """Each module of the repository outside the package (by path from ``root``) with the repository modules it
+    imports, inside functions too; an import of ``pkg.mod`` or ``from pkg import mod`` reaches ``mod`` itself."""
+    edges: dict[str, set[str]] = {}
+    for folder in REPOSITORY_FOLDERS:
+        top = root / folder
+        for path in sorted(top.rglob("*.py")):
+            found: set[Path] = set()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names: list[tuple[str, int]] = []
+                if isinstance(node, ast.Import):
+                    names = [(alias.name, 0) for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    module = node.module or ""
+                    names = [(f"{module}.{alias.name}" if module else alias.name, node.level) for alias in node.names]
+                for name, level in names:
+                    target = _resolve(name, level, path, top)
+                    if target is not None and target != path:
+                        found.add(target)
+            edges[str(path.relative_to(root))] = {str(each.relative_to(root)) for each in found}
+    return edges
+
+
+def test_no_import_circle_anywhere_in_the_repository() -> None:
+    """Beside the package (checked above): the scripts, benchmarks, tests and the example distribution, in folders
+    at any depth, import no module that leads back to them."""
+    edges = _repository_imports(REPOSITORY)
+    assert len(edges) > 100  # the repository was read
+    assert sum(len(targets) for targets in edges.values()) > 50  # and its imports resolved
+    assert _circles(edges) == []
+
+
+def test_a_circle_in_a_nested_folder_would_be_found() -> None:
+    """The check above can fail: an evidence helper importing a test that imports it closes a circle."""
+    edges = _repository_imports(REPOSITORY)
+    importer = next(name for name, targets in edges.items() if "tests/evidence/proof.py" in targets)
+    edges["tests/evidence/proof.py"].add(importer)
+    assert f"tests/evidence/proof.py -> {importer} -> tests/evidence/proof.py" in _circles(edges)
+
+
 def test_the_package_root_is_the_facade_and_its_wiring() -> None:
     modules = {path.name for path in PACKAGE.iterdir() if path.suffix == ".py"}
     assert modules == {"__init__.py", "__main__.py", "_version.py", "_api.py", "_activate.py"}
