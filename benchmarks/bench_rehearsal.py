@@ -1,7 +1,9 @@
 """What ``check --model``'s rehearsal costs the user (issue 35 item 6): the wall time of ``lightning-presets check``
 for a small model, with ``--model`` and without, each run as the user runs it (a fresh command), alternated, several
 times; the figure is the median of each and their difference. The machine's load is printed with them (a shared
-2-core machine inflates every figure; the difference is what the rehearsal and the model's plan add).
+2-core machine inflates every figure; the difference is what the rehearsal and the model's plan add). Then the
+rehearsal alone, in this process after its imports (what ``check --model`` adds once torch and Lightning are
+imported): 2 ranks (2 children side by side) and 2 nodes x 2 (ranks 0, 2 and 3: 3 children), median of several.
 
     python benchmarks/bench_rehearsal.py [--runs 3]      # writes benchmarks/results/rehearsal.txt
 """
@@ -52,15 +54,16 @@ class Small(LightningModule):
         return self.train_dataloader()
 """
 JOB = ["--strategy", "ddp_static_graph", "--accelerator", "cpu", "--devices", "2"]
+NODES = [*JOB, "--num-nodes", "2"]
 
 
-def once(folder: Path, model: bool) -> float:
+def once(folder: Path, model: bool, job: list[str] = JOB) -> float:
     command = [
         sys.executable,
         "-m",
         "lightning_presets",
         "check",
-        *JOB,
+        *job,
         *(["--model", "bench_small:Small"] if model else []),
     ]
     started = time.perf_counter()
@@ -71,6 +74,28 @@ def once(folder: Path, model: bool) -> float:
     return seconds
 
 
+def in_process(folder: Path, runs: int) -> dict[str, list[float]]:
+    """The rehearsal alone (``rehearse``, its children forked from this process), after one untimed warm-up."""
+    from lightning_presets.tools.check.rehearsal import rehearse
+
+    sys.path.insert(0, str(folder))
+    cwd = os.getcwd()
+    os.chdir(folder)
+    found: dict[str, list[float]] = {"2 ranks (0, 1)": [], "2 nodes x 2 (ranks 0, 2, 3)": []}
+    try:
+        rehearse("bench_small:Small", {}, "ddp", world_size=2)
+        for _ in range(runs):
+            for times, (world, nodes) in zip(found.values(), ((2, 1), (4, 2)), strict=True):
+                started = time.perf_counter()
+                result = rehearse("bench_small:Small", {}, "ddp", world_size=world, num_nodes=nodes)
+                times.append(time.perf_counter() - started)
+                if result.stage or result.limitation or result.disagreements:
+                    raise SystemExit(f"the rehearsal did not complete: {result}")
+    finally:
+        os.chdir(cwd)
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
@@ -79,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(scratch)
         (folder / "bench_small.py").write_text(MODEL)
         once(folder, True)  # warm the file caches once, for both
-        plain, model = [], []
+        plain, model, nodes = [], [], []
         for _ in range(args.runs):
             plain.append(once(folder, False))
             model.append(once(folder, True))
+            nodes.append(once(folder, True, NODES))
+        alone = in_process(folder, args.runs)
     load = os.getloadavg()
     lines = [
         f"python benchmarks/bench_rehearsal.py --runs {args.runs}",
@@ -90,9 +117,16 @@ def main(argv: list[str] | None = None) -> int:
         f"job: lightning-presets check {' '.join(JOB)}  (a 19k-parameter model with its own dataloaders)",
         f"plain check:            median {statistics.median(plain):.2f} s  "
         f"(runs: {', '.join(f'{s:.2f}' for s in plain)})",
-        f"check --model (rehearsal, plan):  median {statistics.median(model):.2f} s  "
+        f"check --model (rehearsal of ranks 0, 1; plan):  median {statistics.median(model):.2f} s  "
         f"(runs: {', '.join(f'{s:.2f}' for s in model)})",
         f"difference of the medians: {statistics.median(model) - statistics.median(plain):+.2f} s",
+        f"check --model with --num-nodes 2 (ranks 0, 2, 3):  median {statistics.median(nodes):.2f} s  "
+        f"(runs: {', '.join(f'{s:.2f}' for s in nodes)}; {statistics.median(nodes) - statistics.median(plain):+.2f} s)",
+        *(
+            f"the rehearsal alone, in the checking process after its imports, {name}: median "
+            f"{statistics.median(each):.2f} s (runs: {', '.join(f'{s:.2f}' for s in each)})"
+            for name, each in alone.items()
+        ),
     ]
     text = "\n".join(lines) + "\n"
     (ROOT / "benchmarks" / "results" / "rehearsal.txt").write_text(text)
