@@ -91,6 +91,19 @@ int nvmlDeviceGetCudaComputeCapability(void *handle, int *major, int *minor) {
     *minor = ((device_t *)handle)->minor;
     return 0;
 }
+/* FAKE_NVML_CUDA_DRIVER=12020: the driver's CUDA version (12.2); unset: a driver without the call's support */
+int nvmlSystemGetCudaDriverVersion_v2(int *version) {
+    const char *raw = getenv("FAKE_NVML_CUDA_DRIVER");
+    if (!raw) return 3; /* NVML_ERROR_NOT_SUPPORTED */
+    *version = atoi(raw);
+    return 0;
+}
+/* FAKE_NVML_MIG=1: every GPU in MIG mode; unset: MIG not supported (as on GPUs before Ampere) */
+int nvmlDeviceGetMigMode(void *handle, unsigned int *current, unsigned int *pending) {
+    if (!getenv("FAKE_NVML_MIG")) return 3;
+    *current = *pending = 1;
+    return 0;
+}
 int nvmlDeviceGetMemoryInfo(void *handle, nvmlMemory_t *memory) {
     memory->total = ((device_t *)handle)->memory;
     memory->free = memory->total;
@@ -108,11 +121,15 @@ def forbidden(*args, **kwargs):
     raise AssertionError("CUDA was initialised")
 torch.cuda._lazy_init = forbidden
 from lightning_presets.core import hardware
-results = []
+results, machines = [], []
 for environ in json.loads(sys.argv[1]):
     hardware._read_nvml.cache_clear()
+    os.environ.pop("FAKE_NVML_MIG", None)
+    os.environ.update({key: value for key, value in environ.items() if key.startswith("FAKE_NVML")})
     gpus = hardware.nvml_gpus(environ)
     results.append(None if gpus is None else [gpus.count, gpus.capability, gpus.memory_bytes])
+    machines.append(None if gpus is None else [gpus.driver_cuda, gpus.capabilities, gpus.mig])
+    os.environ.pop("FAKE_NVML_MIG", None)
 names = [None if (gpus := hardware.nvml_gpus(environ)) is None else list(gpus.names)
          for environ in json.loads(sys.argv[1])]
 observed = hardware.observed_capability()  # the real environment, before the loop below changes it
@@ -123,10 +140,12 @@ sections = []
 for environ in json.loads(sys.argv[1]):
     hardware._read_nvml.cache_clear()
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    os.environ.pop("FAKE_NVML_MIG", None)
     os.environ.update(environ)
     plan = list(gpu_type(argparse.Namespace(gpu_type=None)))  # plan without --gpu-type
-    sections.append({**doctor.gpus_section(), "plan": plan})
-print("RESULT " + json.dumps({"results": results, "observed": observed, "names": names,
+    machine, found = doctor.machine_section()
+    sections.append({**doctor.gpus_section(), "plan": plan, "machine": machine, "codes": [f.code for f in found]})
+print("RESULT " + json.dumps({"results": results, "observed": observed, "names": names, "machines": machines,
                               "doctor": sections, "cuda_initialized": torch.cuda.is_initialized()}))
 """
 
@@ -175,6 +194,9 @@ CASES: list[tuple[dict[str, str], list[Any] | None]] = [
     ({"CUDA_VISIBLE_DEVICES": "1,1"}, [0, None, None]),  # a repeated device selects none
     ({"CUDA_VISIBLE_DEVICES": ""}, [0, None, None]),
     ({"CUDA_VISIBLE_DEVICES": "-1"}, [0, None, None]),
+    # MIG: CUDA enumerates one instance per process, whatever the list; its memory is a slice (unknown here)
+    ({"CUDA_VISIBLE_DEVICES": "MIG-1111,MIG-2222", "FAKE_NVML_MIG": "1"}, [1, [7, 0], None]),
+    ({"CUDA_VISIBLE_DEVICES": "MIG-1111"}, [1, [7, 0], None]),  # no GPU in MIG mode: every GPU could carry it
 ]
 
 
@@ -189,13 +211,17 @@ def probes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
     cases = [environ for environ, _ in CASES]
     runs = Fresh(request, {
-        "cases": (lambda: start_probe(library(), cases), ("test_capability_and_memory_through_the_stand_in_nvml",)),
+        "cases": (lambda: start_probe(library(), cases, FAKE_NVML_CUDA_DRIVER="12020"),
+                  ("test_capability_and_memory_through_the_stand_in_nvml",
+                   "test_the_driver_cuda_version_and_mig_instances_through_the_stand_in_nvml",
+                   "test_the_doctor_compares_the_machine_with_the_build")),
         "init_fails": (lambda: start_probe(library(), [{}], FAKE_NVML_INIT_FAILS="1"),
                        ("test_nvml_that_fails_to_initialise_means_unknown",)),
         "no_library": (lambda: start_probe(None, [{}, {"CUDA_VISIBLE_DEVICES": "0"}]),
                        ("test_no_nvml_library_means_unknown",)),
         "no_names": (lambda: start_probe(library(), [{}], FAKE_NVML_NO_NAMES="1"),
-                     ("test_a_driver_that_names_no_gpu_still_gives_capability_and_memory",)),
+                     ("test_a_driver_that_names_no_gpu_still_gives_capability_and_memory",
+                      "test_the_driver_cuda_version_and_mig_instances_through_the_stand_in_nvml")),
     })  # fmt: skip
     yield runs
     runs.close()
@@ -259,3 +285,38 @@ def test_a_driver_that_names_no_gpu_still_gives_capability_and_memory(stand_in: 
     assert data["results"] == [[3, [7, 0], 16 * GIB]]
     assert data["names"] == [[]]
     assert data["doctor"][0]["gpu_type"] is None
+
+
+def test_the_driver_cuda_version_and_mig_instances_through_the_stand_in_nvml(stand_in: Path, probes: Fresh) -> None:
+    """The driver's CUDA version (``nvmlSystemGetCudaDriverVersion_v2``: 12020 is 12.2) and each visible GPU's
+    capability and MIG mode, in CUDA's order; a list of MIG instances is one device (CUDA enumerates one per
+    process); a driver without the call gives no version."""
+    data = probe(probes["cases"])
+    machines = dict(zip([json.dumps(environ) for environ, _ in CASES], data["machines"], strict=True))
+    assert machines["{}"] == [[12, 2], [[9, 0], [8, 0], [7, 0]], [False, False, False]]  # fastest first
+    assert machines[json.dumps({"CUDA_VISIBLE_DEVICES": "2,0"})] == [[12, 2], [[7, 0], [9, 0]], [False, False]]
+    mig = json.dumps({"CUDA_VISIBLE_DEVICES": "MIG-1111,MIG-2222", "FAKE_NVML_MIG": "1"})
+    assert machines[mig] == [[12, 2], [[7, 0]], [True]]
+    assert machines[json.dumps({"CUDA_VISIBLE_DEVICES": ""})] == [[12, 2], [], []]
+    assert probe(probes["no_names"])["machines"] == [[None, [[9, 0], [8, 0], [7, 0]], [False, False, False]]]
+
+
+def test_the_doctor_compares_the_machine_with_the_build(stand_in: Path, probes: Fresh) -> None:
+    """Through the stand-in's three GPUs and a CPU-only torch (this machine's and CI's): the doctor reads the driver's
+    CUDA version and says that this torch cannot use the GPUs (LP125), with no CUDA context created."""
+    import torch
+
+    if torch.version.cuda is not None:
+        pytest.skip("a CUDA build of torch: the CPU-only verdict does not apply")
+    data = probe(probes["cases"])
+    doctor = dict(zip([json.dumps(environ) for environ, _ in CASES], data["doctor"], strict=True))
+    every = doctor["{}"]
+    assert every["machine"]["driver_cuda"] == "12.2"
+    assert every["codes"] == ["LP125"]
+    verdict = next(each for each in every["machine"]["verdicts"] if each["check"] == "kernels")
+    assert verdict["status"] == "warning"
+    assert "lists 3 GPU(s)" in verdict["message"]
+    none = doctor[json.dumps({"CUDA_VISIBLE_DEVICES": ""})]
+    assert none["codes"] == []
+    assert "no GPU this process may use" in none["machine"]["reason"]
+    assert data["cuda_initialized"] is False

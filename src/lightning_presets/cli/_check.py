@@ -125,6 +125,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument(
         "--gpu-memory", dest="gpu_memory", type=memory, metavar="SIZE", help="memory per GPU, e.g. 80GiB"
     )
+    target.add_argument("--driver-cuda", dest="driver_cuda", metavar="X.Y",
+                        help="the target driver's CUDA version (nvidia-smi's 'CUDA Version'), against the torch "
+                        "build (LP122)")  # fmt: skip
+    target.add_argument("--torch-cuda", dest="torch_cuda", metavar="X.Y",
+                        help="the target's torch build (torch.version.cuda there; its architectures from torch's own "
+                        "table of its release's wheels); default: this torch, when it is a CUDA build")  # fmt: skip
+    target.add_argument("--torch-arch-list", dest="torch_arch_list", metavar="LIST",
+                        help="the target torch's torch.cuda.get_arch_list(), e.g. sm_80,sm_90,compute_90")  # fmt: skip
+    target.add_argument("--torch-without-nccl", dest="torch_without_nccl", action="store_true",
+                        help="the target's torch was built without NCCL (LP123)")  # fmt: skip
     target.add_argument("--cluster", choices=CLUSTERS, default="none",
                         help="the launcher whose environment variables the job sees (default none)")  # fmt: skip
     target.add_argument("--env", action="append", default=[], type=key_value, metavar="KEY=VALUE",
@@ -274,7 +284,12 @@ def render(report: _check.CheckReport, strict: bool) -> Group:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = _verdict.run_check(request_from(args), getattr(args, "timeout", None))
+    from lightning_presets.guards.machine import simulating_target
+    from lightning_presets.tools.check.machine import target_from
+
+    machine = target_from(args.driver_cuda, args.torch_cuda, args.torch_arch_list, args.torch_without_nccl)
+    with simulating_target(machine):
+        report = _verdict.run_check(request_from(args), getattr(args, "timeout", None))
     if args.json:
         emit_json(report.as_dict(args.strict))
     else:

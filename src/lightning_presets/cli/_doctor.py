@@ -48,6 +48,26 @@ def _gpus(info: dict[str, Any]) -> str:
     return f"{listed}{memory}; {plan}"
 
 
+def _machine(info: dict[str, Any]) -> list[tuple[str, str | Text]]:
+    """The machine against the torch build: the build, the driver, then each comparison's verdict and fix."""
+    if not info["compared"]:
+        return [("machine vs build", f"not compared ({info['reason']})")]
+    build = info["build"]
+    arches = " ".join(build["arch_list"]) or "-"
+    kind = f"CUDA {build['cuda']}, kernels for {arches}" if build["cuda"] else "CPU-only"
+    rows: list[tuple[str, str | Text]] = [
+        ("torch build", f"{build['version']} ({kind}; NCCL: {_yes(build['nccl'])})"),
+        ("driver", f"supports CUDA {info['driver_cuda']}" if info["driver_cuda"] else "CUDA version not read"),
+    ]
+    if "reason" in info:
+        rows.append(("GPUs vs build", f"nothing to compare: {info['reason']}"))
+    for each in info["verdicts"]:
+        fix = f"; fix: {each['fix']}" if each["fix"] and each["status"] != "ok" else ""
+        text = each["message"].removeprefix(f"{each['subject']}: ")
+        rows.append((each["subject"], f"{each['status'].upper()}: {text}{fix}"))
+    return rows
+
+
 def _registry(info: dict[str, Any]) -> str:
     if not info["importable"]:
         return f"{info['module']}: not importable" + (f" ({info['error']})" if "error" in info else "")
@@ -100,6 +120,7 @@ def render(report: _doctor.Report, strict: bool) -> Group:
     cluster = s["cluster"]
     visible = cluster["cuda_visible_devices"]
     shown = "unset" if visible is None else repr(visible)
+    machine = _machine(s["machine"])
     where: list[tuple[str, str | Text]] = [("cluster", f"{cluster['detected']}; CUDA_VISIBLE_DEVICES={shown}")]
     where += [("", f"{key}={value}") for key, value in cluster["variables"].items() if key != "CUDA_VISIBLE_DEVICES"]
     errors = sum(1 for f in report.findings if f.severity == "error")
@@ -112,6 +133,8 @@ def render(report: _doctor.Report, strict: bool) -> Group:
         heading(f"lightning-presets doctor (nothing was launched; {context})"),
         "",
         fields(versions, indent=0),
+        "",
+        fields(machine, indent=0),
         "",
         fields(setup, indent=0),
         "",

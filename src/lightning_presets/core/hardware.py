@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import os
 import sys
@@ -45,6 +46,13 @@ class GPUs:
     """The smallest total memory among them; ``None`` without GPUs."""
     names: tuple[str, ...] = ()
     """The driver's name of each, in CUDA's order (``NVIDIA H100 80GB HBM3``); empty where nothing names them."""
+    capabilities: tuple[tuple[int, int], ...] = ()
+    """The compute capability of each, in CUDA's order; empty where only the lowest is known."""
+    mig: tuple[bool, ...] = ()
+    """Whether each is a MIG instance (or a GPU in MIG mode), in CUDA's order; empty where unknown."""
+    driver_cuda: tuple[int, int] | None = None
+    """The newest CUDA version the driver supports (NVML's ``nvmlSystemGetCudaDriverVersion_v2``, as ``nvidia-smi``
+    prints it); ``None`` where it could not be read."""
 
 
 _active: list[SimulatedGPU] = []
@@ -127,6 +135,7 @@ class _Device:
     capability: tuple[int, int]
     memory_bytes: int
     name: str = ""
+    mig: bool = False
 
 
 class _NVML:
@@ -139,6 +148,15 @@ class _NVML:
         status = getattr(self._library, name)(*args)
         if status != 0:
             raise NVMLError(f"{name} returned {status}")
+
+    def driver_cuda(self) -> tuple[int, int] | None:
+        """The driver's CUDA version (``12020``: 12.2); ``None`` where this NVML lacks the call or it fails."""
+        version = ctypes.c_int()
+        for name in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
+            call = getattr(self._library, name, None)
+            if call is not None and call(ctypes.byref(version)) == 0 and version.value > 0:
+                return version.value // 1000, (version.value % 1000) // 10
+        return None
 
     def devices(self) -> list[_Device]:
         count = ctypes.c_uint()
@@ -159,12 +177,16 @@ class _NVML:
         name = ctypes.create_string_buffer(96)
         get_name = getattr(self._library, "nvmlDeviceGetName", None)  # only doctor and plan read it: optional
         named = get_name is not None and get_name(handle, name, ctypes.c_uint(96)) == 0
+        current, pending = ctypes.c_uint(), ctypes.c_uint()
+        get_mig = getattr(self._library, "nvmlDeviceGetMigMode", None)  # absent before R450; not supported: no MIG
+        mig = get_mig is not None and get_mig(handle, ctypes.byref(current), ctypes.byref(pending)) == 0
         return _Device(
             uuid=uuid.value.decode(errors="replace"),
             pci=(pci.domain, pci.bus, pci.device),
             capability=(major.value, minor.value),
             memory_bytes=memory.total,
             name=name.value.decode(errors="replace") if named else "",
+            mig=mig and current.value == 1,
         )
 
 
@@ -201,19 +223,29 @@ def _read_nvml(visible: str | None, order: str | None) -> GPUs | None:
         return None
     try:
         devices = cuda_order(nvml.devices(), order)
+        driver = nvml.driver_cuda()
     except (NVMLError, AttributeError):
         return None
     finally:
         with contextlib.suppress(NVMLError, AttributeError):
             nvml._call("nvmlShutdown")
-    chosen = [devices[position] for position in visible_positions(visible, [device.uuid for device in devices])]
+    if visible is not None and visible.strip().startswith("MIG-"):
+        # CUDA enumerates one MIG instance per process; NVML's devices are the GPUs it is carved from
+        in_mig = [device for device in devices if device.mig] or devices
+        lowest = min((device.capability for device in in_mig), default=None)
+        chosen = [dataclasses.replace(in_mig[0], capability=lowest, mig=True)] if lowest is not None else []
+    else:
+        chosen = [devices[position] for position in visible_positions(visible, [device.uuid for device in devices])]
     if not chosen:
-        return GPUs(count=0, capability=None, memory_bytes=None)
+        return GPUs(count=0, capability=None, memory_bytes=None, driver_cuda=driver)
     return GPUs(
         count=len(chosen),
         capability=min(device.capability for device in chosen),
-        memory_bytes=min(device.memory_bytes for device in chosen),
+        memory_bytes=None if any(d.mig for d in chosen) else min(d.memory_bytes for d in chosen),  # a slice of it
         names=tuple(device.name for device in chosen) if all(device.name for device in chosen) else (),
+        capabilities=tuple(device.capability for device in chosen),
+        mig=tuple(device.mig for device in chosen),
+        driver_cuda=driver,
     )
 
 

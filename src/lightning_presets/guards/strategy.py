@@ -16,6 +16,7 @@ from lightning_presets.core.preset import Preset
 from lightning_presets.core.rules import Rule, Stage, conditional_findings, run_rules
 from lightning_presets.failures import explained, explaining
 from lightning_presets.guards.launch_rules import LAUNCH_RULES
+from lightning_presets.guards.machine import MACHINE_RULES
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
 from lightning_presets.inspection.arguments import call_arguments
 from lightning_presets.registry import compat
@@ -187,7 +188,7 @@ class Guarded(LauncherHook):
     def _construction_rules(self, context: Context) -> tuple[Rule, ...]:
         """The preset's rules, the rules every strategy preset gets, and the strategy × precision-preset rules when a
         precision preset is in use."""
-        added = (*STRATEGY_HARDWARE_RULES, *LAUNCH_RULES)
+        added = (*STRATEGY_HARDWARE_RULES, *LAUNCH_RULES, *MACHINE_RULES)
         if context.precision_preset is not None:
             added = (*added, *PRECISION_CROSS_RULES)
         rules = self._lp_preset.rules

@@ -127,12 +127,57 @@ def gpus_section() -> dict[str, Any]:
 
 
 def _arch_list() -> list[str]:
-    """``torch.cuda.get_arch_list()`` (the build's flags: no CUDA context), empty without torch."""
+    """The architectures the installed torch was built for (its flags: no CUDA context, no driver call), empty without
+    torch (``guards.machine.arch_list``)."""
     try:
         import torch
     except ImportError:
         return []
-    return list(torch.cuda.get_arch_list())
+    from lightning_presets.guards.machine import arch_list
+
+    return arch_list(torch)
+
+
+def machine_section() -> tuple[dict[str, Any], list[Finding]]:
+    """The machine against the torch build (``core.machine``): each GPU's compute capability against the build's
+    architectures, the driver's CUDA version against torch's, NCCL, and the scheduler's GPUs against those this
+    process sees; read through NVML and torch's compiled-in facts, never a CUDA context. The comparisons that are
+    off are findings with the codes construction reports them under (LP120-LP125)."""
+    if not is_importable("torch"):
+        return {"compared": False, "reason": "torch is not installed", "verdicts": []}, []
+    import torch
+
+    from lightning_presets.core import machine as _machine
+    from lightning_presets.guards import machine as _guards
+
+    build = _guards.installed_build()
+    facts = _guards.observed_machine()
+    verdicts = _machine.compare(facts, build)
+    if torch.version.hip is not None:
+        verdicts = [each for each in verdicts if each.check != "kernels"]
+    info: dict[str, Any] = {
+        "compared": True,
+        "build": {"version": build.version, "cuda": build.cuda, "arch_list": list(build.arch_list),
+                  "nccl": build.nccl},
+        "driver_cuda": None if facts.driver_cuda is None else ".".join(map(str, facts.driver_cuda)),
+        "gpus_read": facts.gpus is not None,
+        "verdicts": [each.as_dict() for each in verdicts],
+    }  # fmt: skip
+    if facts.gpus is None:
+        info["reason"] = ("no NVIDIA GPU was read (the driver's libnvidia-ml.so.1 is absent or did not start); a "
+                          "machine without one needs nothing more")  # fmt: skip
+    elif not facts.gpus:
+        info["reason"] = "the driver lists no GPU this process may use (CUDA_VISIBLE_DEVICES)"
+    codes = {"kernels": _guards.gpus_have_kernels, "driver": _guards.driver_runs_the_build,
+             "nccl": _guards.nccl_is_built, "assignment": _guards.gpus_assigned}  # fmt: skip
+    found = []
+    for each in verdicts:
+        if each.status in ("warning", "error"):
+            code = _guards.gpus_have_cubins if "through its PTX" in each.message else codes[each.check]
+            if each.check == "kernels" and "CPU-only build" in each.message:
+                code = _guards.gpus_usable
+            found.append(code.finding(each.message, each.fix))
+    return info, found
 
 
 UNSUPPORTED_LIGHTNING = doctor_code("LP720", "error", "a Lightning package outside the supported range",
@@ -425,6 +470,9 @@ def _diagnose(*, import_optional: bool) -> Report:
     report.sections["python"] = python_section()
     report.sections["torch"] = torch_section()
     report.sections["gpus"] = gpus_section()
+    info, found = machine_section()
+    report.sections["machine"] = info
+    report.findings.extend(found)
     for name, section in (("lightning", lightning_section), ("autoload", autoload_section),
                           ("registries", registries_section), ("catalog", catalog_section)):  # fmt: skip
         info, found = section()

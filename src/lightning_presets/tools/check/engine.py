@@ -32,6 +32,7 @@ from lightning_presets.registry.variables import variable_findings
 from lightning_presets.tools import simulation as _simulation
 from lightning_presets.tools.check import cluster as _cluster
 from lightning_presets.tools.check import construct as _construct
+from lightning_presets.tools.check import machine as _machine
 from lightning_presets.tools.check import names as _names
 from lightning_presets.tools.check import stages as _stages
 from lightning_presets.tools.check.request import CheckReport, CheckRequest, Evidence, Reported, Source, parse_value
@@ -452,6 +453,7 @@ def check_job(request: CheckRequest, model_timeout_s: float | None = None) -> Ch
     if refused and {finding.code for finding in cluster} & {each.code for each in _cluster.REFUSAL_RULES}:
         out.drop(LIGHTNING_REJECTED.code)  # Lightning's refusal, said by the check rule that reads it
     out.add(cluster, "check", evidence)
+    out.add(_machine.machine_findings(target), "check", evidence)
     out.add(variable_findings(), "check", evidence)
     simulated = {
         "gpus_per_node": request.gpus,

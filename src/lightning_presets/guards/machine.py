@@ -1,0 +1,261 @@
+"""The machine against the torch build at ``Trainer``/``Fabric`` construction (LP120-LP124), and the facts ``doctor``
+and ``check`` compare (:func:`installed_build`, :func:`observed_machine`).
+
+The comparisons are ``core.machine``'s; this module reads their inputs without a CUDA context: the GPUs and the
+driver's CUDA version from NVML (``core.hardware``, read once per ``CUDA_VISIBLE_DEVICES`` and cached), the build
+from torch's compiled-in facts (``torch.version.cuda``, the architecture flags, ``is_nccl_available``; cached). Under a
+simulation (``check``, the documented examples) the GPUs are the simulated ones and the driver and build those
+:func:`simulating_target` gives; without them nothing about the build is compared (a laptop's torch is not the
+cluster's). A rule never raises: what cannot be read is not compared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import platform
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from lightning_presets.core import hardware
+from lightning_presets.core.codes import Setting
+from lightning_presets.core.context import Context
+from lightning_presets.core.machine import (
+    ASSIGNMENT_VARIABLES,
+    GPU,
+    Build,
+    Machine,
+    Verdict,
+    assignment_verdict,
+    cpu_build_verdict,
+    driver_verdict,
+    kernel_verdicts,
+    nccl_verdict,
+    nvcc_arch_list,
+)
+from lightning_presets.core.rules import Problem, Rule, rule
+
+__all__ = ["MACHINE_RULES", "SimulatedTarget", "installed_build", "observed_machine", "simulating_target"]
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedTarget:
+    """The target's driver and torch build, as ``check``'s flags describe them (``None``: not said)."""
+
+    driver_cuda: tuple[int, int] | None = None
+    build: Build | None = None
+
+
+_targets: list[SimulatedTarget] = []
+
+
+@contextlib.contextmanager
+def simulating_target(target: SimulatedTarget) -> Iterator[SimulatedTarget]:
+    """Make ``target`` the driver and build the rules compare while the block runs (under a simulated machine)."""
+    _targets.append(target)
+    try:
+        yield target
+    finally:
+        _targets.pop()
+
+
+def arch_list(torch: Any) -> list[str]:
+    """The architectures the installed torch was built for, without touching the driver: ``get_arch_list()`` where it
+    only reads the build's flags; where it asks ``is_available()`` first (torch before 2.9: ``cudaGetDeviceCount``,
+    which initialises the driver in this process), the NVCC flags of ``torch.__config__.show()``."""
+    if torch.version.cuda is None:
+        return []
+    get = torch.cuda.get_arch_list
+    if "is_available" in getattr(getattr(get, "__code__", None), "co_names", ("is_available",)):
+        return nvcc_arch_list(torch.__config__.show())
+    return list(get())
+
+
+@functools.cache
+def installed_build() -> Build:
+    """The installed torch's build (cached: it cannot change in a process)."""
+    import torch
+    import torch.distributed as dist
+
+    releases: Mapping[str, Any] = getattr(torch.cuda, "PYTORCH_RELEASES_CODE_CC", {})  # torch 2.13+
+    host = "aarch64" if platform.machine().lower() == "aarch64" else "x86_64"  # as torch's _host_arch_key
+    return Build(
+        version=str(torch.__version__),
+        cuda=torch.version.cuda,
+        arch_list=tuple(arch_list(torch)),
+        nccl=bool(dist.is_available() and dist.is_nccl_available()),
+        releases=MappingProxyType({cuda: tuple(sorted(by.get(host, ()))) for cuda, by in releases.items()}),
+    )
+
+
+def _variables(env: Mapping[str, str]) -> Mapping[str, str]:
+    names = (*ASSIGNMENT_VARIABLES, "CUDA_VISIBLE_DEVICES")
+    return MappingProxyType({name: env[name] for name in names if name in env})
+
+
+def observed_machine(env: Mapping[str, str] | None = None) -> Machine:
+    """This node as the driver reports it (NVML, cached), or the simulated one."""
+    env = os.environ if env is None else env
+    simulated = hardware.current()
+    if simulated is not None:
+        target = _targets[-1] if _targets else None
+        capability = simulated.capability
+        gpus = tuple(GPU(index, capability) for index in range(simulated.count)) if capability else ()
+        return Machine(gpus, target.driver_cuda if target else None, _variables(env))
+    read = hardware.nvml_gpus(env)
+    if read is None:
+        return Machine(None, None, _variables(env))
+    capabilities = read.capabilities or ((read.capability,) * read.count if read.capability else ())
+    gpus = tuple(
+        GPU(index, capability, read.names[index] if index < len(read.names) else "",
+            read.mig[index] if index < len(read.mig) else False)
+        for index, capability in enumerate(capabilities)
+    )  # fmt: skip
+    return Machine(gpus, read.driver_cuda, _variables(env))
+
+
+def target_build() -> Build | None:
+    """The build to compare: the simulated target's under a simulation (``None`` when not said), else the installed."""
+    if hardware.current() is not None:
+        return _targets[-1].build if _targets else None
+    return installed_build()
+
+
+def _facts() -> tuple[Machine, Build] | None:
+    try:
+        build = target_build()
+        return (observed_machine(), build) if build is not None else None
+    except Exception:  # reading the machine failed: ours, never the user's; nothing is compared
+        return None
+
+
+def _problem(ctx: Context, verdict: Verdict | None, *parts: str) -> Problem | None:
+    if verdict is None or verdict.status not in ("warning", "error"):
+        return None
+    return Problem(f"{ctx.call(*parts)}: {verdict.message}", verdict.fix)
+
+
+def _kernels(ctx: Context, kind: str) -> Problem | None:
+    facts = _facts() if ctx.accelerator == "cuda" else None
+    if facts is None:
+        return None
+    for verdict in kernel_verdicts(*facts):
+        if verdict.status == "warning" and ("through its PTX" in verdict.message) == (kind == "ptx"):
+            return _problem(ctx, verdict, "accelerator")
+    return None
+
+
+_BLACKWELL = 'Trainer(strategy="ddp_static_graph", accelerator="cuda", devices=8)   # torch 2.13.0+cu126 (sm_50..sm_90)'
+
+
+@rule(
+    "LP120", "warning", "construction", "GPUs this torch build has no kernels for",
+    fails=f"{_BLACKWELL} on B200 GPUs (compute capability 10.0)",
+    fixed='Trainer(strategy="ddp_static_graph", accelerator="cuda", devices=8)   # torch 2.13.0+cu128 on B200 GPUs',
+)  # fmt: skip
+def gpus_have_kernels(ctx: Context) -> Problem | None:
+    """torch's own check (``torch.cuda._check_capability``, at CUDA's initialisation) only warns; the first kernel
+    then fails on the GPU, which no CPU run shows: a warning."""
+    return _kernels(ctx, "none")
+
+
+@rule(
+    "LP121", "warning", "construction", "GPUs that run this torch build only through PTX compiled at start",
+    fails='Trainer(strategy="ddp_static_graph", accelerator="cuda", devices=8)   # a torch built for sm_80 and '
+    "compute_80 on H100s",
+    fixed='Trainer(strategy="ddp_static_graph", accelerator="cuda", devices=8)   # a torch built for sm_80, sm_90 on '
+    "H100s",
+)  # fmt: skip
+def gpus_have_cubins(ctx: Context) -> Problem | None:
+    return _kernels(ctx, "ptx")
+
+
+@rule(
+    "LP122", "warning", "construction", "a driver older than the CUDA major torch was built with",
+    fails='Trainer(strategy="ddp_static_graph", accelerator="cuda", devices=8)   # torch 2.13.0+cu126, nvidia-smi: '
+    "CUDA Version: 11.8",
+    fixed='Trainer(strategy="ddp_static_graph", accelerator="cuda", devices=8)   # torch 2.13.0+cu126, nvidia-smi: '
+    "CUDA Version: 12.2",
+)  # fmt: skip
+def driver_runs_the_build(ctx: Context) -> Problem | None:
+    facts = _facts() if ctx.accelerator == "cuda" else None
+    return None if facts is None else _problem(ctx, driver_verdict(*facts), "accelerator")
+
+
+def requested_backend(ctx: Context) -> str | None:
+    """The process-group backend the job asks for: the strategy's ``process_group_backend``, else Lightning's default
+    for the device (NCCL on CUDA); ``None`` off CUDA without one."""
+    given = ctx.options.get("process_group_backend")
+    if isinstance(given, str):
+        return given
+    return "nccl" if ctx.accelerator == "cuda" else None
+
+
+@rule(
+    "LP123", "error", "construction", "an NCCL process group on a torch built without NCCL",
+    fails='Trainer(strategy=lightning_presets.strategy("ddp_static_graph", process_group_backend="nccl"), '
+    'accelerator="cpu", devices=2)   # a CPU-only build of torch',
+    fixed='Trainer(strategy=lightning_presets.strategy("ddp_static_graph", process_group_backend="gloo"), '
+    'accelerator="cpu", devices=2)   # a CPU-only build of torch',
+    evidence="runtime: torch's init_process_group('nccl') raises RuntimeError \"Distributed package doesn't have NCCL "
+    'built in" when fit sets up the process group',
+    setting=Setting(gpus=0),
+)  # fmt: skip
+def nccl_is_built(ctx: Context) -> Problem | None:
+    backend = requested_backend(ctx)
+    if backend is None or ctx.accelerator == "xla":
+        return None
+    try:
+        build = target_build()
+    except Exception:  # the build could not be read: nothing compared
+        return None
+    return None if build is None else _problem(ctx, nccl_verdict(backend, build), "accelerator")
+
+
+@rule(
+    "LP124", "warning", "construction", "more GPUs used than the scheduler assigned the job",
+    fails='import os\nos.environ.update(SLURM_STEP_GPUS="0,1", CUDA_VISIBLE_DEVICES="0,1,2,3")\n'
+    'Trainer(strategy="ddp_static_graph", accelerator="cuda", devices=4)',
+    fixed='import os\nos.environ.update(SLURM_STEP_GPUS="0,1,2,3", CUDA_VISIBLE_DEVICES="0,1,2,3")\n'
+    'Trainer(strategy="ddp_static_graph", accelerator="cuda", devices=4)',
+)  # fmt: skip
+def gpus_assigned(ctx: Context) -> Problem | None:
+    """Under a simulation, an unset ``CUDA_VISIBLE_DEVICES`` is SLURM's to set (``check``'s LP735 says what follows);
+    on a real node it means SLURM did not narrow it."""
+    if ctx.accelerator != "cuda":
+        return None
+    try:
+        env = os.environ
+        if hardware.current() is not None and "CUDA_VISIBLE_DEVICES" not in env:
+            return None
+        verdict = assignment_verdict(observed_machine(env), ctx.devices_per_node)
+    except Exception:  # reading the machine failed: nothing compared
+        return None
+    return _problem(ctx, verdict, "accelerator", "devices")
+
+
+@rule(
+    "LP125", "warning", "construction", "GPUs on the node and a CPU-only torch: the job trains on the CPU",
+    fails='Trainer(strategy="ddp_static_graph", devices=2)   # nvidia-smi lists 8 GPUs; torch 2.13.0+cpu',
+    fixed='Trainer(strategy="ddp_static_graph", devices=2)   # nvidia-smi lists 8 GPUs; torch 2.13.0+cu126',
+)  # fmt: skip
+def gpus_usable(ctx: Context) -> Problem | None:
+    """``accelerator='auto'`` picks the CPU when torch has no CUDA: legal, and rarely what a job on a GPU node meant.
+    Only on a real node (a simulation's GPUs are not this machine's)."""
+    if ctx.accelerator != "cpu" or ctx.arguments.get("accelerator", "auto") != "auto" or hardware.current() is not None:
+        return None
+    try:
+        import torch
+
+        verdict = cpu_build_verdict(observed_machine(), installed_build(), hip=torch.version.hip is not None)
+    except Exception:  # reading the machine failed: nothing compared
+        return None
+    return _problem(ctx, verdict, "accelerator")
+
+
+MACHINE_RULES: tuple[Rule, ...] = (gpus_have_kernels, gpus_have_cubins, driver_runs_the_build, nccl_is_built,
+                                   gpus_assigned, gpus_usable)  # fmt: skip
+"""Run for every strategy preset at construction (the guard head adds them)."""
