@@ -75,6 +75,9 @@ _LIMITS = ("cuda", "nccl", "nvidia", "triton", "flash_attn", "transformer_engine
            "accelerator device", "mirrorgroup", "not implemented for the fake", "fake process group")  # fmt: skip
 
 
+_DATA_HOOKS = ("prepare_data", "train_dataloader", "val_dataloader", "setup_dataloaders")
+
+
 @dataclass(frozen=True, slots=True)
 class SetupJob:
     """The job's strategy, as ``check`` built it: the preset (or Lightning strategy) name, the ``--set`` overrides,
@@ -527,6 +530,9 @@ def limitation(error: BaseException) -> str:
     if "autograd" in text and "fork" in text:
         return FORKED_AUTOGRAD
     frames = traceback.extract_tb(error.__traceback__)
+    data = os.sep.join(("torch", "utils", "data", ""))
+    if any(frame.name in _DATA_HOOKS for frame in frames) or any(data in frame.filename for frame in frames):
+        return f"loading the model's data raised {type(error).__name__}; the job's data may be where the job runs"
     if any(frame.filename == __file__ for frame in frames[-2:]):  # raised in the mirror group itself
         return "the rehearsal's process group"
     hit = next((word for word in _LIMITS if word in text), None)
