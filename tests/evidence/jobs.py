@@ -66,3 +66,25 @@ def run_child(code: str, env: dict[str, str]) -> str:
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=240,
                           env={**os.environ, **env, "PYTHONPATH": path}, check=False)  # fmt: skip
     return done.stdout + done.stderr
+
+
+class Normed(LightningModule):
+    """A module with batch norm, for the sync_batchnorm rules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.net(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class SyncNormed(Normed):
+    """A module whose batch norm is ``nn.SyncBatchNorm`` already (built so), with no sync_batchnorm flag anywhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net[1] = torch.nn.SyncBatchNorm(4)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+from jobs import Normed, SyncNormed
 from lightning.pytorch import LightningModule, Trainer
 from proof import Proof, reports
 
@@ -174,7 +175,6 @@ def test_lp308_neighbour_plain_ddp_accumulates() -> None:
 def test_lp118_fsdp_precision_refuses_clipping_by_norm(proof: Proof, cuda8: SimulatedGPU) -> None:
     """The precision plugin the FSDP preset runs with refuses the Trainer's default clipping at the optimizer step."""
     from lightning.fabric.utilities.exceptions import MisconfigurationException
-    from lightning.pytorch import LightningModule
     from lightning.pytorch.utilities import GradClipAlgorithmType
 
     def build() -> Trainer:
@@ -244,20 +244,6 @@ def test_lp509_xla_fsdp_refuses_an_unknown_state_dict_type(proof: Proof, tmp_pat
                 strategy.load_checkpoint(tmp_path, state={"model": torch.nn.Linear(2, 2)})
 
 
-class _Normed(LightningModule):
-    """A module with batch norm, for the sync_batchnorm rules."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1))
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self.net(batch[0]).pow(2).mean()
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
 @pytest.fixture(autouse=True)
 def _no_leftover_world() -> Any:
     """A real ``fit`` in this process leaves Lightning's default process group (its store listening on MASTER_PORT)
@@ -273,53 +259,23 @@ def _no_leftover_world() -> Any:
     os.environ.update(saved)
 
 
-@pytest.mark.proves("LP217")
-def test_lp217_model_parallel_ignores_sync_batchnorm(proof: Proof) -> None:
-    """fsdp2 with sync_batchnorm=True: after Lightning's setup the batch norm is still plain BatchNorm1d (shown on one
-    process: ModelParallelStrategy's setup converts nothing whatever the world size; on two, each rank would then
-    normalise over its own half of the batch)."""
-    from torch.utils.data import DataLoader, TensorDataset
-
-    def build() -> Trainer:
-        trainer = Trainer(strategy="fsdp2", accelerator="cpu", devices=2, sync_batchnorm=True, max_steps=1, **QUIET)
-        trainer.strategy._lp_check_setup(_Normed())
-        return trainer
-
-    proof.refused("LP217", build)
-    with proof.guard_off("LP217"):
-        module = _Normed()
-        Trainer(strategy="fsdp2", accelerator="cpu", devices=1, sync_batchnorm=True, max_steps=1, **QUIET).fit(
-            module, DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
-        )
-        kinds = sorted({type(layer).__name__ for layer in module.modules() if "BatchNorm" in type(layer).__name__})
-        proof.wrong("batch-norm layers after setup with sync_batchnorm=True", ["SyncBatchNorm"], kinds)
-
-
 @pytest.mark.proves("LP310")
 def test_lp310_ddp_refuses_sync_batchnorm_on_cpu(proof: Proof, tmp_path: Path) -> None:
     import torch.distributed as dist
 
     def build() -> Trainer:
         trainer = Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, sync_batchnorm=True, **QUIET)
-        trainer.strategy._lp_check_model(_Normed())
+        trainer.strategy._lp_check_model(Normed())
         return trainer
 
     proof.refused("LP310", build)
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
-        converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(_Normed())  # what Lightning's layer sync does
+        converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(Normed())  # what Lightning's layer sync does
         with proof.raises(ValueError, "SyncBatchNorm layers only work with GPU modules", code="LP310"):
             torch.nn.parallel.DistributedDataParallel(converted)  # what DDPStrategy wraps the model in
     finally:
         dist.destroy_process_group()
-
-
-class _SyncNormed(_Normed):
-    """A module whose batch norm is ``nn.SyncBatchNorm`` already (built so), with no sync_batchnorm flag anywhere."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net[1] = torch.nn.SyncBatchNorm(4)
 
 
 @pytest.mark.proves("LP310")
@@ -329,106 +285,13 @@ def test_lp310_the_models_own_sync_batch_norm_fails_when_ddp_wraps_it_on_cpu(pro
 
     def build() -> Trainer:
         trainer = Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=2, **QUIET)
-        trainer.strategy._lp_check_model(_SyncNormed())
+        trainer.strategy._lp_check_model(SyncNormed())
         return trainer
 
     proof.refused("LP310", build)
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         with proof.raises(ValueError, "SyncBatchNorm layers only work with GPU modules", code="LP310"):
-            torch.nn.parallel.DistributedDataParallel(_SyncNormed())  # what DDPStrategy wraps the model in
+            torch.nn.parallel.DistributedDataParallel(SyncNormed())  # what DDPStrategy wraps the model in
     finally:
         dist.destroy_process_group()
-
-
-@pytest.mark.proves("LP219")
-def test_lp219_sync_batch_norm_off_cuda_fails_in_the_first_training_step(proof: Proof, process_group: None) -> None:
-    """fsdp2 on CPU with SyncBatchNorm layers: refused on the complete model before sharding; with the guard off the
-    first training step raises in torch's SyncBatchNorm (one process here: ModelParallelStrategy forms a process
-    group whatever the world size, and that is all SyncBatchNorm asks before refusing a CPU input; the 2-process run
-    fails the same way, tests/evidence/scripts/guard_truth.py norm_layers)."""
-    from torch.utils.data import DataLoader, TensorDataset
-
-    def build() -> Trainer:
-        trainer = Trainer(strategy="fsdp2", accelerator="cpu", devices=2, max_steps=1, **QUIET)
-        trainer.strategy._lp_check_setup(_SyncNormed())
-        return trainer
-
-    proof.refused("LP219", build)
-    with proof.guard_off("LP219"), proof.raises(ValueError, "SyncBatchNorm expected input tensor to be on GPU"):
-        Trainer(strategy="fsdp2", accelerator="cpu", devices=1, max_steps=1, **QUIET).fit(
-            _SyncNormed(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
-        )
-
-
-@pytest.mark.distributed
-@pytest.mark.proves("LP219")
-def test_lp219_sync_batch_norm_off_cuda_fails_on_two_processes(proof: Proof) -> None:
-    """The reviewer's job: fsdp2 on 2 CPU processes, SyncBatchNorm layers and sync_batchnorm=True, guard off."""
-
-    def build() -> Trainer:
-        trainer = Trainer(strategy="fsdp2", accelerator="cpu", devices=2, sync_batchnorm=True, **QUIET)
-        trainer.strategy._lp_check_setup(_SyncNormed())
-        return trainer
-
-    proof.refused("LP219", build)
-    done = run_job("guard_truth:norm_layers", "fsdp2/SyncBatchNorm/sync", env={"LIGHTNING_PRESETS_SKIP": "LP219"},
-                   path=(str(HERE / "scripts"),), timeout=180)  # fmt: skip
-    assert done.outcome == "raised", done.describe()
-    proof.child(reports(done.stdout), "norm_layers", "ValueError", "SyncBatchNorm expected input tensor to be on GPU",
-                code="LP219")  # fmt: skip
-
-
-@pytest.fixture
-def fake_world() -> Any:
-    """A process group of two fake ranks in this process: DTensors are built and dispatched, nothing is sent."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-def _two_meshes() -> torch.nn.Module:
-    """What tp2d_hybrid's configure_model makes of a model: a tensor-parallel layer on the 2-D mesh, the rest sharded
-    on the data-parallel mesh only."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-
-    mesh = init_device_mesh("cpu", (1, 2), mesh_dim_names=("data_parallel", "tensor_parallel"))
-    model = torch.nn.Module()
-    model.tp = torch.nn.Parameter(distribute_tensor(torch.randn(4, 4), mesh, [Replicate(), Shard(0)]))
-    model.dp = torch.nn.Parameter(distribute_tensor(torch.randn(4), mesh["data_parallel"], [Shard(0)]))
-    for parameter in model.parameters():
-        parameter.grad = parameter.detach().clone()
-    return model
-
-
-@pytest.mark.proves("LP215")
-def test_lp215_clipping_by_norm_stacks_norms_of_two_meshes(proof: Proof, fake_world: None) -> None:
-    model = _two_meshes()
-
-    def build() -> Trainer:
-        trainer = Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2, gradient_clip_val=1.0, **QUIET)
-        trainer.strategy._lp_check_setup(model)
-        return trainer
-
-    proof.refused("LP215", build)
-    with proof.raises(RuntimeError, "must have the same mesh", code="LP215"):
-        torch.nn.utils.clip_grad_norm_(list(model.parameters()), 1.0)  # what the precision plugin calls to clip
-
-
-@pytest.mark.proves("LP216")
-def test_lp216_anomaly_mode_has_no_dtensor_kernel(proof: Proof, fake_world: None) -> None:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Shard, distribute_tensor
-
-    proof.refused(
-        "LP216", lambda: Trainer(strategy="tp2d_hybrid", accelerator="cpu", devices=2, detect_anomaly=True, **QUIET)
-    )
-    sharded = distribute_tensor(torch.randn(4, 4), init_device_mesh("cpu", (2,)), [Shard(0)])
-    with proof.raises(NotImplementedError, "_is_any_true.default does not have a sharding strategy", code="LP216"):
-        torch.ops.aten._is_any_true(sharded.isnan())  # anomaly mode's NaN check on every gradient
