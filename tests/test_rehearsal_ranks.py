@@ -156,3 +156,50 @@ def test_check_json_names_the_disagreement_and_lists_the_stages(
     assert "not rehearsed:" in said, said
     assert "NCCL itself" in said, said
     assert "CUDA kernels" in said, said
+
+
+DATA = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from lightning.pytorch import LightningDataModule
+from ranks_models_t import Base
+
+
+class NoLoaders(Base):
+    train_dataloader = val_dataloader = None
+
+
+class Pairs(LightningDataModule):
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))), batch_size=4)
+
+    val_dataloader = train_dataloader
+
+
+class Triples(LightningDataModule):
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,)), torch.ones(8)), batch_size=4)
+"""
+
+
+def test_datamodule_gives_the_first_batches(models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--datamodule MODULE:FACTORY``: its loaders feed the rehearsal (the model has none); a batch its step cannot
+    unpack is the training step's error; without --model it is a usage error."""
+    from lightning_presets.cli import main
+
+    (models / "ranks_data_t.py").write_text(textwrap.dedent(DATA))
+    job = ["check", "--strategy", "ddp", "--accelerator", "cpu", "--devices", "2", "--json"]
+    assert main([*job, "--model", "ranks_data_t:NoLoaders", "--datamodule", "ranks_data_t:Pairs"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    said = next(note for note in report["notes"] if note.startswith("rehearsal ("))
+    assert "first batch from Pairs.train_dataloader()" in said, said
+    assert "sanity validation step" in said, said
+    assert report["request"]["datamodule"] == "ranks_data_t:Pairs", report["request"]
+    assert main([*job, "--model", "ranks_data_t:NoLoaders", "--datamodule", "ranks_data_t:Triples"]) == 1
+    found = json.loads(capsys.readouterr().out)["findings"]
+    assert [(each["code"], each["severity"]) for each in found] == [("LP741", "error")], found
+    assert "too many values to unpack" in found[0]["message"], found
+    with pytest.raises(SystemExit) as usage:
+        main([*job, "--datamodule", "ranks_data_t:Pairs"])
+    assert usage.value.code == 2
+    assert "give --model MODULE:FACTORY too" in capsys.readouterr().err

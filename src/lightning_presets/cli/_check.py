@@ -143,6 +143,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--model", metavar="MODULE:FACTORY",
                         help="plan this model's memory per GPU under the job's preset (traced, as `lightning-presets "
                         "plan --model`) and compare it with --gpu-memory (LP730, LP731)")  # fmt: skip
+    target.add_argument("--datamodule", metavar="MODULE:FACTORY",
+                        help="with --model: the LightningDataModule whose train_dataloader() (and val_dataloader()) "
+                        "gives the rehearsal's first batches, as fit(model, datamodule=...) takes them")  # fmt: skip
     target.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                         help="with --model: stop building and rehearsing the model after this long (default "
                         "300); a factory that never returns is then an error, not a hang")  # fmt: skip
@@ -172,6 +175,11 @@ def request_from(args: argparse.Namespace) -> _check.CheckRequest:
         if ignored:
             notes.append(f"Fabric takes no {', '.join(ignored)}; left out")
         arguments = {key: value for key, value in arguments.items() if key in _check.FABRIC_KEYS}
+    if getattr(args, "datamodule", None) and not args.model:
+        from lightning_presets.core.findings import UsageError
+
+        raise UsageError(f"--datamodule {args.datamodule} gives the batches of the model that --model names: give "
+                         "--model MODULE:FACTORY too")  # fmt: skip
     overrides = {key: _check.parse_value(value) for key, value in args.overrides}
     for flag, pairs in (("--set", overrides.items()), ("--env", ((k, _check.parse_value(v)) for k, v in args.env))):
         for key, value in pairs:  # what the check reads as literals, bounded as a config file is
@@ -189,6 +197,7 @@ def request_from(args: argparse.Namespace) -> _check.CheckRequest:
         interactive=args.interactive,
         notes=tuple(notes),
         model=args.model,
+        datamodule=getattr(args, "datamodule", None),
         resume_from=args.resume_from,
     )
     return request

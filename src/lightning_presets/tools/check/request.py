@@ -61,6 +61,9 @@ class CheckRequest:
     """``MODULE:FACTORY``: the model the preset's model-stage rules decide on (``tools.check.stages``) and whose
     memory :func:`~lightning_presets.tools.verdict.run_check` plans under the job's preset against ``gpu_memory``
     (``tools.plan.fit``: LP730-LP731)."""
+    datamodule: str | None = None
+    """``MODULE:FACTORY`` of a ``LightningDataModule`` (with :attr:`model`): the rehearsal's first batches come from
+    its ``train_dataloader()`` (and ``val_dataloader()``), as ``fit(model, datamodule=...)`` takes them."""
 
     @property
     def constructor(self) -> str:
@@ -87,13 +90,17 @@ class CheckRequest:
         return f"{self.constructor}({', '.join(parts)})"
 
     def as_dict(self) -> dict[str, Any]:
-        data = {
+        data: dict[str, Any] = {
             "mode": self.mode,
             "arguments": {key: _echoed(value) for key, value in self.arguments.items()},
             "plugins": list(self.plugins),
             "overrides": {key: _echoed(value) for key, value in self.overrides.items()},
         }
-        return data if self.model is None else {**data, "model": self.model}
+        if self.model is not None:
+            data["model"] = self.model
+        if self.datamodule is not None:
+            data["datamodule"] = self.datamodule
+        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -172,7 +172,8 @@ def model_findings(request: CheckRequest, outcome: _construct.Outcome, timeout_s
             rehearsed = _rehearsal.rehearse(request.model, _rehearsal.trainer_arguments(dict(request.arguments)),
                                             family, timeout_s or _rehearsal.DEFAULT_TIMEOUT_S,
                                             world if isinstance(world, int) else 1,
-                                            nodes if isinstance(nodes, int) else 1)  # fmt: skip
+                                            nodes if isinstance(nodes, int) else 1,
+                                            datamodule=request.datamodule)  # fmt: skip
         except _rehearsal.RehearsalFailed as error:
             raise UsageError(str(error)) from None
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import os
 import time
 import traceback
@@ -45,12 +46,26 @@ def strategy_stages(model: Any, trainer_kwargs: dict[str, Any], family: str | No
     ``raised`` (with ``exception``, the user's ``line`` and the ``code`` of a declared error of its range, or no code
     where the rehearsal itself is the limit: reported as LP743); ``not rehearsed`` (``detail``: where and why it
     stopped). A ``raised`` record stops the rehearsal before ``fit``. It must leave ``model`` usable by ``fit`` (set-up
-    on a copy, or undone).
+    on a copy, or undone). With ``check --datamodule``, the child passes the built ``LightningDataModule`` as the
+    keyword ``datamodule=`` to a plug-in whose function takes it (its batches are the job's); a plug-in that does
+    not take it is not called then (its stage is said as not rehearsed).
 
     This function is the default: nothing rehearsed, said so.
     """
     return [StageRecord(name=f"the {family or 'strategy'}'s wrapping on the job's {world_size} ranks",
                         outcome="not rehearsed", detail="no strategy set-up module in this rehearsal")]  # fmt: skip
+
+
+def _plugged(stages: Any, model: Any, trainer_kwargs: dict[str, Any], family: str | None, world_size: int, rank: int,
+             data: Any) -> list[StageRecord]:  # fmt: skip
+    """The plug-in's stages; with a ``--datamodule``, only from a plug-in that takes it (``datamodule=``): one that
+    does not would run the model without its batches (said as not rehearsed)."""
+    if data is None:
+        return list(stages(model, trainer_kwargs, family, world_size, rank))
+    if "datamodule" in inspect.signature(stages).parameters:
+        return list(stages(model, trainer_kwargs, family, world_size, rank, datamodule=data))
+    return [StageRecord(name=f"the {family or 'strategy'}'s set-up on the job's {world_size} ranks",
+                        outcome="not rehearsed", detail="its rehearsal takes no --datamodule yet")]  # fmt: skip
 
 
 def plugin() -> ModuleType | None:
@@ -116,10 +131,11 @@ def _first(error: BaseException) -> str:
 
 def rehearse_in_process(
     spec: str, arguments: dict[str, Any], family: str | None = None, world_size: int = 1, rank: int = 0,
-    num_nodes: int = 1,
+    num_nodes: int = 1, datamodule: str | None = None,
 ) -> Rehearsal:  # fmt: skip
     """The rehearsal itself (the child calls it; tests may, in a process that holds no process group), as ``rank``
-    of ``world_size`` ranks on ``num_nodes`` nodes."""
+    of ``world_size`` ranks on ``num_nodes`` nodes; the first batches from the ``datamodule`` built by
+    ``MODULE:FACTORY`` when given."""
     import logging
     import warnings
 
@@ -147,7 +163,8 @@ def rehearse_in_process(
     if precision.startswith("16"):
         trainer_args["precision"] = "bf16" + precision[2:]
         notes.append(f"precision {precision} rehearsed as {trainer_args['precision']} (a CPU has no float16 autocast)")
-    train, validation, source = _loaders(model, spec)
+    data = _datamodule(datamodule) if datamodule else None
+    train, validation, source = _loaders(model, spec, data)
     if not validation:
         notes.append("no first validation step: the model defines no val_dataloader and validation_step")
     recorder = _stages_callback()
@@ -163,15 +180,15 @@ def rehearse_in_process(
         try:
             with _world(world_size, rank):  # torch.distributed calls of the user's step see the job's world size
                 module = plugin()
-                stages = getattr(module, "strategy_stages", strategy_stages)
-                records = list(stages(model, trainer_args, family, world_size, rank))
+                records = _plugged(getattr(module, "strategy_stages", strategy_stages), model, trainer_args, family,
+                                   world_size, rank, data)  # fmt: skip
                 if not any(record.outcome == "raised" for record in records):
                     trainer = Trainer(accelerator="cpu", devices=1, max_epochs=1, max_steps=1, limit_train_batches=1,
                                       limit_val_batches=1, num_sanity_val_steps=1 if validation else 0, logger=False,
                                       enable_checkpointing=False, enable_progress_bar=False, default_root_dir=scratch,
                                       enable_model_summary=False, callbacks=[recorder],
                                       **_ranked(world_size, rank, num_nodes), **trainer_args)  # fmt: skip
-                    trainer.fit(model, train_dataloaders=train)
+                    trainer.fit(model, train_dataloaders=train, datamodule=data)
                     recorder.steps.append("epoch-end hooks")
                     _save(trainer, scratch, recorder, notes)
         except BaseException as raised:  # the user's code may raise anything, SystemExit included
@@ -330,27 +347,47 @@ def _deepspeed_optimizers(model: Any) -> BaseException | None:
     return None
 
 
-def _loaders(model: Any, spec: str) -> tuple[Any, bool, str]:
-    """What fit gets to train on: the model's own dataloader hooks (Lightning calls them after ``prepare_data`` and
-    ``setup``, as in the job; one batch of each is used), else a loader of its ``example_input_array``; whether it
-    has a validation step to run; where the first batch comes from."""
-    from lightning.pytorch import LightningModule
+def _datamodule(spec: str) -> Any:
+    """The ``LightningDataModule`` the user's factory builds (``--datamodule MODULE:FACTORY``)."""
+    from lightning.pytorch import LightningDataModule
+
+    from lightning_presets.tools.simulation.user_model import ModelError, contained, load_factory
+
+    factory = load_factory(spec, noun="--datamodule")
+    with contained(f"the factory {spec}"):
+        data = factory()
+    if not isinstance(data, LightningDataModule):
+        raise ModelError(f"--datamodule {spec}: the factory returned a {type(data).__name__}, not a "
+                         "LightningDataModule")  # fmt: skip
+    return data
+
+
+def _loaders(model: Any, spec: str, data: Any = None) -> tuple[Any, bool, str]:
+    """What fit gets to train on: the ``data`` module's loaders when given, else the model's own dataloader hooks
+    (Lightning calls them after ``prepare_data`` and ``setup``, as in the job; one batch of each is used), else a
+    loader of its ``example_input_array``; whether it has a validation step to run; where the first batch comes
+    from."""
+    from lightning.pytorch import LightningDataModule, LightningModule
     from torch.utils.data import DataLoader
 
     from lightning_presets.tools.simulation.user_model import ModelError
 
-    def overridden(name: str) -> bool:
-        return getattr(type(model), name, None) is not getattr(LightningModule, name)
+    def overridden(name: str, owner: Any = model, base: type = LightningModule) -> bool:
+        return getattr(type(owner), name, None) is not getattr(base, name)
 
+    if data is not None:
+        validation = overridden("val_dataloader", data, LightningDataModule) and overridden("validation_step")
+        return None, validation, f"{type(data).__name__}.train_dataloader()"
     validation = overridden("val_dataloader") and overridden("validation_step")
     if overridden("train_dataloader"):
         return None, validation, f"{type(model).__name__}.train_dataloader()"
     if getattr(model, "example_input_array", None) is not None:
         return DataLoader(cast(Any, [model.example_input_array]), batch_size=None), validation, "example_input_array"
     raise ModelError(f"--model {spec}: {type(model).__name__} has neither a train_dataloader() nor an "
-                     "example_input_array, so there is no batch to rehearse the first step with; define one "
-                     "(a batch as the dataloader yields it, e.g. self.example_input_array = "
-                     "(torch.zeros(8, 32), torch.zeros(8, dtype=torch.long)))")  # fmt: skip
+                     "example_input_array, and no --datamodule was given, so there is no batch to rehearse the first "
+                     "step with; give --datamodule MODULE:FACTORY, or define one of them (a batch as the dataloader "
+                     "yields it, e.g. self.example_input_array = (torch.zeros(8, 32), torch.zeros(8, "
+                     "dtype=torch.long)))")  # fmt: skip
 
 
 STEPS = (

@@ -47,18 +47,19 @@ def ranks_to_rehearse(world_size: int, num_nodes: int = 1) -> tuple[int, ...]:
 
 def rehearse(
     spec: str, arguments: dict[str, Any], family: str | None, timeout_s: float = DEFAULT_TIMEOUT_S, world_size: int = 1,
-    num_nodes: int = 1,
+    num_nodes: int = 1, datamodule: str | None = None,
 ) -> Rehearsal:  # fmt: skip
     """Rehearse ``spec`` (``MODULE:FACTORY``) with the job's Trainer ``arguments`` in child processes, one per rank of
     :func:`ranks_to_rehearse`, side by side: each forked from this one, which has imported torch and Lightning
     already (a fresh interpreter would import them again: seconds); then their collectives compared.
 
-    ``family`` is the preset's family (``deepspeed`` adds DeepSpeed's optimizer reading). Raises
+    ``family`` is the preset's family (``deepspeed`` adds DeepSpeed's optimizer reading); ``datamodule``
+    (``MODULE:FACTORY``) the ``LightningDataModule`` whose loaders give the first batches. Raises
     :class:`RehearsalFailed` when the model cannot be built or a child ends without a result; a child that a
     signal ended (:class:`RehearsalCrashed`) is forked once more first.
     """
     base = {"spec": spec, "arguments": _jsonable(arguments), "family": family, "world_size": world_size,
-            "num_nodes": num_nodes}  # fmt: skip
+            "num_nodes": num_nodes, "datamodule": datamodule}  # fmt: skip
     payloads = [{**base, "rank": rank} for rank in ranks_to_rehearse(world_size, num_nodes)]
     return merged(_side_by_side(payloads, timeout_s))
 
@@ -248,7 +249,8 @@ def _child_result(payload: dict[str, Any]) -> str:
     try:
         result = rehearse_in_process(payload["spec"], payload["arguments"], payload.get("family"),
                                      int(payload.get("world_size", 1)), rank=int(payload.get("rank", 0)),
-                                     num_nodes=int(payload.get("num_nodes", 1)))  # fmt: skip
+                                     num_nodes=int(payload.get("num_nodes", 1)),
+                                     datamodule=payload.get("datamodule"))  # fmt: skip
     except ModelError as error:
         text = str(error)
         return json.dumps({"event": "failed", "message": text if text.startswith("--model") else
