@@ -18,11 +18,13 @@ from torch import nn
 
 from lightning_presets.checkpoints import read_checkpoint
 from lightning_presets.cli import main
-from lightning_presets.guards.resume import command_line, to_one_file
+from lightning_presets.guards.resume import command_line, render, to_one_file
+from lightning_presets.guards.resume.conversions import to_universal
 from lightning_presets.tools import convert as convert_module
 from lightning_presets.tools.convert import ConvertError, convert, loading, writing
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "tests" / "scripts"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_resume_matrix as bench  # noqa: E402
@@ -145,20 +147,27 @@ def test_bad_input_is_refused_with_nothing_written(tmp_path: Path, capsys: pytes
     truncated.write_bytes((tmp_path / "run.ckpt").read_bytes()[:500])
     assert main(["convert", str(truncated), str(tmp_path / "out.ckpt")]) == 1
     err = capsys.readouterr().err
-    assert "not converted" in err
+    assert "not converted: [LP820]" in err
     assert "truncated.ckpt" in err
     assert "hint:" in err
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt", "truncated.ckpt"]  # no scratch left behind
 
-    with pytest.raises(ConvertError, match="no checkpoint at"):
+    with pytest.raises(ConvertError, match=r"\[LP820\] no checkpoint at"):
         convert(tmp_path / "missing.ckpt", tmp_path / "out.ckpt")
+    (tmp_path / "foreign.ckpt").write_text("not a checkpoint")
+    with pytest.raises(ConvertError, match=r"\[LP820\]"):
+        convert(tmp_path / "foreign.ckpt", tmp_path / "out.ckpt")
+    (tmp_path / "foreign.ckpt").unlink()
+    source = digest(tmp_path / "run.ckpt")
     (tmp_path / "taken.ckpt").write_text("keep me")
-    with pytest.raises(ConvertError, match="exists"):
-        convert(tmp_path / "run.ckpt", tmp_path / "taken.ckpt")
+    assert main(["convert", str(tmp_path / "run.ckpt"), str(tmp_path / "taken.ckpt")]) == 1
+    assert "[LP821] the destination" in capsys.readouterr().err
     assert (tmp_path / "taken.ckpt").read_text() == "keep me"
-    with pytest.raises(ConvertError, match="is the source"):
+    with pytest.raises(ConvertError, match=r"\[LP821\] .* is the source"):
         convert(tmp_path / "run.ckpt", tmp_path / "run.ckpt", force=True)
+    assert digest(tmp_path / "run.ckpt") == source
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt", "taken.ckpt", "truncated.ckpt"]
     convert(tmp_path / "run.ckpt", tmp_path / "taken.ckpt", force=True)
     assert torch.load(tmp_path / "taken.ckpt", weights_only=False)["global_step"] == checkpoint["global_step"]
 
@@ -174,7 +183,7 @@ def test_a_result_that_differs_from_its_source_is_not_written(tmp_path: Path, mo
         save(changed, path)
 
     monkeypatch.setattr(writing, "save_file", corrupting)
-    with pytest.raises(ConvertError, match=r"state_dict/model\.0\.weight: the values differ"):
+    with pytest.raises(ConvertError, match=r"\[LP823\] .*state_dict/model\.0\.weight: the values differ"):
         convert(tmp_path / "run.ckpt", tmp_path / "out.ckpt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]
     assert digest(tmp_path / "run.ckpt") == before
@@ -203,32 +212,143 @@ def test_the_targets_are_what_the_cli_offers() -> None:
     assert tuple(to.choices or ()) == convert_module.TARGETS
 
 
-@pytest.mark.distributed
-@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed")
-def test_deepspeed_zero_folders_written_by_its_engine_on_cpu(tmp_path: Path) -> None:
-    """DeepSpeed's engine on 2 gloo processes writes ZeRO-2 and ZeRO-3 folders; convert's file holds the fp32 weights
-    the engine held (gathered from its partitions), and says that the ZeRO optimizer state is not carried."""
+def _deepspeed(arguments: list[str], world_size: int) -> list[str]:
+    """tests/scripts/deepspeed_save.py on ``world_size`` gloo processes of DeepSpeed's CPU accelerator: each output."""
     from harness import free_port
 
-    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    script = str(ROOT / "tests" / "scripts" / "deepspeed_save.py")
+    env = {**os.environ, "WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     ranks = [
         subprocess.Popen(
-            [sys.executable, script, str(tmp_path)],
+            [sys.executable, str(SCRIPTS / "deepspeed_save.py"), *arguments],
             env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for r in (0, 1)
+        for r in range(world_size)
     ]
-    outputs = [rank.communicate(timeout=300)[0] for rank in ranks]
+    return [rank.communicate(timeout=300)[0] for rank in ranks]
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed")
+def test_deepspeed_zero_folders_written_by_its_engine_on_cpu(tmp_path: Path) -> None:
+    """DeepSpeed's engine on 2 gloo processes writes ZeRO-2 and ZeRO-3 folders; convert's file holds the fp32 weights
+    the engine held (gathered from its partitions), and says that the ZeRO optimizer state is not carried. LP802's
+    conversion (``convert --to universal``: ds_to_universal on a copy), its command line run verbatim, makes each
+    folder load into a 1-process engine with ``checkpoint.load_universal``: the weights it held at 2 processes and
+    AdamW's step count; the source folders unchanged."""
+    outputs = _deepspeed([str(tmp_path)], world_size=2)
     assert all(f"SAVED {r}" in output for r, output in enumerate(outputs)), outputs[0][-3000:]
+    universal = []
     for stage in (2, 3):
-        result = convert(tmp_path / f"zero{stage}", tmp_path / f"zero{stage}.pt")
+        folder = tmp_path / f"zero{stage}"
+        result = convert(folder, tmp_path / f"zero{stage}.pt")
         assert f"ZeRO-{stage}" in result.source_layout
         assert any("ZeRO optimizer state" in each for each in result.dropped)
         written = torch.load(tmp_path / f"zero{stage}.pt", weights_only=True)
         held = torch.load(tmp_path / f"zero{stage}.held.pt", weights_only=True)
         assert written.keys() == held.keys()
         assert all(torch.equal(written[k], v) for k, v in held.items()), stage
+
+        before = digest(folder)
+        conversion = to_universal(read_checkpoint(folder))  # what LP802's hint renders
+        assert render(conversion).startswith("`python -m lightning_presets convert ")
+        if stage == 2:  # the hint's line, verbatim (one interpreter more); ZeRO-3 through the API, in this one
+            (step,) = conversion.steps
+            done = subprocess.run(command_line(step, sys.executable), capture_output=True, text=True, check=False,
+                                  timeout=300)  # fmt: skip
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert "universal, 4 tensors" in " ".join(done.stdout.split())
+        else:
+            assert convert(folder, conversion.result, to="universal").tensors == 4
+        assert digest(folder) == before  # ds_to_universal ran on a copy
+        assert read_checkpoint(conversion.result).universal
+        universal.append(conversion.result)
+    (loaded,) = _deepspeed(["--load-universal", *universal, str(tmp_path)], world_size=1)
+    assert "LOADED 2 EQUAL True STEP 2" in loaded, loaded[-3000:]
+    assert "LOADED 3 EQUAL True STEP 2" in loaded, loaded[-3000:]
+
+
+@pytest.fixture(scope="module")
+def ddp_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float]]:
+    """A real ddp_static_graph checkpoint of 1 process (saved after step 3 of 5, Adam's state in it) and the
+    uninterrupted run's losses."""
+    path = tmp_path_factory.mktemp("ddp") / "ddp-1.ckpt"
+    saved, _ = bench.run(["save", "--strategy", "ddp_static_graph", "--devices", "1", "--out", str(path)])
+    assert saved["error"] is None, saved
+    return path, saved["losses"]
+
+
+def _refused(arguments: list[str], code: str, capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["convert", *arguments]) == 1
+    err = " ".join(capsys.readouterr().err.split())  # the terminal's line breaks as spaces
+    assert f"not converted: [{code}]" in err, err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.mark.distributed
+def test_a_ddp_file_becomes_a_folder_that_fsdp2_and_tp2d_hybrid_resume_on_two_processes(
+    ddp_file: tuple[Path, dict[str, float]], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """DDP's file -> the Trainer's sharded folder (Adam's state re-keyed by name through the model's own
+    configure_optimizers) -> fsdp2 and tp2d_hybrid on 2 processes resume with the uninterrupted run's losses; the
+    folder, read by torch's own reader, holds the file's weights and Adam's state parameter by parameter. Without the
+    model, or with another model, LP822: nothing written, the source unchanged."""
+    source, losses = ddp_file
+    before = digest(source)
+    monkeypatch.syspath_prepend(str(SCRIPTS))  # where the factory lives, as `--model` imports it
+    out = tmp_path / "fsdp2.ckpt"
+    target = [str(source), str(out), "--strategy", "fsdp2", "--devices", "2"]
+    assert "--model MODULE:FACTORY" in _refused(target, "LP822", capsys)
+    assert "not the checkpoint's model" in _refused([*target, "--model", "convert_model:other"], "LP822", capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert main(["convert", *target, "--model", "convert_model:module", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["target"], report["verified"], report["dropped"]) == ("folder", True, [])
+    assert "Trainer(strategy='fsdp2', devices=2, num_nodes=1) resumes it" in report["guard"]
+    assert digest(source) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fsdp2.ckpt"]  # no scratch left beside it
+
+    from convert_model import module
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(out, tmp_path / "torch.pt")  # torch's own reader, not the one convert verified with
+    folder = torch.load(tmp_path / "torch.pt", weights_only=False)
+    original = torch.load(source, weights_only=False)
+    assert folder["state_dict"].keys() == original["state_dict"].keys()
+    assert all(torch.equal(folder["state_dict"][k], v) for k, v in original["state_dict"].items())
+    names = [name for name, _ in module().named_parameters()]  # Adam(self.parameters()): positions in this order
+    (positions,) = original["optimizer_states"]
+    assert len(positions["state"]) == len(names)
+    for position, name in enumerate(names):
+        for key, value in positions["state"][position].items():
+            assert torch.equal(folder["optimizer_0"]["state"][name][key], value), (name, key)
+    assert torch.load(out / "meta.pt", weights_only=False)["global_step"] == original["global_step"]
+
+    for strategy in ("fsdp2", "tp2d_hybrid"):
+        resumed, _ = bench.run(["resume", "--strategy", strategy, "--devices", "2", "--ckpt", str(out)], guards=True)
+        assert resumed["error"] is None, resumed
+        assert bench._outcome(resumed, losses)[0] == "resumes", (strategy, resumed)
+
+
+def test_a_result_the_target_guard_refuses_is_not_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The target preset's resume guard judges the result: a DeepSpeed job loads no single file's optimizer state
+    (LP801), so converting for it fails with LP823 and writes nothing; a request convert does not serve (a universal
+    checkpoint from a file) is a usage error (exit 2)."""
+    trainer_file(tmp_path / "run.ckpt")
+    before = digest(tmp_path / "run.ckpt")
+    err = _refused([str(tmp_path / "run.ckpt"), str(tmp_path / "out.ckpt"), "--to", "file", "--strategy",
+                    "deepspeed_zero2_offload", "--devices", "8"], "LP823", capsys)  # fmt: skip
+    assert "[LP801]" in err
+    assert main(["convert", str(tmp_path / "run.ckpt"), str(tmp_path / "out"), "--to", "universal"]) == 2
+    usage = " ".join(capsys.readouterr().err.split())
+    assert "a universal checkpoint is made from a DeepSpeed ZeRO folder only" in usage
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]
+    assert digest(tmp_path / "run.ckpt") == before
+    result = convert(tmp_path / "run.ckpt", tmp_path / "out.ckpt", strategy="ddp_static_graph", devices=2)
+    assert result.target == "file"
+    assert "ddp_static_graph" in result.guard
+    assert "resumes it" in result.guard

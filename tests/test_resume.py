@@ -115,7 +115,7 @@ def test_lp802_zero_shards_at_another_data_parallel_size() -> None:
     state = resume(DEEPSPEED, zero_stage=2)
     assert codes(ctx("deepspeed_zero2_offload", devices=4), state) == ["LP802"]
     text = hint("LP802", ctx("deepspeed_zero2_offload", devices=4), state)
-    assert "python -m deepspeed.checkpoint.ds_to_universal --input_folder run.ckpt/checkpoint --output_folder " in text
+    assert "`python -m lightning_presets convert run.ckpt run.ckpt.universal --to universal`" in text
     assert "strategy.config['checkpoint'] = {'load_universal': True}" in text
     assert codes(ctx("deepspeed_zero2_offload", devices=8), state) == []
     assert codes(ctx("deepspeed_zero2_offload", devices=4), dataclasses.replace(state, restores_optimizer=False)) == []

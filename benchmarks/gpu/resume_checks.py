@@ -106,7 +106,8 @@ class Checks:
             )
             if done.returncode:
                 raise Failed(f"the conversion {command[1:]} failed: {done.stderr.strip()[-500:]}")
-        target = conversion.result if conversion.resumes else str(saved["path"])
+        universal = "--load-universal" in extra  # LP802: the job loads the converted copy with load_universal set
+        target = conversion.result if conversion.resumes or universal else str(saved["path"])
         report = self._run("resume", strategy, devices, Path(target), *extra, guards=True)
         outcome, difference = bench._outcome(report, saved["losses"])
         if outcome != "resumes":

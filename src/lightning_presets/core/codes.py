@@ -14,12 +14,12 @@ from lightning_presets.core.findings import Finding, Severity
 
 STAGES = (
     "catalog", "options", "construction", "trainer", "model", "setup", "optimizers", "resume", "check", "doctor",
-    "explain",
+    "explain", "convert",
 )  # fmt: skip
 """When a finding can be reported. The preset stages (``options`` to ``resume``) are those of rules
-(:data:`lightning_presets.core.rules.Stage`); ``catalog`` is the loading of entry points, ``check``, ``doctor`` and
-``explain`` the commands of that name (``explain``'s failure signatures are also matched on an exception raised inside
-a preset's run)."""
+(:data:`lightning_presets.core.rules.Stage`); ``catalog`` is the loading of entry points, ``check``, ``doctor``,
+``explain`` and ``convert`` the commands of that name (``explain``'s failure signatures are also matched on an
+exception raised inside a preset's run)."""
 
 
 EVIDENCE_KINDS = ("runtime", "gpu")

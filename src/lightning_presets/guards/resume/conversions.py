@@ -116,15 +116,19 @@ def deepspeed_root(facts: CheckpointFacts) -> tuple[str, str]:
     return root, tag
 
 
+def universal_path(facts: CheckpointFacts) -> str:
+    """Where the universal conversion writes its checkpoint: beside the checkpoint's folder, ``.universal``
+    appended."""
+    root, _ = deepspeed_root(facts)
+    return root.rstrip("/" + os.sep) + ".universal"
+
+
 def to_universal(facts: CheckpointFacts) -> Conversion:
-    """DeepSpeed's ``ds_to_universal`` on the checkpoint's tag folder (nothing when a universal copy exists); the job
-    then loads the checkpoint's folder with ``checkpoint.load_universal`` set."""
-    root, tag = deepspeed_root(facts)
-    command = _module(
-        "deepspeed.checkpoint.ds_to_universal",
-        "--input_folder",
-        os.path.join(root, tag),
-        "--output_folder",
-        os.path.join(root, tag + "_universal"),
-    )
-    return Conversion(steps=() if facts.universal else (command,), result=root)
+    """``lightning-presets convert --to universal``: DeepSpeed's ``ds_to_universal`` on a copy of the checkpoint
+    (verified; the source is not written to), then the job loads the result with ``checkpoint.load_universal`` set.
+    Nothing to run when the checkpoint has a universal copy already (the job loads the checkpoint itself)."""
+    root, _ = deepspeed_root(facts)
+    if facts.universal:
+        return Conversion(steps=(), result=root)
+    out = universal_path(facts)
+    return Conversion(steps=(_module("lightning_presets", "convert", root, out, "--to", "universal"),), result=out)

@@ -14,7 +14,6 @@ from lightning_presets.core.context import Context
 from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.guards.resume.conversions import (
     Conversion,
-    deepspeed_root,
     integer_keys,
     render,
     to_one_file,
@@ -141,7 +140,6 @@ def zero_shards_match_world(ctx: Context, resume: Resume) -> Problem | None:
         or (facts.universal and resume.load_universal)
     ):
         return None
-    root, _ = deepspeed_root(facts)
     strategy = f"strategy = lightning_presets.strategy({ctx.preset!r}{_target(ctx)}); "
     universal = f"{strategy}strategy.config['checkpoint'] = {{'load_universal': True}}"
     converted = to_universal(facts)
@@ -151,8 +149,9 @@ def zero_shards_match_world(ctx: Context, resume: Resume) -> Problem | None:
         f"{ctx.world_arithmetic}; DeepSpeed loads ZeRO optimizer shards only at the size that wrote them and raises "
         f"'The checkpoint being loaded used a DP world size of {facts.data_parallel_size} but the current world size "
         f"is {ctx.world_size}' on every rank",
-        f"{convert}load the universal checkpoint: `{universal}` and pass strategy=strategy (DeepSpeed then reads "
-        f"{os.path.join(root, 'latest_universal')!r}); or resume on {facts.data_parallel_size} processes",
+        f"{convert}load the universal checkpoint: `{universal}`, pass strategy=strategy and resume from "
+        f"{converted.result!r} (DeepSpeed then reads {os.path.join(converted.result, 'latest_universal')!r}); or "
+        f"resume on {facts.data_parallel_size} processes",
     )
 
 

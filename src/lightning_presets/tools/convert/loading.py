@@ -44,11 +44,17 @@ def load(facts: CheckpointFacts) -> Loaded:
             raise ValueError(f"{facts.path} holds a {type(checkpoint).__name__}, not a checkpoint's mapping")
         return Loaded(checkpoint, _weights_key(checkpoint, facts.model_key))
     if facts.format == "distributed":
-        checkpoint = private.load_distributed_checkpoint(facts.path)
+        checkpoint = read_folder(facts.path)
         if facts.writer == "trainer":
             return Loaded(trainer_layout(checkpoint), STATE_DICT)
         return Loaded(checkpoint, _weights_key(checkpoint, facts.model_key))
     return _load_deepspeed(facts)
+
+
+def read_folder(path: str | Path) -> dict[str, Any]:
+    """A ``torch.distributed.checkpoint`` folder read whole by Lightning's loader (``meta.pt`` merged in)."""
+    loaded: dict[str, Any] = private.load_distributed_checkpoint(path)
+    return loaded
 
 
 def _weights_key(checkpoint: Mapping[str, Any], key: str | None) -> str | None:

@@ -65,6 +65,10 @@ def read_back(path: Path, target: str) -> dict[str, Any]:
         from safetensors.torch import load_file
 
         return dict(load_file(str(path)))
+    if target == "folder":
+        from lightning_presets.tools.convert.loading import read_folder
+
+        return read_folder(path)
     import torch
 
     loaded: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
