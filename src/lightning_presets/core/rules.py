@@ -64,6 +64,10 @@ class Rule(Code):
     model of the preset's jobs (DeepSpeed's one optimizer): a warning each construction repeated would say what the
     preset's description says; ``lightning-presets check`` without ``--model`` still names it, since silence there
     reads as valid."""
+    supersedes: tuple[Rule, ...] = ()
+    """Rules this one silences when it fires (it names the same fault more precisely): :func:`run_rules` drops their
+    findings. It takes the arguments of the rules it supersedes; it is checked for them when they run, even when it is
+    skipped or of another stage."""
 
     def __call__(self, *args: Any) -> Finding | None:
         problem = self.check(*args)
@@ -96,6 +100,7 @@ def rule(
     consequence: str = "",
     shows: tuple[str, ...] = (),
     construction: bool = True,
+    supersedes: tuple[Rule, ...] = (),
 ) -> Callable[[Callable[..., Problem | None]], Rule]:
     """Turn a function returning :class:`Problem` or ``None`` into a :class:`Rule`; a rule of a model stage that
     declares ``unless`` (and ``consequence``, and ``when`` to say when it matters) reports a conditional warning until
@@ -111,7 +116,7 @@ def rule(
         return Rule(
             code=code, severity=severity, stage=stage, title=title, check=check, fails=fails, fixed=fixed,
             evidence=evidence, setting=setting, fixed_setting=fixed_setting, unless=unless, when=when,
-            consequence=consequence, shows=shows, construction=construction,
+            consequence=consequence, shows=shows, construction=construction, supersedes=supersedes,
         )  # fmt: skip
 
     return wrap
@@ -123,21 +128,34 @@ def run_rules(rules: Iterable[Rule], stage: Stage, *args: Any) -> list[Finding]:
     A rule that raises (anything but ``KeyboardInterrupt``: ``SystemExit`` and other ``BaseException`` subclasses
     included) or returns something other than a :class:`Problem` of two strings becomes an LP012 finding that blames
     its preset and the distribution that published the rule, never the user's configuration. Rules whose code
-    ``LIGHTNING_PRESETS_SKIP`` names (or every rule, with ``all``) do not run.
+    ``LIGHTNING_PRESETS_SKIP`` names (or every rule, with ``all``) do not report. A rule that fires silences the
+    rules it :attr:`~Rule.supersedes`: it is checked for that on the same arguments even when it is skipped or of
+    another stage (a ``trainer`` rule superseding a ``construction`` rule), its finding then not reported.
     """
     skipped = skipped_rules()
-    findings = []
+    if "ALL" in skipped:
+        return []
+    rules = tuple(rules)
+    here = {each.code for each in rules if each.stage == stage}
+    found: list[tuple[Rule, Finding]] = []
+    silenced: set[str] = set()
     for each in rules:
-        if each.stage == stage and "ALL" not in skipped and str(each.code).upper() not in skipped:
-            try:
-                finding = each(*args)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as error:  # a bug in the rule (even sys.exit): the preset's fault, never raised raw
-                finding = crashed(each, args[0] if args else None, error)
-            if finding is not None:
-                findings.append(finding)
-    return findings
+        report = each.stage == stage and str(each.code).upper() not in skipped
+        if not report and not any(other.code in here for other in each.supersedes):
+            continue
+        try:
+            finding = each(*args)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # a bug in the rule (even sys.exit): the preset's fault, never raised raw
+            finding = crashed(each, args[0] if args else None, error) if report else None
+        if finding is None:
+            continue
+        if finding.code == each.code:  # fired (not crashed): the rules it supersedes stay quiet
+            silenced.update(other.code for other in each.supersedes)
+        if report:
+            found.append((each, finding))
+    return [finding for each, finding in found if each.code not in silenced]
 
 
 _DECIDED_AT = {

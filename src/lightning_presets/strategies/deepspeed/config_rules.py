@@ -62,6 +62,29 @@ def _zero2(config: str, trainer: str = 'accelerator="cuda", devices=8') -> str:
 
 
 @rule(
+    "LP418", "error", "construction", "a config DeepSpeed's own parser refuses",
+    fails=_zero2('{"zero_optimization": {"stage": 2, "reduce_bucket_sise": 500000000}}'),
+    fixed=_zero2('{"zero_optimization": {"stage": 2, "reduce_bucket_size": 500000000}}'),
+    evidence="runtime: DeepSpeedConfig parses the config when the engine is created and raises",
+)  # fmt: skip
+def deepspeed_accepts_the_config(ctx: Context) -> Problem | None:
+    """The parser's refusal; the rules that name the same fault more precisely (the half-precision sections, the batch
+    arithmetic, ``"auto"`` values, accumulation) supersede it."""
+    config = config_view(ctx)
+    if not config.passed:
+        return None
+    refusal = config.parsed.refusal
+    if refusal is None:
+        return None
+    return Problem(
+        f"{ctx.call('devices', 'num_nodes')}: DeepSpeed's config parser refuses the config Lightning would pass it: "
+        f"{refusal}; it would stop every process when `fit` creates the engine",
+        "fix the key it names in the DeepSpeed config (the DeepSpeed docs list every key: "
+        "https://www.deepspeed.ai/docs/config-json/)",
+    )
+
+
+@rule(
     "LP404", "warning", "construction", "parameter offload with a ZeRO stage below 3 (ignored by DeepSpeed)",
     fails='Trainer(strategy=lightning_presets.strategy("deepspeed_zero2_offload", offload_parameters=True), '
     'accelerator="cuda", devices=8)',
@@ -87,6 +110,7 @@ def param_offload_needs_stage3(ctx: Context) -> Problem | None:
                  'accelerator="cuda"'),
     fixed=_zero2('{"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}', 'accelerator="cuda"'),
     evidence="runtime: DeepSpeedConfig asserts on the config Lightning formats",
+    supersedes=(deepspeed_accepts_the_config,),
 )  # fmt: skip
 def one_half_precision(ctx: Context) -> Problem | None:
     fp16, bf16, added = config_view(ctx).half_precision(ctx.precision)
@@ -114,6 +138,7 @@ def one_half_precision(ctx: Context) -> Problem | None:
     '"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}), '
     'accelerator="cuda", devices=8)',
     evidence="runtime: DeepSpeedConfig asserts on the config Fabric formats",
+    supersedes=(deepspeed_accepts_the_config,),
 )  # fmt: skip
 def fabric_batch_size_adds_up(ctx: Context) -> Problem | None:
     config = config_view(ctx)
@@ -141,6 +166,7 @@ def fabric_batch_size_adds_up(ctx: Context) -> Problem | None:
     fixed=_zero2('{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}',
                  'accelerator="cuda", devices=8, accumulate_grad_batches=2') + ".fit(nn.Linear(64, 64))",
     evidence="runtime: DeepSpeedConfig asserts on the config the Trainer formats",
+    supersedes=(deepspeed_accepts_the_config,),
 )  # fmt: skip
 def trainer_batch_size_adds_up(ctx: Context) -> Problem | None:
     config = config_view(ctx)
@@ -192,6 +218,7 @@ def _auto_fixes(ctx: Context, keys: list[str]) -> str:
     fails=_zero2('{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}'),
     fixed=_zero2('{"zero_optimization": {"stage": 2}}'),
     evidence="runtime: DeepSpeedConfig raises TypeError on \"auto\"",
+    supersedes=(deepspeed_accepts_the_config,),
 )  # fmt: skip
 def no_auto_values(ctx: Context) -> Problem | None:
     keys = [key for key in config_view(ctx).auto_keys if _auto_used_as_given(key)]
@@ -227,6 +254,7 @@ def auto_values_defaulted(ctx: Context) -> Problem | None:
     fails=_zero2('{"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}', 'accelerator="cuda"'),
     fixed=_zero2('{"zero_optimization": {"stage": 2}}', 'accelerator="cuda", accumulate_grad_batches=4'),
     evidence="runtime: Lightning raises MisconfigurationException",
+    supersedes=(deepspeed_accepts_the_config,),
 )  # fmt: skip
 def trainer_owns_accumulation(ctx: Context) -> Problem | None:
     steps = config_view(ctx).accumulation_steps
@@ -289,31 +317,6 @@ def contiguous_checkpointing_configurable(ctx: Context) -> Problem | None:
         + ", so DeepSpeed's assertion stops the run in `setup`, after every process has started",
         "drop contiguous_memory_optimization (partition_activations and cpu_checkpointing still work), or call "
         "deepspeed.checkpointing.configure(..., num_checkpoints=N) yourself in configure_model",
-    )
-
-
-@rule(
-    "LP418", "error", "construction", "a config DeepSpeed's own parser refuses",
-    fails=_zero2('{"zero_optimization": {"stage": 2, "reduce_bucket_sise": 500000000}}'),
-    fixed=_zero2('{"zero_optimization": {"stage": 2, "reduce_bucket_size": 500000000}}'),
-    evidence="runtime: DeepSpeedConfig parses the config when the engine is created and raises",
-)  # fmt: skip
-def deepspeed_accepts_the_config(ctx: Context) -> Problem | None:
-    config = config_view(ctx)
-    more_precise = (
-        one_half_precision, fabric_batch_size_adds_up, trainer_batch_size_adds_up, no_auto_values,
-        trainer_owns_accumulation,
-    )  # fmt: skip
-    if not config.passed or any(each.check(ctx) is not None for each in more_precise):
-        return None
-    refusal = config.parsed.refusal
-    if refusal is None:
-        return None
-    return Problem(
-        f"{ctx.call('devices', 'num_nodes')}: DeepSpeed's config parser refuses the config Lightning would pass it: "
-        f"{refusal}; it would stop every process when `fit` creates the engine",
-        "fix the key it names in the DeepSpeed config (the DeepSpeed docs list every key: "
-        "https://www.deepspeed.ai/docs/config-json/)",
     )
 
 
