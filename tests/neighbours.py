@@ -657,86 +657,8 @@ _add(
     ),
 )
 
-# --- check's cluster rules ------------------------------------------------------------------------------------------
+# --- check's cluster rules: tests/tools/check/test_cluster.py; its launcher rules ---------------------------------
 _C = f"{CHECK} --accelerator cuda --gpus 8 "
-_add(
-    "LP705",
-    n(_C + "--devices 4 --cluster slurm --env SLURM_NTASKS_PER_NODE=4", "4 = 4"),
-    n(_C + "--devices 8 --cluster slurm --env SLURM_NTASKS_PER_NODE=8", "8 = 8"),
-    n(_C + "--devices 2 --cluster slurm --env SLURM_NTASKS_PER_NODE=2", "2 = 2"),
-    n(_C + "--devices 1 --cluster slurm --env SLURM_NTASKS_PER_NODE=1", "1 = 1"),
-)
-_add(
-    "LP706",
-    n(_C + "--devices 8 --num-nodes 2 --cluster slurm --env SLURM_NNODES=2", "2 = 2"),
-    n(_C + "--devices 8 --num-nodes 4 --cluster slurm --env SLURM_NNODES=4", "4 = 4"),
-    n(_C + "--devices 8 --num-nodes 1 --cluster slurm --env SLURM_NNODES=1", "1 = 1"),
-)
-_add(
-    "LP707",
-    n(_C + "--devices 8 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=32", "32 = 8 × 4"),
-    n(_C + "--devices 8 --num-nodes 2 --cluster slurm --env SLURM_NTASKS=16", "16 = 8 × 2"),
-    n(_C + "--devices 4 --num-nodes 1 --cluster slurm --env SLURM_NTASKS=4", "4 = 4 × 1"),
-)
-_add(
-    "LP708",
-    n(_C + "--devices 8 --num-nodes 4 --cluster torchelastic", "torchrun's own world size"),
-    n(_C + "--devices 4 --num-nodes 4 --cluster torchelastic --env WORLD_SIZE=16", "16 = 4 × 4"),
-    n(_C + "--devices 8 --num-nodes 2 --cluster torchelastic --env WORLD_SIZE=16", "16 = 8 × 2"),
-)
-_add(
-    "LP710",
-    n(_C + "--devices 4 --env CUDA_VISIBLE_DEVICES=0,1,2,3", "4 of 4 visible"),
-    n(_C + "--devices 8", "8 of 8"),
-    n(_C + "--devices 2 --env CUDA_VISIBLE_DEVICES=0,1,2,3", "2 of 4 visible"),
-    n(_C + "--devices auto --env CUDA_VISIBLE_DEVICES=0,1", "'auto': every visible GPU"),
-)
-_add(
-    "LP711",
-    n(f"{CHECK} --accelerator cpu --devices 2 --strategy ddp_notebook --interactive", "ddp_notebook forks"),
-    n(f"{CHECK} --accelerator cpu --devices 2 --strategy ddp_fork --interactive", "ddp_fork forks too"),
-    n(f"{CHECK} --accelerator cpu --devices 2 --strategy ddp", "ddp from a script"),
-    n(f"{CHECK} --accelerator cpu --devices 1 --strategy auto --interactive", "one process, nothing launched"),
-)
-_add(
-    "LP712",
-    n(_C + "--devices 8 --num-nodes 4 --cluster slurm", "a batch job's name"),
-    n(_C + "--devices 8 --num-nodes 1 --cluster slurm --env SLURM_JOB_NAME=interactive", "interactive, one node"),
-    n(_C + "--devices 4 --num-nodes 2 --cluster slurm --env SLURM_JOB_NAME=train", "a job named train, 4 × 2"),
-    n(
-        f"{CHECK} --accelerator cpu --devices 1 --num-nodes 2 --cluster slurm --env SLURM_JOB_NAME=interactive "
-        "--env MASTER_ADDR=node001 --env MASTER_PORT=29500 --env NODE_RANK=1",
-        "Lightning's manual multi-node launch inside the interactive allocation (trained as two nodes of one CPU "
-        "process: tests/test_launchers.py::test_a_manual_launch_in_an_interactive_allocation_trains_as_two_nodes)",
-    ),
-)
-_add(
-    "LP734",
-    n(_C + "--devices 4 --num-nodes 2 --cluster slurm", "srun with --ntasks-per-node=4 on 2 nodes"),
-    n(
-        _C + "--devices 2 --num-nodes 4 --cluster slurm --env SLURM_NTASKS=8 --env SLURM_NTASKS_PER_NODE=2",
-        "--ntasks=8 beside --ntasks-per-node=2 on 4 nodes",
-    ),
-    n(
-        _C + "--devices 1 --env SLURM_JOB_ID=4242 --env SLURM_NTASKS=1 --env SLURM_NNODES=1 --env SLURM_PROCID=0 "
-        "--env SLURM_LOCALID=0 --env SLURM_NODEID=0",
-        "one task: Lightning needs no tasks per node",
-    ),
-    n(
-        _C + "--devices 4 --cluster torchelastic --env SLURM_JOB_ID=4242 --env SLURM_NTASKS=8",
-        "torchrun in a --ntasks=8 allocation: Lightning follows torchrun",
-    ),
-    n(
-        _C + "--devices 4 --env SLURM_JOB_ID=4242 --env SLURM_NTASKS=8 --env SLURM_JOB_NAME=interactive",
-        "an interactive allocation: Lightning does not use SLURM",
-    ),
-)
-_add(
-    "LP714",
-    n(_C + "--devices 8 --num-nodes 2 --cluster lsf", "LSF's own size"),
-    n(_C + "--devices 4 --num-nodes 2 --cluster lsf --env JSM_NAMESPACE_SIZE=8", "8 = 4 × 2"),
-    n(_C + "--devices 8 --num-nodes 1 --cluster lsf --env JSM_NAMESPACE_SIZE=8", "8 = 8 × 1"),
-)
 _add(
     "LP717",
     n(_C + "--devices 8 --num-nodes 2 --env MASTER_ADDR=10.0.0.1 --env NODE_RANK=1", "the last node: 1 < 2"),
