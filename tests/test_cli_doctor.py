@@ -356,3 +356,58 @@ def test_cluster_detection_with_a_broken_lightning_says_unknown(monkeypatch: pyt
     detected = _doctor.detected_cluster({"SLURM_NTASKS": "2"})
     assert detected == ("unknown (Lightning's cluster environments do not import: RuntimeError: lightning.fabric "
                         "failed to import)")  # fmt: skip
+
+
+# --- the machine against the torch build (issue 35 item 4; core.machine, guards.machine) ---------------------------
+
+
+def _machine_doctor(monkeypatch: pytest.MonkeyPatch, gpus: tuple[tuple[int, int], ...], driver: tuple[int, int] | None,
+                    build: object, **env: str) -> tuple[dict[str, object], list[Finding], str]:  # fmt: skip
+    """The doctor's machine section and its text, with NVML's facts and the build simulated."""
+    from rich.console import Console
+
+    from lightning_presets.cli._doctor import _machine
+    from lightning_presets.cli._output import fields
+    from lightning_presets.core import machine as m
+    from lightning_presets.guards import machine as guards
+
+    facts = m.Machine(tuple(m.GPU(i, cap, "NVIDIA B200") for i, cap in enumerate(gpus)), driver, env)
+    monkeypatch.setattr(guards, "observed_machine", lambda env=None: facts)
+    monkeypatch.setattr(guards, "installed_build", lambda: build)
+    info, found = _doctor.machine_section()
+    console = Console(width=400, record=True)
+    console.print(fields(_machine(info), indent=0))
+    return info, found, console.export_text()
+
+
+def test_the_doctor_names_each_gpu_the_build_has_no_kernels_for_and_the_build_that_has(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lightning_presets.core.machine import Build
+
+    cu126 = Build("2.13.0+cu126", "12.6", ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"), True,
+                  {"12.6": (50, 60, 70, 75, 80, 86, 90), "12.9": (75, 80, 86, 90, 100, 120)})  # fmt: skip
+    info, found, text = _machine_doctor(monkeypatch, ((12, 0),) * 8, (12, 8), cu126)
+    assert codes(found) == ["LP120"]
+    assert re.search(
+        r"GPUs 0-7 \(NVIDIA B200\) +WARNING: compute capability 12\.0 \(sm_120\); this torch 2\.13\.0\+cu126 has "
+        r"kernels for sm_50\.\.sm_90",
+        text,
+    ), text
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu129" in text
+    assert re.search(r"driver +OK: the driver supports CUDA 12\.8; torch was built with CUDA 12\.6", text)
+    # the accepted neighbours: Hopper on that build, a driver of the same major, NCCL built in
+    info, found, text = _machine_doctor(monkeypatch, ((9, 0),) * 8, (12, 2), cu126)
+    assert codes(found) == []
+    assert [v["status"] for v in info["verdicts"]] == ["ok", "ok", "ok"]  # type: ignore[index]
+    old = _machine_doctor(monkeypatch, ((9, 0),), (11, 8), cu126)[1]
+    assert codes(old) == ["LP122"]
+
+
+def test_the_doctor_without_a_gpu_says_so_calmly() -> None:
+    """This machine: no NVIDIA driver, a CPU-only torch; nothing compared, no finding, no context."""
+    info, found = _doctor.machine_section()
+    if torch.version.cuda is not None:
+        pytest.skip("a CUDA build of torch")
+    assert codes(found) == []
+    assert "a machine without one needs nothing more" in str(info.get("reason", ""))

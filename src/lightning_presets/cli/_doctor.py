@@ -55,16 +55,19 @@ def _machine(info: dict[str, Any]) -> list[tuple[str, str | Text]]:
     build = info["build"]
     arches = " ".join(build["arch_list"]) or "-"
     kind = f"CUDA {build['cuda']}, kernels for {arches}" if build["cuda"] else "CPU-only"
-    rows: list[tuple[str, str | Text]] = [
-        ("torch build", f"{build['version']} ({kind}; NCCL: {_yes(build['nccl'])})"),
-        ("driver", f"supports CUDA {info['driver_cuda']}" if info["driver_cuda"] else "CUDA version not read"),
-    ]
+    rows: list[tuple[str, str | Text]] = [("torch build", f"{build['version']} ({kind}; NCCL: {_yes(build['nccl'])})")]
+    if not any(each["check"] == "driver" for each in info["verdicts"]):
+        rows.append(
+            ("driver", f"supports CUDA {info['driver_cuda']}" if info["driver_cuda"] else "CUDA version not read")
+        )
     if "reason" in info:
         rows.append(("GPUs vs build", f"nothing to compare: {info['reason']}"))
     for each in info["verdicts"]:
         fix = f"; fix: {each['fix']}" if each["fix"] and each["status"] != "ok" else ""
-        text = each["message"].removeprefix(f"{each['subject']}: ")
-        rows.append((each["subject"], f"{each['status'].upper()}: {text}{fix}"))
+        subject, text = each["subject"], each["message"]
+        if text.startswith(subject) and ": " in text:  # "GPUs 0-7 (NVIDIA B200): compute capability ..."
+            subject, text = text.split(": ", 1)
+        rows.append((subject, f"{each['status'].upper()}: {text}{fix}"))
     return rows
 
 
