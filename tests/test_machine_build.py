@@ -315,15 +315,23 @@ def _check(*args: str) -> set[str]:
 
 
 def test_check_simulates_the_target_build_and_driver(quiet: None) -> None:
-    import torch
-
-    if not hasattr(torch.cuda, "PYTORCH_RELEASES_CODE_CC"):
+    """--torch-cuda names one of torch's own CUDA builds of its release (its table, read for this torch: CI's torch
+    legs list other builds), whose architectures the check then compares."""
+    table = guards.installed_build().releases
+    if not table:
         pytest.skip("this torch has no table of its release's CUDA builds: --torch-cuda needs --torch-arch-list")
-    assert "LP120" in _check("torch_cuda=12.6", "cap=12.0")
-    assert "LP120" not in _check("torch_cuda=12.9", "cap=12.0")
-    assert "LP122" in _check("torch_cuda=12.6", "driver=11.8")
-    assert "LP122" not in _check("torch_cuda=12.6", "driver=12.2")
-    assert "LP123" in _check("torch_cuda=12.6", "nccl=no")
+    blackwell = sorted(cuda for cuda, codes in table.items() if 120 in codes)
+    older = sorted(cuda for cuda, codes in table.items() if not any(code // 10 == 12 for code in codes))
+    newest = max(table, key=lambda cuda: m.version_tuple(cuda) or (0, 0))
+    if older:
+        assert "LP120" in _check(f"torch_cuda={older[0]}", "cap=12.0")
+    if blackwell:
+        assert "LP120" not in _check(f"torch_cuda={blackwell[0]}", "cap=12.0")  # neighbour
+    major = (m.version_tuple(newest) or (12, 0))[0]
+    assert "LP122" in _check(f"torch_cuda={newest}", f"driver={major - 1}.8")
+    assert "LP122" not in _check(f"torch_cuda={newest}", f"driver={major}.0")  # minor-version compatibility
+    assert "LP123" in _check(f"torch_cuda={newest}", "nccl=no")
+    assert "LP123" not in _check(f"torch_cuda={newest}")
 
 
 def test_check_with_an_explicit_arch_list(quiet: None) -> None:
