@@ -69,6 +69,19 @@ def test_lp820_torch_cannot_read_a_truncated_checkpoint(
         FileSystemReader(str(folder)).read_metadata()
     refuses([str(truncated), str(tmp_path / "out.ckpt")], "LP820", capsys)
 
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    partial = tmp_path / "partial.ckpt"  # a folder whose index is whole but one rank's shards are missing
+    dcp.save({"state_dict": nn.Linear(4, 2).state_dict()}, checkpoint_id=str(partial))
+    torch.save({"pytorch-lightning_version": "2.6.6", "lr_schedulers": []}, partial / "meta.pt")
+    for shard in partial.glob("*.distcp"):
+        shard.unlink()
+    with proof.raises(CheckpointException, r"distcp|No such file", code="LP820"):
+        dcp_to_torch_save(str(partial), str(tmp_path / "whole.pt"))
+    refuses([str(partial), str(tmp_path / "out.ckpt")], "LP820", capsys)
+
 
 @pytest.mark.proves("LP821")
 def test_lp821_writing_over_a_destination_replaces_what_was_there(

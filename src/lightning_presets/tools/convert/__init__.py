@@ -230,10 +230,12 @@ def _check_pair(facts: CheckpointFacts, target: Target) -> None:
 
 
 def _load(facts: CheckpointFacts, src: Path) -> loading.Loaded:
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: a shard missing or damaged
+
     try:
         with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed and Lightning print progress: not our output
             return loading.load(facts)
-    except _READ_ERRORS as error:
+    except (*_READ_ERRORS, CheckpointException) as error:
         raise ConvertError(
             f"{src} could not be read as {facts.describe()}: {type(error).__name__}: {_first_line(error)}",
             "check that the checkpoint was written completely (every rank's files present) and is not truncated",
