@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,13 +40,64 @@ TESTED_WITH_BF16_COMPRESS = tested(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class DDPOptions:
+    """The DDP presets' arguments as their rules and hooks read them: each key, and what its absence means, once
+    (the options view of the DDP family, as :class:`~lightning_presets.strategies.deepspeed.config.DeepSpeedConfigView`
+    is DeepSpeed's config view)."""
+
+    values: Mapping[str, Any]
+    """The preset's arguments (defaults merged with the user's overrides)."""
+
+    @classmethod
+    def of(cls, source: Options | Context | Mapping[str, Any]) -> DDPOptions:
+        """The view of an :class:`Options`, a :class:`Context`'s options or the arguments a strategy was built with."""
+        if isinstance(source, Options):
+            return cls(source.values)
+        return cls(source.options if isinstance(source, Context) else source)
+
+    @property
+    def static_graph(self) -> bool:
+        """``static_graph=True``: DDP traces the graph once (absent: Lightning's default, off)."""
+        return self.values.get("static_graph") is True
+
+    @property
+    def static_graph_turned_off(self) -> list[str]:
+        """Which of ``static_graph`` and ``gradient_as_bucket_view`` were passed as anything but ``True`` (absent: the
+        preset's ``True``)."""
+        return [key for key in _STATIC_GRAPH_KEYS if self.values.get(key, True) is not True]
+
+    @property
+    def comm_hook(self) -> Any:
+        """``ddp_comm_hook``; ``None`` when there is none."""
+        return self.values.get("ddp_comm_hook")
+
+    @property
+    def comm_hook_removed(self) -> bool:
+        """``ddp_comm_hook=None`` passed over a preset's hook."""
+        return "ddp_comm_hook" in self.values and self.values["ddp_comm_hook"] is None
+
+    @property
+    def comm_state(self) -> Any:
+        """``ddp_comm_state``: the hook's state (Fabric's preset registers it with the hook)."""
+        return self.values.get("ddp_comm_state")
+
+    @property
+    def model_averaging_period(self) -> Any:
+        return self.values.get("model_averaging_period")
+
+    @property
+    def process_group_backend(self) -> Any:
+        return self.values.get("process_group_backend")
+
+
 @rule(
     "LP302", "warning", "options", "static_graph or gradient_as_bucket_view turned off",
     fails='lightning_presets.strategy("ddp_static_graph", static_graph=False)',
     fixed='lightning_presets.strategy("ddp_static_graph")',
 )  # fmt: skip
 def static_graph_kept(options: Options) -> Problem | None:
-    off = [key for key in _STATIC_GRAPH_KEYS if options.values.get(key, True) is not True]
+    off = DDPOptions.of(options).static_graph_turned_off
     if not off:
         return None
     return Problem(
@@ -68,7 +121,7 @@ NCCL_FOR_BF16 = (2, 10)
 def bf16_compress_supported(ctx: Context) -> Problem | None:
     """Fabric registers the DDP comm hook on any device, and torch takes it from a build with CUDA (or ROCm) and NCCL
     2.10+, whatever the backend. A job on CUDA runs where such a build is installed; the Trainer off CUDA is LP311."""
-    if ctx.accelerator == "cuda" or ctx.options.get("ddp_comm_hook") is None or ctx.kind == "trainer":
+    if ctx.accelerator == "cuda" or DDPOptions.of(ctx).comm_hook is None or ctx.kind == "trainer":
         return None
     build = ctx.torch_build
     nccl = build.get("nccl")
@@ -91,7 +144,7 @@ def bf16_compress_supported(ctx: Context) -> Problem | None:
 def bf16_compress_applied(ctx: Context) -> Problem | None:
     """Lightning's Trainer registers a DDP comm hook only on CUDA devices: on CPU it trains plain DDP (legal, and
     what the user asked for is silently left out)."""
-    if ctx.kind != "trainer" or ctx.accelerator == "cuda" or ctx.options.get("ddp_comm_hook") is None:
+    if ctx.kind != "trainer" or ctx.accelerator == "cuda" or DDPOptions.of(ctx).comm_hook is None:
         return None
     return Problem(
         f"{ctx.call('accelerator')}: Lightning's Trainer registers DDP communication hooks on CUDA devices only, "
@@ -132,7 +185,7 @@ def static_graph_without_accumulation(ctx: Context) -> Problem | None:
     documented recipe (``iteration % N != 0`` accumulates: iteration 0 synchronises). The Trainer accumulates from
     its first batch whenever its first epoch's factor is 2 or more; Fabric's order is only known at run time, where
     the guarded ``no_sync`` (below) decides."""
-    if ctx.options.get("static_graph") is not True:
+    if not DDPOptions.of(ctx).static_graph:
         return None
     if ctx.kind == "fabric":  # no such argument: the guarded no_sync (below) marks a backward without its sync
         if ctx.accumulate_grad_batches is None:
@@ -176,7 +229,7 @@ def cuda_backend(backend: str) -> str | None:
     fixed='lightning_presets.strategy("ddp_bf16_compress", process_group_backend="cpu:gloo,cuda:nccl")',
 )  # fmt: skip
 def bf16_compress_reduced_by_nccl(options: Options) -> Problem | None:
-    backend = options.values.get("process_group_backend")
+    backend = DDPOptions.of(options).process_group_backend
     if not isinstance(backend, str) or cuda_backend(backend) == "nccl":
         return None
     used = cuda_backend(backend)
@@ -220,7 +273,7 @@ def bf16_compress_has_fp32_grads(ctx: Context) -> Problem | None:
     fixed='lightning_presets.strategy("ddp_bf16_compress")',
 )  # fmt: skip
 def compression_hook_kept(options: Options) -> Problem | None:
-    if options.values.get("ddp_comm_hook", bf16_compress_hook) is not None:
+    if not DDPOptions.of(options).comm_hook_removed:
         return None
     return Problem(
         f"{options.call('ddp_comm_hook')}: {options.preset!r} is DDP with a gradient compression hook; without "
@@ -241,8 +294,8 @@ def compression_hook_kept(options: Options) -> Problem | None:
     evidence="runtime: DDPStrategy._enable_model_averaging raises ValueError when `fit` sets the optimizers up",
 )  # fmt: skip
 def model_averaging_has_a_period(options: Options) -> Problem | None:
-    state = options.values.get("ddp_comm_state")
-    if type(state).__name__ != "PostLocalSGDState" or options.values.get("model_averaging_period") is not None:
+    view = DDPOptions.of(options)
+    if type(view.comm_state).__name__ != "PostLocalSGDState" or view.model_averaging_period is not None:
         return None
     return Problem(
         f"{options.call('model_averaging_period')}: the post-localSGD communication state averages the models "
@@ -323,7 +376,7 @@ class StaticGraphFabricHooks(PresetHooks):
     def setup_module(self, module: Any) -> Any:
         wrapped = super().setup_module(module)
         context = self._lp_context
-        if context is not None and context.options.get("static_graph") is True and hasattr(wrapped, "no_sync"):
+        if context is not None and DDPOptions.of(context).static_graph and hasattr(wrapped, "no_sync"):
             unguarded = wrapped.no_sync
             synchronised: list[bool] = []
 
@@ -347,9 +400,9 @@ class CommHookFabricHooks(StaticGraphFabricHooks):
 
     def setup_module(self, module: Any) -> Any:
         wrapped = super().setup_module(module)
-        hook = self._lp_options.get("ddp_comm_hook")
-        if hook is not None:
-            wrapped.register_comm_hook(state=self._lp_options.get("ddp_comm_state"), hook=hook)
+        view = DDPOptions.of(self._lp_options)
+        if view.comm_hook is not None:
+            wrapped.register_comm_hook(state=view.comm_state, hook=view.comm_hook)
         return wrapped
 
 
