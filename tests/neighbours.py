@@ -385,15 +385,7 @@ def _ds(config: str, preset: str = "deepspeed_zero2_offload", target: str = "") 
     return f'lightning_presets.strategy("{preset}"{target}, config={config})'
 
 
-# --- launch -----------------------------------------------------------------------------------------------------
-SLURM_4X2 = Setting(gpus=4, nodes=2, cluster="slurm")  # SLURM's variables for 4 tasks on each of 2 nodes
-_add(
-    "LP095",
-    n(_t('"ddp_static_graph"', "cpu", ", num_nodes=2", 4), "devices=4 per node = --ntasks-per-node=4", SLURM_4X2),
-    n(_t('"ddp_static_graph"', "cuda", ", num_nodes=2", 4), "the same on the 4 GPUs of each node", SLURM_4X2),
-    n(_t('"fsdp2"', "cpu", ", num_nodes=2", 4), "another family, the same launch arithmetic", SLURM_4X2),
-    n(_t('"ddp_static_graph"', "cuda", ", num_nodes=2", [0, 1, 2, 3]), "the 4 GPUs listed", SLURM_4X2),
-)
+# --- launch: tests/guards/test_launch_rules.py ----------------------------------------------------------------
 
 # --- FSDP ---------------------------------------------------------------------------------------------------------
 _add(
@@ -657,40 +649,8 @@ _add(
     ),
 )
 
-# --- check's cluster rules: tests/tools/check/test_cluster.py; its launcher rules ---------------------------------
+# --- check's cluster and launcher rules: tests/tools/check/test_cluster.py, test_launchers.py (LP096: tests/guards/) --
 _C = f"{CHECK} --accelerator cuda --gpus 8 "
-_add(
-    "LP717",
-    n(_C + "--devices 8 --num-nodes 2 --env MASTER_ADDR=10.0.0.1 --env NODE_RANK=1", "the last node: 1 < 2"),
-    n(_C + "--devices 8 --num-nodes 2 --env MASTER_ADDR=10.0.0.1 --env NODE_RANK=0", "the first node"),
-    n(_C + "--devices 8 --num-nodes 4 --env MASTER_ADDR=10.0.0.1 --env NODE_RANK=3", "3 < 4 nodes"),
-    n(_C + "--devices 8 --num-nodes 2 --cluster torchelastic --env GROUP_RANK=1", "torchrun: RANK decides"),
-)
-_add(
-    "LP718",
-    n(_C + "--devices 8 --num-nodes 2 --cluster torchelastic --env RANK=15", "the last rank: 15 < 16"),
-    n(_C + "--devices 8 --num-nodes 2 --cluster torchelastic --env RANK=0", "rank 0"),
-    n(_C + "--devices 2 --num-nodes 2 --cluster ray --env NODE_RANK=1 --env LOCAL_RANK=1 --env RANK=3", "1×2+1 < 4"),
-    n(_C + "--devices 8 --num-nodes 2 --cluster skypilot --env RANK=8 --env GROUP_RANK=1", "SkyPilot's node 1"),
-)
-_LP096 = (
-    "import os\nos.environ.update(%s)\nTrainer(strategy='ddp_static_graph', accelerator='cpu', devices=%d, num_nodes=2)"
-)
-_TORCHRUN_LAST = 'TORCHELASTIC_RUN_ID="x", RANK="1", WORLD_SIZE="2", LOCAL_RANK="0", GROUP_RANK="1", MASTER_ADDR="h"'
-_add(
-    "LP096",
-    n(_LP096 % ('NODE_RANK="1", LOCAL_RANK="0", MASTER_ADDR="10.0.0.1"', 1), "the last node: 1 < 2", CPU),
-    n(_LP096 % ('NODE_RANK="0", LOCAL_RANK="1", MASTER_ADDR="10.0.0.1"', 2), "local rank 1 of 2 devices", CPU),
-    n(_LP096 % ('SLURM_JOB_ID="4242", NODE_RANK="0", MASTER_ADDR="10.0.0.1"', 4), "a batch job, a node rank", CPU),
-    n(_LP096 % (_TORCHRUN_LAST, 1), "torchrun's last rank", CPU),
-)
-_add(
-    "LP728",
-    n(_C + "--devices 8 --num-nodes 2 --cluster slurm", "srun started the tasks"),
-    n(_C + "--devices 8 --num-nodes 1 --env SLURM_JOB_ID=4242 --env SLURM_NNODES=1", "one node: Lightning launches"),
-    n(_C + "--devices 8 --num-nodes 2 --env SLURM_JOB_ID=4242 --env MASTER_ADDR=h --env NODE_RANK=0", "NODE_RANK set"),
-    n(_C + "--devices 8 --num-nodes 2 --cluster torchelastic --env SLURM_JOB_ID=4242", "torchrun inside the job"),
-)
 
 # --- resume -------------------------------------------------------------------------------------------------------
 _add(

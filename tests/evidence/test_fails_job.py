@@ -210,23 +210,6 @@ def test_lp309_post_local_sgd_needs_an_averaging_period(proof: Proof) -> None:
             strategy._enable_model_averaging()  # what setup_optimizers calls when `fit` starts
 
 
-@pytest.mark.proves("LP095")
-def test_lp095_the_refusal_is_the_environments_own(proof: Proof, simulated_cluster: Any) -> None:
-    """Under SLURM with 4 tasks per node, a job of 8 devices builds with the guard off and is refused at launch."""
-    simulated_cluster("slurm", nodes=2, tasks_per_node=4)
-
-    def build() -> Trainer:
-        return Trainer(strategy="ddp_static_graph", accelerator="cpu", devices=8, num_nodes=2, **QUIET)
-
-    proof.refused("LP095", build)
-    with proof.guard_off("LP095"):
-        trainer = build()
-        assert type(trainer.strategy.cluster_environment).__name__ == "SLURMEnvironment"
-        with proof.raises(ValueError, "ntasks-per-node=4"):
-            trainer.strategy._launcher.launch(lambda: None)  # the launcher validates first, before it runs anything
-    trainer.strategy.cluster_environment.validate_settings(num_devices=4, num_nodes=2)
-
-
 @pytest.mark.proves("LP509")
 def test_lp509_xla_fsdp_refuses_an_unknown_state_dict_type(proof: Proof, tmp_path: Path) -> None:
     from lightning_presets.tools.simulation.stand_ins import standing_in

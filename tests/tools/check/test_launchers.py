@@ -1,8 +1,11 @@
-"""The launch-arithmetic codes of ``check`` (LP717, LP718, LP728): the job given to Lightning in this process with the
-variables its launcher (or the user) sets, one process being the rank that is wrong.
+"""``lightning_presets.tools.check.launchers``, the launch arithmetic of ``check`` (LP717, LP718, LP728): each error's
+executed proof (``proves``, LP096 of ``guards/launch_rules.py`` with it), its accepted neighbours (``check`` commands,
+run and each rule widened by ``neighbours.neighbour_tests``).
 
-A rank outside the world needs rank 0's store to reach torch's process group: the test hosts that store itself (a
-``TCPStore`` server, as rank 0 of the job would), so the wrong rank fails at once instead of timing out alone.
+The job is given to Lightning in this process with the variables its launcher (or the user) sets, one process being
+the rank that is wrong. A rank outside the world needs rank 0's store to reach torch's process group: the test hosts
+that store itself (a ``TCPStore`` server, as rank 0 of the job would), so the wrong rank fails at once instead of
+timing out alone.
 """
 
 from __future__ import annotations
@@ -17,8 +20,47 @@ from jobs import Steps, fit
 from proof import Proof
 
 from lightning_presets.core.environment import is_cluster_variable
+from neighbours import _C, Neighbour, adder, n, neighbour_tests
 
 pytestmark = pytest.mark.usefixtures("process_group")
+
+# --- accepted neighbours ------------------------------------------------------------------------------------------
+
+NEIGHBOURS: dict[str, tuple[Neighbour, ...]] = {}
+"""This module's error rules' accepted neighbours, by code (``tests/neighbours.py`` explains them)."""
+_add = adder(NEIGHBOURS)
+
+_add(
+    "LP717",
+    n(_C + "--devices 8 --num-nodes 2 --env MASTER_ADDR=10.0.0.1 --env NODE_RANK=1", "the last node: 1 < 2"),
+    n(_C + "--devices 8 --num-nodes 2 --env MASTER_ADDR=10.0.0.1 --env NODE_RANK=0", "the first node"),
+    n(_C + "--devices 8 --num-nodes 4 --env MASTER_ADDR=10.0.0.1 --env NODE_RANK=3", "3 < 4 nodes"),
+    n(_C + "--devices 8 --num-nodes 2 --cluster torchelastic --env GROUP_RANK=1", "torchrun: RANK decides"),
+)
+_add(
+    "LP718",
+    n(_C + "--devices 8 --num-nodes 2 --cluster torchelastic --env RANK=15", "the last rank: 15 < 16"),
+    n(_C + "--devices 8 --num-nodes 2 --cluster torchelastic --env RANK=0", "rank 0"),
+    n(_C + "--devices 2 --num-nodes 2 --cluster ray --env NODE_RANK=1 --env LOCAL_RANK=1 --env RANK=3", "1×2+1 < 4"),
+    n(_C + "--devices 8 --num-nodes 2 --cluster skypilot --env RANK=8 --env GROUP_RANK=1", "SkyPilot's node 1"),
+)
+_add(
+    "LP728",
+    n(_C + "--devices 8 --num-nodes 2 --cluster slurm", "srun started the tasks"),
+    n(_C + "--devices 8 --num-nodes 1 --env SLURM_JOB_ID=4242 --env SLURM_NNODES=1", "one node: Lightning launches"),
+    n(_C + "--devices 8 --num-nodes 2 --env SLURM_JOB_ID=4242 --env MASTER_ADDR=h --env NODE_RANK=0", "NODE_RANK set"),
+    n(_C + "--devices 8 --num-nodes 2 --cluster torchelastic --env SLURM_JOB_ID=4242", "torchrun inside the job"),
+)
+
+
+(
+    test_the_neighbour_is_accepted,
+    test_a_rule_widened_to_always_fire_is_noticed,
+    test_a_rule_widened_at_one_neighbour_is_noticed_by_that_neighbour,
+) = neighbour_tests(NEIGHBOURS)
+
+
+# --- executed proofs ----------------------------------------------------------------------------------------------
 
 
 def _free_port() -> int:
