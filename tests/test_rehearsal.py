@@ -104,6 +104,13 @@ class CrashesOnce(Tiny):
         return super().training_step(batch, batch_idx)
 
 
+class TwoSchedulers(Tiny):
+    # legal for Lightning's own strategies; DeepSpeed's reads one optimizer and at most one scheduler
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        return [opt], [torch.optim.lr_scheduler.StepLR(opt, 1), torch.optim.lr_scheduler.StepLR(opt, 2)]
+
+
 class CrashesAlways(Tiny):
     def training_step(self, batch, batch_idx):
         os.kill(os.getpid(), signal.SIGSEGV)
@@ -254,3 +261,17 @@ def test_a_process_that_ran_autograd_rehearses_in_a_fresh_interpreter(
     result = rehearsal.rehearse("rehearsal_models_t:Tiny", {}, None, timeout_s=120, world_size=2)
     assert result.limitation == ""
     assert "first training step" in result.completed
+
+
+def test_a_family_whose_rehearsal_is_deepspeeds_engine_reads_its_optimizers(models: Path) -> None:
+    """The family's declared ``rehearsal`` field, not its name, decides DeepSpeed's reading of the optimizers and
+    schedulers (one of each): two schedulers are a set-up error under the DeepSpeed family, legal under DDP's."""
+    from lightning_presets.strategies.deepspeed.family import DEEPSPEED_FAMILY
+
+    assert DEEPSPEED_FAMILY.rehearsal == "deepspeed_engine"
+    refused = rehearsal.rehearse("rehearsal_models_t:TwoSchedulers", {}, DEEPSPEED_FAMILY)
+    assert refused.stage == "set-up", refused
+    assert "single optimizer" in refused.exception.lower() or "scheduler" in refused.exception.lower(), refused
+    legal = rehearsal.rehearse("rehearsal_models_t:TwoSchedulers", {}, "ddp")
+    assert legal.stage is None, legal
+    assert legal.completed == ("set-up", "first training step"), legal

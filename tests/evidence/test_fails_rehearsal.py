@@ -1,7 +1,8 @@
 """Evidence for check --model's rehearsal (LP740-LP742): each failing model, run for real on 2 gloo processes with
 Lightning's own DDP, fails the way the rehearsal reports (on every rank, at the same stage); the neighbour that fixes
 all three (a monitor for its ReduceLROnPlateau, batches of what its steps unpack) trains on 2 processes and is accepted
-by the check."""
+by the check. LP744 (ranks that enter different collectives): each refused model fails a real 2-rank gloo run (a
+timeout, a closed connection, gloo's size check), and its neighbours train."""
 
 from __future__ import annotations
 

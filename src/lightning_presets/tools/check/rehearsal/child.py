@@ -131,11 +131,12 @@ def _first(error: BaseException) -> str:
 
 def rehearse_in_process(
     spec: str, arguments: dict[str, Any], family: str | None = None, world_size: int = 1, rank: int = 0,
-    num_nodes: int = 1, datamodule: str | None = None,
+    num_nodes: int = 1, datamodule: str | None = None, family_rehearsal: str | None = None,
 ) -> Rehearsal:  # fmt: skip
     """The rehearsal itself (the child calls it; tests may, in a process that holds no process group), as ``rank``
     of ``world_size`` ranks on ``num_nodes`` nodes; the first batches from the ``datamodule`` built by
-    ``MODULE:FACTORY`` when given."""
+    ``MODULE:FACTORY`` when given. ``family_rehearsal`` is the family's ``rehearsal`` field as the parent read it
+    (``deepspeed_engine`` adds DeepSpeed's reading of the optimizers; default: read from ``family`` here)."""
     import logging
     import warnings
 
@@ -194,7 +195,7 @@ def rehearse_in_process(
         except BaseException as raised:  # the user's code may raise anything, SystemExit included
             error = raised
         calls = list(recorded.calls)
-    if error is None and family == "deepspeed":
+    if error is None and (family_rehearsal or rehearsal_kind(family)) == "deepspeed_engine":
         error = _deepspeed_optimizers(model)
         if error is not None:
             recorder.completed = [each for each in recorder.completed if each != "set-up"]
@@ -334,6 +335,19 @@ def _fake_world(world_size: int, rank: int) -> Any:
         yield
     finally:
         dist.destroy_process_group()
+
+
+def rehearsal_kind(family: str | None) -> str:
+    """How the rehearsal sets ``family`` up: its declared :attr:`~lightning_presets.core.family.Family.rehearsal`."""
+    from lightning_presets.core.family import Family
+
+    found = Family.of(family)
+    if isinstance(found, Family) and found.stand_in:  # a name whose declaration is not imported yet: the catalog's
+        from lightning_presets.registry import catalog
+
+        catalog.strategy_catalog()
+        found = Family.of(family)
+    return str(getattr(found, "rehearsal", "lightning"))
 
 
 def _deepspeed_optimizers(model: Any) -> BaseException | None:

@@ -16,6 +16,7 @@ import time
 import traceback
 from typing import IO, Any
 
+from lightning_presets.tools.check.rehearsal.child import rehearsal_kind
 from lightning_presets.tools.check.rehearsal.findings import (
     FORKED_AUTOGRAD,
     Rehearsal,
@@ -53,13 +54,15 @@ def rehearse(
     :func:`ranks_to_rehearse`, side by side: each forked from this one, which has imported torch and Lightning
     already (a fresh interpreter would import them again: seconds); then their collectives compared.
 
-    ``family`` is the preset's family (``deepspeed`` adds DeepSpeed's optimizer reading); ``datamodule``
+    ``family`` is the preset's family (one whose ``rehearsal`` field is ``deepspeed_engine`` adds DeepSpeed's
+    optimizer reading, decided here, where the family's declaration is imported); ``datamodule``
     (``MODULE:FACTORY``) the ``LightningDataModule`` whose loaders give the first batches. Raises
     :class:`RehearsalFailed` when the model cannot be built or a child ends without a result; a child that a
     signal ended (:class:`RehearsalCrashed`) is forked once more first.
     """
     base = {"spec": spec, "arguments": _jsonable(arguments), "family": family, "world_size": world_size,
-            "num_nodes": num_nodes, "datamodule": datamodule}  # fmt: skip
+            "num_nodes": num_nodes, "datamodule": datamodule,
+            "family_rehearsal": rehearsal_kind(family)}  # fmt: skip
     payloads = [{**base, "rank": rank} for rank in ranks_to_rehearse(world_size, num_nodes)]
     return merged(_side_by_side(payloads, timeout_s))
 
@@ -250,7 +253,8 @@ def _child_result(payload: dict[str, Any]) -> str:
         result = rehearse_in_process(payload["spec"], payload["arguments"], payload.get("family"),
                                      int(payload.get("world_size", 1)), rank=int(payload.get("rank", 0)),
                                      num_nodes=int(payload.get("num_nodes", 1)),
-                                     datamodule=payload.get("datamodule"))  # fmt: skip
+                                     datamodule=payload.get("datamodule"),
+                                     family_rehearsal=payload.get("family_rehearsal"))  # fmt: skip
     except ModelError as error:
         text = str(error)
         return json.dumps({"event": "failed", "message": text if text.startswith("--model") else
