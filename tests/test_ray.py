@@ -33,6 +33,10 @@ def _train(config: dict[str, Any]) -> None:
     rank saw is written to ``<out>/<preset>-<rank>.json``."""
     for index, preset in enumerate(config["presets"]):
         _train_one(config, preset, index)
+    if "page" in config:  # docs/scaling-out.md's example, on the same workers
+        page: dict[str, Any] = {"__name__": "scaling_out_example"}
+        exec(compile(config["page"], "docs/scaling-out.md", "exec"), page)
+        page["train_func"]()
 
 
 def _train_one(config: dict[str, Any], preset: str, index: int) -> None:
@@ -71,6 +75,15 @@ def _train_one(config: dict[str, Any], preset: str, index: int) -> None:
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
+    class TensorParallelModel(Model):
+        def configure_model(self) -> None:  # tp2d_hybrid: the blocks split over the tensor dimension, then FSDP2
+            from torch.distributed.fsdp import fully_shard
+            from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+            for block, plan in zip(self.blocks, (ColwiseParallel(), RowwiseParallel()), strict=True):
+                parallelize_module(block, self.device_mesh["tensor_parallel"], plan)
+            fully_shard(self, mesh=self.device_mesh["data_parallel"])
+
     rank = get_context().get_world_rank()
     precision = config.get("precision_by_rank", ["32-true", "32-true"])[rank]
     with warnings.catch_warnings(record=True) as caught:
@@ -83,7 +96,7 @@ def _train_one(config: dict[str, Any], preset: str, index: int) -> None:
         trainer = lightning_presets.ray.prepare_trainer(trainer)
         torch.manual_seed(1)
         data = TensorDataset(torch.arange(16), torch.randn(16, 4))
-        model = Model()
+        model = TensorParallelModel() if preset == "tp2d_hybrid" else Model()
         trainer.fit(model, train_dataloaders=DataLoader(data, batch_size=4))
     weights = {
         name: (value.full_tensor() if hasattr(value, "full_tensor") else value).flatten().tolist()
@@ -125,37 +138,60 @@ def _loaded(checkpoint: Any, tmp_path: Path) -> dict[str, Any]:
     return {name: value.flatten().tolist() for name, value in state.items()}
 
 
-PRESETS = ["ddp_static_graph", "fsdp2"]
+PRESETS = ["ddp_static_graph", "fsdp2", "tp2d_hybrid"]
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "scaling-out.md"
+
+
+def page_example() -> str:
+    """The Python example of the page's Ray section."""
+    section = PAGE.read_text(encoding="utf-8").partition("## Ray Train")[2]
+    return section.partition("```python\n")[2].partition("```")[0]
 
 
 @pytest.fixture(scope="session")
 def trained(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    """One Ray job of two workers that trains each of :data:`PRESETS` in turn (one set of workers for both)."""
+    """One Ray job of two workers that trains each of :data:`PRESETS` in turn, then runs the page's example (one set
+    of workers for all)."""
     out = tmp_path_factory.mktemp("ray-trained")
-    return out, _fit(PRESETS, out)
+    return out, _fit(PRESETS, out, page=page_example())
 
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_preset_trains_under_rays_recipe(trained: tuple[Path, Any], tmp_path: Path, preset: str) -> None:
     """Two workers, devices='auto' (one CPU each): both train, the loss is finite, the weights end equal on both, each
-    worker reads its own half of the data, Ray's reported checkpoint loads with those weights, and the guards read
-    Ray's layout (2 workers on 1 node), so no finding describes a one-process job."""
+    worker reads its own half of the data (tp2d_hybrid: both ranks of its tensor-parallel group read the same batches,
+    on a mesh of 1 × 2 laid on Ray's 2 workers), Ray's reported checkpoint loads with those weights, and the guards
+    read Ray's layout (2 workers on 1 node), so no finding describes a one-process job."""
     out, result = trained
     seen = [json.loads((out / f"{preset}-{rank}.json").read_text()) for rank in (0, 1)]
     assert [each["world"] for each in seen] == [[2, 2, 1]] * 2
     assert all(each["losses"] and all(math.isfinite(loss) for loss in each["losses"]) for each in seen), seen
     assert seen[0]["weights"] == seen[1]["weights"]
-    assert [each["sampler"] for each in seen] == [{"num_replicas": 2, "rank": 0}, {"num_replicas": 2, "rank": 1}]
-    assert not set(seen[0]["indices"]) & set(seen[1]["indices"])
-    assert sorted(seen[0]["indices"] + seen[1]["indices"]) == list(range(16))
+    if preset == "tp2d_hybrid":
+        assert [each["sampler"] for each in seen] == [{"num_replicas": 1, "rank": 0}] * 2
+        assert seen[0]["indices"] == seen[1]["indices"]  # in the order of the sampler's seed
+        assert sorted(seen[0]["indices"]) == list(range(16))
+    else:
+        assert [each["sampler"] for each in seen] == [{"num_replicas": 2, "rank": 0}, {"num_replicas": 2, "rank": 1}]
+        assert not set(seen[0]["indices"]) & set(seen[1]["indices"])
+        assert sorted(seen[0]["indices"] + seen[1]["indices"]) == list(range(16))
     assert [each["root_device"] for each in seen] == ["cpu", "cpu"]
     one_process = [finding for each in seen for finding in each["findings"] if "devices=1" in finding]
     assert not one_process, one_process
-    reported = [
-        checkpoint for checkpoint, metrics in result.best_checkpoints if metrics["preset"] == PRESETS.index(preset)
-    ]
+    index = PRESETS.index(preset)
+    reported = [checkpoint for checkpoint, metrics in result.best_checkpoints if metrics.get("preset") == index]
     assert len(reported) == 1, result.best_checkpoints
     assert _loaded(reported[0], tmp_path) == seen[0]["weights"]
+
+
+def test_the_pages_example_trains_under_ray(trained: tuple[Path, Any]) -> None:
+    """docs/scaling-out.md's Ray example (fsdp2 through lightning_presets.ray) ran on the same two workers: its
+    checkpoint is the job's last report."""
+    _, result = trained
+    assert "lightning_presets.ray.strategy(" in page_example()
+    assert len(result.best_checkpoints) == len(PRESETS) + 1
+    assert "preset" not in result.best_checkpoints[-1][1]
+    assert (Path(result.checkpoint.path) / "checkpoint.ckpt").is_dir()  # FSDP2's sharded checkpoint, both workers'
 
 
 def _driver_error(presets: list[str], tmp_path: Path, **config: Any) -> str:
