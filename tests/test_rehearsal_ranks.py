@@ -120,6 +120,12 @@ def test_the_comparison_names_the_block_one_rank_enters_alone_and_accepts_equal_
                             7: [_call("all_gather", [2], "m.py:3")]})  # fmt: skip
     assert len(shapes) == 1, shapes
     assert "rank 0 enters all_gather(float32[2]) at m.py:3 and rank 3 enters all_gather(float32[5])" in shapes[0]
+    # an all_gather whose output lists agree may gather uneven inputs (NCCL does); all_to_all's splits may differ
+    uneven = {0: [{**_call("all_gather", [2]), "shapes": [[2], [3], [2]], "dtypes": ["float32"] * 3},
+                  _call("all_to_all_single", [4])],
+              1: [{**_call("all_gather", [3]), "shapes": [[2], [3], [3]], "dtypes": ["float32"] * 3},
+                  _call("all_to_all_single", [6])]}  # fmt: skip
+    assert disagreements(uneven) == []
     alike = disagreements({0: common + extra, 1: common, 2: common})  # ranks that depart alike: one sentence
     assert len(alike) == 1, alike
     assert "which ranks 1, 2 do not enter" in alike[0], alike

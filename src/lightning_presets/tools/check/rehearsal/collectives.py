@@ -136,9 +136,21 @@ def recording() -> Iterator[Recorder]:
             setattr(module, kind, original)
 
 
+UNEVEN = ("all_to_all", "all_to_all_single", "gather", "scatter")
+"""Collectives whose tensors may legally differ in shape between ranks (split sizes, the root's lists): compared by
+kind and group only."""
+
+
 def canonical(call: dict[str, Any]) -> tuple[Any, ...]:
-    """What must agree between ranks: the kind, the group's size, the tensors' shapes and dtypes."""
-    return (call["kind"], call["group"], tuple(map(tuple, call["shapes"])), tuple(call["dtypes"]))
+    """What must agree between ranks: the kind, the group's size, the tensors' shapes and dtypes; of a list
+    ``all_gather``, the output list only (each rank's input may differ where the outputs say so: NCCL gathers uneven
+    tensors)."""
+    shapes, dtypes = call["shapes"], call["dtypes"]
+    if call["kind"] in UNEVEN:
+        shapes, dtypes = [], []
+    elif call["kind"] == "all_gather" and len(shapes) > 1:
+        shapes, dtypes = shapes[:-1], dtypes[:-1]
+    return (call["kind"], call["group"], tuple(map(tuple, shapes)), tuple(dtypes))
 
 
 def _said(calls: list[dict[str, Any]]) -> str:
