@@ -91,6 +91,7 @@ def rehearse_deepspeed(
                            "rehearsed instead on its CPU accelerator, with the preset's config")]  # fmt: skip
     try:
         import deepspeed
+        import deepspeed.comm
         import deepspeed.ops
     except Exception as error:  # not installed, or broken
         records.append(StageRecord(name="deepspeed.initialize", outcome="not rehearsed",
@@ -131,6 +132,9 @@ def rehearse_deepspeed(
                      "initialize": "deepspeed.initialize with the preset's config",
                      "step": "first training step through DeepSpeed's engine"}  # fmt: skip
             records.append(_raised(names[stage], "step" if stage == "step" else "set-up", error))
+        finally:  # DeepSpeed's own teardown of the world, which releases the groups it cached
+            with contextlib.suppress(Exception):
+                deepspeed.comm.destroy_process_group()
     return records
 
 
