@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from lightning_presets.checkpoints import CheckpointFacts, read_checkpoint
 from lightning_presets.core.context import Context
 from lightning_presets.core.rules import run_rules
-from lightning_presets.guards.resume import RESUME_RULES, Resume
+from lightning_presets.guards.resume import RESUME_RULES, Resume, command_line, conversion_for
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -74,6 +75,30 @@ def test_every_recorded_cell_agrees_with_the_guards(cell: dict[str, Any]) -> Non
         conversion = cell["conversion"]
         assert conversion["ran"], conversion
         assert conversion["outcome"] == "resumes", conversion
+
+
+def named_commands(facts: CheckpointFacts, strategy: str, devices: int) -> list[str]:
+    """The command lines (without the interpreter) of the conversion the first refusal of ``facts`` names today."""
+    state = Resume(path=facts.path, checkpoint=facts)
+    (code, *_) = refused(facts, strategy, devices)
+    conversion = conversion_for(code, job(strategy, devices), state)
+    assert conversion is not None, code
+    return [shlex.join(command_line(step, "python")[1:]) for step in conversion.steps]
+
+
+def test_every_conversion_the_matrix_ran_is_the_line_its_hint_names() -> None:
+    """Each refused cell ran its hint's command lines verbatim (the recorded hint quotes them), and the guards name
+    the same lines today: a hint that changes its command without the matrix rerun fails here."""
+    ran = [cell for cell in MATRIX["cells"] if cell.get("conversion", {}).get("commands")]
+    assert ran
+    for cell in ran:
+        commands = [each["command"] for each in cell["conversion"]["commands"]]
+        assert all(f"`python {each}`" in cell["hint"] for each in commands), cell
+        facts = recorded(MATRIX["writers"][cell["writer"]]["facts"])  # its path relative to the run's folder
+        where = cell["hint"].index(f"/{facts.path} ")  # the run's folder, as the hint quotes the checkpoint
+        work = cell["hint"][: where + 1].rpartition(" ")[2].lstrip("`'")
+        facts = dataclasses.replace(facts, path=f"{work}{facts.path}")
+        assert named_commands(facts, cell["reader_strategy"], cell["reader_devices"]) == commands, cell
 
 
 def test_the_agreement_check_can_fail() -> None:

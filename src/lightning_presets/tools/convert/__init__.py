@@ -132,6 +132,9 @@ def convert(
     started = time.monotonic()
     if to is not None and to not in TARGETS:
         raise ConvertError(f"unknown target {to!r}", f"use one of {', '.join(TARGETS)}")
+    if devices < 1 or num_nodes < 1:
+        raise ConvertError(f"devices={devices}, num_nodes={num_nodes}: the job has at least one of each",
+                           "pass --devices and --num-nodes of the job that will resume the result")  # fmt: skip
     src, dst = Path(source), Path(destination)
     facts = _facts(src)
     target = to or target_for(strategy, facts)

@@ -12,6 +12,7 @@ against its parameter's shape, so a model that is not the checkpoint's is refuse
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,9 @@ def save(checkpoint: Mapping[str, Any], named_optimizers: list[dict[str, Any]], 
     path.mkdir()
     shards: dict[str, Any] = {model_key: dict(checkpoint[STATE_DICT])}
     shards.update({f"optimizer_{index}": state for index, state in enumerate(named_optimizers)})
-    dcp_save(shards, checkpoint_id=str(path))
+    with warnings.catch_warnings():  # "assuming the intent is to save in a single process": it is
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*", category=UserWarning)
+        dcp_save(shards, checkpoint_id=str(path))
     meta = {key: value for key, value in checkpoint.items() if key not in (STATE_DICT, OPTIMIZER_STATES)}
     torch.save(meta, path / META)
 
