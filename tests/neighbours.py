@@ -480,89 +480,13 @@ _add(
 )
 
 # --- ModelParallelStrategy: tests/strategies/model_parallel/test_rules.py (LP211: tests/strategies/fsdp2/) -----
-# The norm layers' programs, shared with DDP's sync_batchnorm rule below.
+# The norm layers' programs, shared by the sync_batchnorm rules of ModelParallelStrategy and DDP.
 _bn = "model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n"
 _ln = "model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))\n"
 _gn = "model = nn.Sequential(nn.Linear(8, 8), nn.GroupNorm(2, 8))\n"
 _TRAINED = "; trained on 2 CPU processes: tests/test_fsdp2.py::test_the_cpu_neighbours_of_the_norm_rules_train"
 
-# --- DDP ----------------------------------------------------------------------------------------------------------
-_add(
-    "LP303",
-    n(_t('"ddp_bf16_compress"'), "bf16 compression on CUDA: the Trainer registers the hook"),
-    n(
-        'Fabric(strategy="ddp_bf16_compress", accelerator="cuda", devices=8)',
-        "Fabric on CUDA (a CUDA build of torch with NCCL)",
-    ),
-    n(_t('"ddp_bf16_compress"', "cuda", "", 2), "two CUDA devices"),
-    n(
-        _t('lightning_presets.strategy("ddp_bf16_compress", ddp_comm_hook=None)', "cpu", "", 2),
-        "the hook removed (LP307's warning): plain DDP on CPU",
-        CPU_ONLY_TORCH,
-    ),
-    n(
-        _t('"ddp_bf16_compress"', "cpu", "", 2),
-        "the Trainer on CPU: the review's false rejection (an option silently ignored: Lightning's DDPStrategy "
-        "registers comm hooks on CUDA only and trains plain DDP, tests/evidence/test_fails_ddp.py; the severity "
-        "policy makes that a warning)",
-        CPU,
-    ),
-)
-_add(
-    "LP308",
-    n('Fabric(strategy="ddp_static_graph", accelerator="cpu", devices=2)', "Fabric: the loop owns no_sync"),
-    n(_t('"ddp_static_graph"', "cpu", ", accumulate_grad_batches=1", 2), "static graph, no accumulation"),
-    n(
-        _t(
-            'lightning_presets.strategy("ddp_static_graph", static_graph=False)',
-            "cpu",
-            ", accumulate_grad_batches=2",
-            2,
-        ),
-        "the preset with static_graph=False (LP302's warning)",
-    ),
-    n(_t('"ddp_bf16_compress"', "cuda", ", accumulate_grad_batches=4"), "another DDP preset without static graph"),
-    n(
-        "from lightning.pytorch.callbacks import GradientAccumulationScheduler\n"
-        + _t('"ddp_static_graph"', "cpu", ", callbacks=[GradientAccumulationScheduler({1: 2})]", 2),
-        "accumulating from the second epoch: the first backward synchronised (trained on 2 CPU processes: "
-        "tests/test_ddp.py::test_static_graph_accumulating_after_a_synchronised_epoch_trains)",
-    ),
-)
-_LOCAL_SGD = (
-    "from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_localSGD\n"
-    'strategy = lightning_presets.strategy("{preset}", ddp_comm_state=post_localSGD.PostLocalSGDState(None, None, 8), '
-    "ddp_comm_hook=post_localSGD.post_localSGD_hook{more})\n"
-)
-_add(
-    "LP309",
-    n(
-        _LOCAL_SGD.format(preset="ddp_static_graph", more=", model_averaging_period=4") + _t("strategy", "cuda"),
-        "post-localSGD with a period of 4",
-    ),
-    n(
-        _LOCAL_SGD.format(preset="ddp_static_graph", more=", model_averaging_period=1") + _t("strategy", "cuda"),
-        "the smallest period",
-    ),
-    n(
-        _LOCAL_SGD.format(preset="ddp_bf16_compress", more=", model_averaging_period=4") + _t("strategy", "cuda"),
-        "the other DDP preset, its hook replaced by post-localSGD",
-    ),
-    n(
-        "from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD\n"
-        'strategy = lightning_presets.strategy("ddp_static_graph", ddp_comm_state=powerSGD.PowerSGDState(None), '
-        "ddp_comm_hook=powerSGD.powerSGD_hook)\n" + _t("strategy", "cuda"),
-        "another communication state: no model averaging",
-    ),
-)
-_add(
-    "LP310",
-    n(_bn + _t('"ddp_static_graph"', "cuda", ", sync_batchnorm=True") + ".fit(model)", "SyncBatchNorm on CUDA"),
-    n(_bn + _t('"ddp_static_graph"', "cpu", "", 2) + ".fit(model)", "batch norm on CPU, no sync_batchnorm" + _TRAINED),
-    n(_ln + _t('"ddp_static_graph"', "cpu", ", sync_batchnorm=True", 2) + ".fit(model)", "no batch norm" + _TRAINED),
-    n(_gn + _t('"ddp_static_graph"', "cpu", ", sync_batchnorm=True", 2) + ".fit(model)", "GroupNorm" + _TRAINED),
-    n(_bn + _t('"ddp_bf16_compress"', "cuda", ", sync_batchnorm=True") + ".fit(model)", "the other DDP preset, CUDA"),
-)
+# --- DDP: tests/strategies/ddp/test_rules.py ---------------------------------------------------------------------
 
 # --- DeepSpeed: tests/strategies/deepspeed/test_config_rules.py and test_job_rules.py ------------------------
 
@@ -600,54 +524,7 @@ _add(
     n('Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=8)', "the preset's default (sharded)", XLA),
 )
 
-# --- precision presets ---------------------------------------------------------------------------------------------
-_add(
-    "LP603",
-    n('lightning_presets.precision("nf4-bnb")', "a CUDA GPU"),
-    n('lightning_presets.precision("bf16-fp32-reduce")', "another CUDA-only preset on a CUDA GPU"),
-    n('lightning_presets.precision("fp8-te")', "fp8-te on an H100", TE),
-    n('lightning_presets.precision("nf4-bnb")', "a single CUDA GPU", Setting(gpus=1)),
-)
-_add(
-    "LP604",
-    n('lightning_presets.precision("fp8-te")', "an H100 (9.0)", Setting(simulated=("transformer_engine",))),
-    n(
-        'lightning_presets.precision("fp8-te")',
-        "an L4 (8.9): the boundary",
-        Setting(capability=(8, 9), simulated=("transformer_engine",)),
-    ),
-    n('lightning_presets.precision("fp8-torchao")', "torchao float8 on 8.9", Setting(capability=(8, 9))),
-    n('lightning_presets.precision("bf16-fp32-reduce")', "an A100 (8.0) for bf16", Setting(capability=(8, 0))),
-)
-_add(
-    "LP606",
-    n(_t('"fsdp_hybrid_shard"', "cuda", ', plugins=[lightning_presets.precision("bf16-fp32-reduce")]'), "CUDA", TE),
-    n(_t('"fsdp_grad_op"', "cuda", ', plugins=[lightning_presets.precision("bf16-fp32-reduce")]'), "CUDA", TE),
-    n(_t('"fsdp_offload_ckpt"', "cuda", ', plugins=[lightning_presets.precision("bf16-fp32-reduce")]'), "CUDA", TE),
-    n(_t('"fsdp_offload_ckpt"', "gpu", ', plugins=[lightning_presets.precision("bf16-fp32-reduce")]'), "'gpu'", TE),
-)
-_reduce = ', plugins=[lightning_presets.precision("bf16-fp32-reduce")]'
-_add(
-    "LP607",
-    n(_t('"fsdp_offload_ckpt"', "cuda", _reduce), "bf16-fp32-reduce is an FSDP precision"),
-    n(_t('"fsdp_grad_op"', "cuda", _reduce), "another FSDP preset"),
-    n(_t('"fsdp_hybrid_shard"', "cuda", _reduce), "a third FSDP preset"),
-    n(_t('"deepspeed_zero2_offload"', "cuda", ', precision="bf16-mixed"'), "DeepSpeed with precision= instead"),
-)
-_add(
-    "LP612",
-    *(
-        n(f'lightning_presets.precision("fp8-torchao", recipe="{recipe}")', f"torchao's {recipe} recipe")
-        for recipe in ("tensorwise", "rowwise", "rowwise_with_gw_hp")
-    ),
-)
-_add(
-    "LP613",
-    *(
-        n(f'lightning_presets.precision("nf4-bnb", dtype="{dtype}")', f"dtype={dtype}")
-        for dtype in ("bfloat16", "float16", "float32")
-    ),
-)
+# --- precision presets: tests/guards/test_precision_rules.py, tests/plugins/test_presets.py -----------------
 
 # --- check's cluster and launcher rules: tests/tools/check/test_cluster.py, test_launchers.py (LP096: tests/guards/) --
 _C = f"{CHECK} --accelerator cuda --gpus 8 "
