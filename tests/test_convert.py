@@ -352,3 +352,32 @@ def test_a_result_the_target_guard_refuses_is_not_written(tmp_path: Path, capsys
     assert result.target == "file"
     assert "ddp_static_graph" in result.guard
     assert "resumes it" in result.guard
+
+
+@pytest.mark.parametrize("torch_rekey", [True, False], ids=["torch", "by-hand"])
+def test_positions_are_named_through_the_models_own_optimizer(
+    torch_rekey: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parameter groups out of the model's order (weight decay split): each position gets the state of the parameter
+    the optimizer held there, by torch's rekey and by the fallback for a torch without FSDP1's class; a model whose
+    parameters differ from the checkpoint's is refused."""
+    import torch.distributed.fsdp as fsdp
+
+    from lightning_presets.tools.convert import folder
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+    rest = [model[0].bias, model[1].weight, model[1].bias, model[2].bias]
+    groups = [{"params": [model[2].weight, model[0].weight]}, {"params": rest, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups)
+    model(torch.ones(3, 4)).sum().backward()
+    optimizer.step()
+    checkpoint = {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()]}
+    if not torch_rekey:
+        monkeypatch.delattr(fsdp, "FullyShardedDataParallel")
+    (named,) = folder.by_name(checkpoint, model, [optimizer])
+    for name, parameter in model.named_parameters():
+        assert torch.equal(named["state"][name]["exp_avg"], optimizer.state[parameter]["exp_avg"]), name
+    assert sorted(named["param_groups"][0]["params"]) == ["0.weight", "2.weight"]
+    other = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+    with pytest.raises(folder.ModelMismatch, match="are not in the checkpoint"):
+        folder.by_name({**checkpoint, "state_dict": {"x": torch.ones(1)}}, other, [optimizer])

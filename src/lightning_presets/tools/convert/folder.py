@@ -53,8 +53,6 @@ def by_name(
 ) -> list[dict[str, Any]]:
     """Each optimizer state of the Trainer's file (``optimizer_states``), keyed by parameter names through
     ``optimizers`` (the model's own); raises :class:`ModelMismatch` where the model is not the checkpoint's."""
-    from torch.distributed.fsdp import FullyShardedDataParallel, OptimStateKeyType
-
     states = list(checkpoint.get(OPTIMIZER_STATES) or [])
     weights = checkpoint.get(weights_key) or {}
     names = {name for name, _ in model.named_parameters()}
@@ -79,9 +77,7 @@ def by_name(
                 f"optimizer {index}: the checkpoint's parameter groups hold {groups} parameters, the model's "
                 f"optimizer {built}"
             )
-        keyed = FullyShardedDataParallel.rekey_optim_state_dict(
-            dict(state), OptimStateKeyType.PARAM_NAME, model, optim=optimizer
-        )
+        keyed = _rekeyed(dict(state), model, optimizer)
         for name, values in keyed["state"].items():
             shape = tuple(parameters[name].shape)
             for key, value in values.items():
@@ -93,6 +89,29 @@ def by_name(
                     )
         renamed.append(keyed)
     return renamed
+
+
+def _rekeyed(state: dict[str, Any], model: Any, optimizer: Any) -> dict[str, Any]:
+    """torch's ``FullyShardedDataParallel.rekey_optim_state_dict`` through ``optimizer`` (what Lightning's own load of
+    a full file calls); where a torch release no longer has FSDP1's class, the same mapping by hand: the positions
+    count the optimizer's parameters group by group, each named as the model names it."""
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel, OptimStateKeyType
+    except ImportError:
+        pass
+    else:
+        keyed: dict[str, Any] = FullyShardedDataParallel.rekey_optim_state_dict(
+            state, OptimStateKeyType.PARAM_NAME, model, optim=optimizer
+        )
+        return keyed
+    names = {id(parameter): name for name, parameter in model.named_parameters()}
+    ordered = [names[id(parameter)] for group in optimizer.param_groups for parameter in group["params"]]
+    groups, position = [], 0
+    for group in state.get("param_groups", []):
+        count = len(group["params"])
+        groups.append({**group, "params": ordered[position : position + count]})
+        position += count
+    return {**state, "state": {ordered[int(k)]: v for k, v in state.get("state", {}).items()}, "param_groups": groups}
 
 
 def save(checkpoint: Mapping[str, Any], named_optimizers: list[dict[str, Any]], path: Path, model_key: str) -> None:
