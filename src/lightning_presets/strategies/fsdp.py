@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 from torch import nn
@@ -63,6 +65,60 @@ def _two_dimensional(mesh: Any) -> bool:
     return type(mesh).__name__ == "DeviceMesh" and getattr(mesh, "ndim", 0) == 2
 
 
+@dataclass(frozen=True, slots=True)
+class FSDPOptions:
+    """The FSDP presets' arguments as their rules, hooks and memory layout read them: each key, and what its absence
+    means, once (the FSDP family's options view)."""
+
+    values: Mapping[str, Any]
+    """The preset's arguments (defaults merged with the user's overrides), or a preset's ``init_params``."""
+
+    @classmethod
+    def of(cls, source: Options | Context | Mapping[str, Any]) -> FSDPOptions:
+        """The view of an :class:`Options`, a :class:`Context`'s options or the arguments a strategy was built with."""
+        if isinstance(source, Options):
+            return cls(source.values)
+        return cls(source.options if isinstance(source, Context) else source)
+
+    @property
+    def sharding_strategy(self) -> Any:
+        """``sharding_strategy`` as written (a name or torch's enum member); ``None`` when absent."""
+        return self.values.get("sharding_strategy")
+
+    @property
+    def sharding(self) -> str:
+        """The sharding strategy's name in upper case; Lightning's ``FULL_SHARD`` when absent."""
+        written = self.values.get("sharding_strategy", "FULL_SHARD")
+        return str(getattr(written, "name", written)).upper()
+
+    @property
+    def device_mesh(self) -> Any:
+        """``device_mesh`` as written; ``None`` when absent."""
+        return self.values.get("device_mesh")
+
+    @property
+    def use_orig_params(self) -> Any:
+        return self.values.get("use_orig_params")
+
+    @property
+    def cpu_offload(self) -> bool:
+        """Whether ``cpu_offload`` offloads (``True`` or a ``CPUOffload``)."""
+        return bool(self.values.get("cpu_offload"))
+
+    @property
+    def auto_wrap_policy(self) -> Any:
+        """``auto_wrap_policy``; ``None``: the preset wraps the model's repeated blocks."""
+        return self.values.get("auto_wrap_policy")
+
+    @property
+    def checkpointing_chosen(self) -> bool:
+        """Whether the user chose the activation checkpointing (``activation_checkpointing_policy`` or
+        ``activation_checkpointing``); else the preset checkpoints the repeated blocks."""
+        return self.values.get("activation_checkpointing_policy") is not None or (
+            self.values.get("activation_checkpointing") is not None
+        )
+
+
 @rule(
     "LP117", "error", "options", "a 2-D device_mesh with a sharding strategy that is not hybrid",
     fails='lightning_presets.strategy("fsdp_grad_op", device_mesh=(2, 8))',
@@ -70,9 +126,9 @@ def _two_dimensional(mesh: Any) -> bool:
     evidence="runtime: 2 processes: torch's FSDP init reduces each rank's gradients over itself alone",
 )  # fmt: skip
 def mesh_needs_hybrid_sharding(options: Options) -> Problem | None:
-    mesh = options.values.get("device_mesh")
-    sharding = str(getattr(options.values.get("sharding_strategy"), "name", options.values.get("sharding_strategy")))
-    if mesh is None or not _two_dimensional(mesh) or sharding.upper() in HYBRID_SHARDINGS:
+    view = FSDPOptions.of(options)
+    mesh, sharding = view.device_mesh, str(getattr(view.sharding_strategy, "name", view.sharding_strategy))
+    if mesh is None or not _two_dimensional(mesh) or view.sharding in HYBRID_SHARDINGS:
         return None
     return Problem(
         f"{options.call('device_mesh', 'sharding_strategy')}: with sharding_strategy={sharding!r} torch's FSDP uses "
@@ -134,7 +190,7 @@ def clipping_by_norm_goes_through_the_module(ctx: Context, model: nn.Module) -> 
     fixed='lightning_presets.strategy("fsdp_offload_ckpt", target="fabric")',
 )  # fmt: skip
 def fabric_keeps_original_parameters(options: Options) -> Problem | None:
-    if options.target not in ("fabric", "lightning_fabric") or options.values.get("use_orig_params") is not False:
+    if options.target not in ("fabric", "lightning_fabric") or FSDPOptions.of(options).use_orig_params is not False:
         return None
     return Problem(
         f"{options.call('use_orig_params')}: with use_orig_params=False, Fabric's FSDP refuses "
@@ -181,13 +237,10 @@ class FSDPHooks(PresetHooks):
         blocks = find_repeated_blocks(model)
         if not blocks:
             return
-        options = self._lp_options
-        if options.get("auto_wrap_policy") is None:
+        view = FSDPOptions.of(self._lp_options)
+        if view.auto_wrap_policy is None:
             self._lp_fsdp_kwargs["auto_wrap_policy"] = ModuleWrapPolicy(blocks)
-        no_checkpointing = options.get("activation_checkpointing_policy") is None and (
-            options.get("activation_checkpointing") is None
-        )
-        if no_checkpointing and self._lp_preset.activation_checkpointing:
+        if not view.checkpointing_chosen and self._lp_preset.activation_checkpointing:
             private.set_activation_checkpointing_kwargs(self, {"auto_wrap_policy": ModuleWrapPolicy(blocks)})
         self.lp_blocks = blocks
 
@@ -214,9 +267,8 @@ FSDP_DEFAULTS: dict[str, Any] = {"state_dict_type": "sharded", "auto_wrap_policy
 
 def _fsdp_layout(preset: Preset) -> Layout:
     """Where an FSDP1 preset keeps its model states: its ``sharding_strategy`` (a name or the enum) and offload."""
-    written = preset.init_params.get("sharding_strategy", "FULL_SHARD")
-    sharding = str(getattr(written, "name", written)).upper()
-    offload = bool(preset.init_params.get("cpu_offload")) or preset.cpu_offload
+    view = FSDPOptions(preset.init_params)
+    sharding, offload = view.sharding, view.cpu_offload or preset.cpu_offload
     if sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"):
         return Layout(placement="hybrid")
     if sharding == "SHARD_GRAD_OP":

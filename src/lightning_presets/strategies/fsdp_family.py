@@ -23,6 +23,7 @@ from lightning_presets.strategies.fsdp import (
     SHARDING_STRATEGIES,
     FSDPFabricHooks,
     FSDPHooks,
+    FSDPOptions,
     FSDPTrainerHooks,
     clipping_by_norm_goes_through_the_module,
     fabric_keeps_original_parameters,
@@ -51,10 +52,6 @@ TESTED_WITH_GRAD_OP = tested(
 )
 
 
-def _sharding_name(value: Any) -> str:
-    return str(getattr(value, "name", value)).upper()
-
-
 def resolved_mesh(ctx: Context) -> tuple[int, int] | None:
     """The (replicas, shard size) the preset runs with; ``None`` for a DeviceMesh object or a process group."""
     return cast("tuple[int, int] | None", HYBRID_SHARD.sizes(ctx.options, ctx.devices_per_node, ctx.num_nodes))
@@ -71,14 +68,14 @@ def _mesh_text(mesh: tuple[int, int]) -> str:
 )  # fmt: skip
 def sharding_matches_preset(options: Options) -> Problem | None:
     allowed = PRESET_SHARDING.get(options.preset)
-    value = options.values.get("sharding_strategy")
-    if allowed is None or value is None or _sharding_name(value) in allowed:
+    view = FSDPOptions.of(options)
+    if allowed is None or view.sharding_strategy is None or view.sharding in allowed:
         return None
-    if _sharding_name(value) not in SHARDING_STRATEGIES:  # not a sharding strategy at all: LP104 says so
+    if view.sharding not in SHARDING_STRATEGIES:  # not a sharding strategy at all: LP104 says so
         return None
     return Problem(
         f"{options.call('sharding_strategy')}: {options.preset!r} is {' or '.join(allowed)}, not "
-        f"{_sharding_name(value)!r}; it trains, but not as the preset's name promises",
+        f"{view.sharding!r}; it trains, but not as the preset's name promises",
         "drop sharding_strategy, or pick the preset for it: strategy='fsdp_offload_ckpt' (FULL_SHARD), "
         "'fsdp_grad_op' (SHARD_GRAD_OP), 'fsdp_hybrid_shard' (HYBRID_SHARD across nodes)",
     )
@@ -100,9 +97,10 @@ def _dimensions(mesh: Any) -> int | None:
     evidence="runtime: torch's FSDP init raises ValueError 'Expected device_mesh to have ndim=2'",
 )  # fmt: skip
 def device_mesh_shape(options: Options) -> Problem | None:
-    value = options.values.get("device_mesh", AUTO)
+    view = FSDPOptions.of(options)
+    value = view.device_mesh
     dimensions = None if value in (AUTO, None) else _dimensions(value)
-    hybrid = _sharding_name(options.values.get("sharding_strategy")) in HYBRID_SHARDINGS
+    hybrid = view.sharding in HYBRID_SHARDINGS
     if value in (AUTO, None) or dimensions == 2 or (dimensions == 1 and not hybrid):
         return None  # a 2-D mesh without hybrid sharding is LP117's
     return Problem(
