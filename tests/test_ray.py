@@ -217,3 +217,20 @@ def test_ranks_that_disagree_under_ray_are_caught(cluster: Any, tmp_path: Path) 
     """One worker in bf16-mixed, the other in 32-true: the start-up handshake refuses the job (LP030) on the driver."""
     text = _driver_error(["ddp_static_graph"], tmp_path, precision_by_rank=["32-true", "bf16-mixed"])
     assert "[LP030]" in text[-500:], text[-1500:]
+
+
+def test_prepare_trainer_checks_the_presets_classes_as_ray_checks_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a Ray job (no cluster): a preset on RayModelParallel without Ray's environment is refused by this
+    package's prepare_trainer, naming the plugin to pass; a preset on Ray's own class goes to Ray's prepare_trainer,
+    whose refusal it is."""
+    import lightning.pytorch as pl
+
+    import lightning_presets.ray
+
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    for preset, refusal in (("fsdp2", "pass plugins=\\[ray.train.lightning.RayLightningEnvironment\\(\\)\\]"),
+                            ("ddp_static_graph", "Invalid cluster environment plugin")):  # fmt: skip
+        trainer = pl.Trainer(strategy=lightning_presets.ray.strategy(preset), accelerator="cpu", devices=2,
+                             logger=False, enable_progress_bar=False)  # fmt: skip
+        with pytest.raises(RuntimeError, match=refusal):
+            lightning_presets.ray.prepare_trainer(trainer)
