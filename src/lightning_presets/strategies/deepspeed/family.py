@@ -5,21 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_presets.core.family import Checkpoints, Family, Layout, Memory, Placement
-
-LIGHTNING_DEFAULT_STAGE = 2
-"""``DeepSpeedStrategy(stage=...)``'s default in Lightning 2.6."""
+from lightning_presets.strategies.deepspeed.options import DeepSpeedOptions
 
 
 def zero_layout(preset: Any) -> Layout:
     """Where a DeepSpeed preset keeps its model states, from its arguments (``stage``, ``offload_parameters``,
     ``offload_optimizer``, with Lightning's defaults)."""
-    params = preset.init_params
-    stage = int(params.get("stage", LIGHTNING_DEFAULT_STAGE))
-    offload_parameters = bool(params.get("offload_parameters"))
+    view = DeepSpeedOptions(preset.init_params)
+    stage, offload_parameters = int(view.stage), view.offload_parameters
     placement: Placement
     if offload_parameters:
         placement = "offload_all"
-    elif params.get("offload_optimizer"):
+    elif view.offload_optimizer:
         placement = "offload_optimizer"
     else:
         placement = "full" if stage == 3 else "grad_op"

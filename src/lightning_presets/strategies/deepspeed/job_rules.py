@@ -18,6 +18,7 @@ from lightning_presets.strategies.deepspeed.config import (
     OFFLOAD_DEVICES,
     config_view,
 )
+from lightning_presets.strategies.deepspeed.options import DeepSpeedOptions
 
 ZERO_STAGES = (0, 1, 2, 3)
 
@@ -72,14 +73,10 @@ def devices_are_local_ranks(ctx: Context) -> Problem | None:
     evidence="runtime: DeepSpeedConfig raises a validation error",
 )  # fmt: skip
 def zero_values_known(options: Options) -> Problem | None:
-    bad = []
-    if options.values.get("stage", 2) not in ZERO_STAGES:
-        bad.append("stage")
-    bad += [
-        key
-        for key in ("offload_optimizer_device", "offload_params_device")
-        if options.values.get(key, "cpu") not in (*OFFLOAD_DEVICES, "none")  # "none": DeepSpeed's "no offload"
-    ]
+    view = DeepSpeedOptions.of(options)
+    bad = [] if view.stage in ZERO_STAGES else ["stage"]
+    # "none": DeepSpeed's "no offload"
+    bad += [key for key, device in view.offload_devices.items() if device not in (*OFFLOAD_DEVICES, "none")]
     if not bad:
         return None
     return Problem(
