@@ -30,7 +30,7 @@ from lightning_presets.tools.plan import layouts as memory
 from lightning_presets.tools.plan import trace
 from lightning_presets.tools.plan import worker as plan_worker
 from lightning_presets.tools.plan.estimates import Estimate, PlanRequest, traced_estimate
-from lightning_presets.tools.simulation import user_model
+from lightning_presets.tools.simulation import user_model, world
 
 INIT_READS_VALUES = torch.__version__ >= (2, 8)
 """Whether torch's ``trunc_normal_`` reads a value from a tensor (it loops on ``.any()``): not on torch 2.7."""
@@ -149,7 +149,7 @@ def test_traced_activations_equal_what_a_real_forward_saves(precision: str, chec
     assert layout is not None
     layout = dataclasses.replace(layout, checkpoint=checkpoint)
     factory = user_model.load_factory(TINY)
-    with trace.fake_world(1):
+    with world.fake_world(1):
         traced = trace.trace(factory, TINY, layout, precision=precision, optimize=False, kernels="cpu")
     torch.manual_seed(0)
     model = factory()
@@ -167,7 +167,7 @@ def test_checkpointing_and_a_smaller_batch_save_fewer_activations() -> None:
     layout = memory.layout_of(strategy_catalog().presets["ddp_static_graph"])
     assert layout is not None
     factory = user_model.load_factory(TINY)
-    with trace.fake_world(1):
+    with world.fake_world(1):
         full = trace.trace(factory, TINY, layout, precision="32-true", optimize=False)
         half = trace.trace(factory, TINY, layout, precision="32-true", optimize=False, batch_size=2)
         recomputed = trace.trace(factory, TINY, dataclasses.replace(layout, checkpoint=True), precision="32-true",

@@ -151,7 +151,7 @@ TORCH: tuple[Private, ...] = (
             ("strategies.deepspeed.hooks",)),
     Private("torch.distributed.tensor._sharding_prop", "", "import", ("tools.simulation.tracing",)),
     Private("torch.testing._internal.distributed.fake_pg", "FakeStore", "import",
-            ("tools.plan.trace", "tools.simulation.lightning")),
+            ("tools.simulation.lightning", "tools.simulation.world")),
     Private("torch.utils._python_dispatch", "TorchDispatchMode", "import",
             ("tools.plan.counting", "tools.simulation.untraceable")),
     Private("torch.utils._pytree", "tree_flatten", "import", ("tools.plan.counting", "tools.simulation.step")),

@@ -128,21 +128,6 @@ class NotApplicable(TraceError):
 # --------------------------------------------------------------------------------------------- the fake world
 
 
-@contextlib.contextmanager
-def fake_world(world_size: int) -> Iterator[None]:
-    """A fake process group of ``world_size`` ranks, this process being rank 0; destroyed on exit."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized():
-        raise RuntimeError("a process group already exists in this process; plan in a fresh process")
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def _world() -> int:
     import torch.distributed as dist
 
@@ -283,7 +268,7 @@ def trace(
     boundary lies, for the collectives' counts (default: one node). ``stack`` and ``blocks``: trace the model with
     only the first ``blocks`` blocks of its repeated ``stack`` (``depth``), keeping the peak per moment of the step.
 
-    Needs :func:`fake_world` around it. A :class:`user_model.ModelError` is the model's own problem (the
+    Needs :func:`world.fake_world` around it. A :class:`user_model.ModelError` is the model's own problem (the
     same for every preset: it cannot be built, given a batch, or traced); a :class:`TraceError` is this
     preset's.
     """

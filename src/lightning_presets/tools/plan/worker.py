@@ -197,8 +197,7 @@ def plan_in_process(request: PlanRequest, progress: Progress | None = None) -> t
 
     Raises :class:`PlanFailed` when the model itself cannot be built, given an input or an optimizer.
     """
-    from lightning_presets.tools.plan import trace
-    from lightning_presets.tools.simulation import user_model
+    from lightning_presets.tools.simulation import user_model, world
 
     report = progress or (lambda what, done, total: None)
     spec = str(request.model)
@@ -211,7 +210,7 @@ def plan_in_process(request: PlanRequest, progress: Progress | None = None) -> t
             tracer.numel()  # builds the model once: a factory that fails, fails before anything else runs
             jobs = [(preset, layout, *applicability(preset, layout, request)) for preset, layout in plannable(request)]
             tracer.total = len({tracer.key(job[0], job[1], request.batch_size) for job in jobs if not job[2]})
-            with trace.fake_world(request.world_size):
+            with world.fake_world(request.world_size):
                 estimates = [tracer.estimate(*job) for job in jobs]
                 tracer.check_something_traced()
                 if request.max_batch:
