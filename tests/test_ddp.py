@@ -78,7 +78,7 @@ def test_lp302_accepts_the_presets_flags() -> None:
 
 @pytest.mark.parametrize("accelerator", ["cpu", "mps"])
 def test_lp311_warns_that_the_trainer_leaves_compression_out_off_cuda(accelerator: str) -> None:
-    """Off CUDA the Trainer trains plain DDP (test_fails_ddp shows it): legal, so a warning, and not LP303."""
+    """Off CUDA the Trainer trains plain DDP (tests/strategies/ddp/test_rules.py shows it): a warning, not LP303."""
     assert ddp.bf16_compress_supported(ctx(accelerator=accelerator, devices_per_node=2)) is None
     finding = ddp.bf16_compress_applied(ctx(accelerator=accelerator, devices_per_node=2))
     assert finding is not None

@@ -45,7 +45,7 @@ _add(
     n(
         _t('"ddp_bf16_compress"', "cpu", "", 2),
         "the Trainer on CPU: the review's false rejection (an option silently ignored: Lightning's DDPStrategy "
-        "registers comm hooks on CUDA only and trains plain DDP, tests/evidence/test_fails_ddp.py; the severity "
+        "registers comm hooks on CUDA only and trains plain DDP, tests/strategies/ddp/test_rules.py; the severity "
         "policy makes that a warning)",
         CPU,
     ),

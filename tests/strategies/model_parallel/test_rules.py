@@ -160,7 +160,7 @@ _add(
         _bn + _t('"fsdp2"', "cpu", ", sync_batchnorm=True", 1) + ".fit(model)",
         "one device: BatchNorm1d over the one rank's batch is what SyncBatchNorm computes in a world of one (the "
         "review's false rejection, accepted since LP217 decides after configure_model on the layers of a job of more "
-        "than one process; tests/evidence/test_fails_job.py::test_lp217_model_parallel_ignores_sync_batchnorm fits "
+        "than one process; test_lp217_model_parallel_ignores_sync_batchnorm below fits "
         "it)",
     ),
 )
@@ -171,7 +171,7 @@ _add(
     n(
         _bn + _t('"fsdp2"', "cpu", ", sync_batchnorm=True", 1) + ".fit(model)",
         "sync_batchnorm on one device: ModelParallelStrategy converts nothing, the layers stay BatchNorm1d and train "
-        "(tests/evidence/test_fails_job.py::test_lp217_model_parallel_ignores_sync_batchnorm fits it)",
+        "(test_lp217_model_parallel_ignores_sync_batchnorm below fits it)",
     ),
 )
 

@@ -1,4 +1,7 @@
-"""Evidence for the resume rules: each checkpoint, refused by its guard before Lightning reads a byte of it, then
+"""``lightning_presets.guards.resume.rules``: each error rule's executed proof and its accepted neighbours (run, and
+each rule widened, by ``neighbours.neighbour_tests``).
+
+Each checkpoint, refused by its guard before Lightning reads a byte of it, then
 resumed for real with the resume guards switched off (``tests/scripts/resume_run.py``, one CPU process), fails in
 Lightning's or torch's own code. Where the refusal names a conversion, the converted checkpoint resumes with the
 uninterrupted run's losses.
@@ -20,8 +23,21 @@ from proof import Proof
 
 from harness import run_command
 from lightning_presets.guards.resume import resume_findings
+from neighbours import (
+    BLOCKS,
+    CPU,
+    FIT,
+    MODEL_PARALLEL_FOLDER,
+    Neighbour,
+    _t,
+    adder,
+    n,
+    neighbour_tests,
+    trainer_file,
+    zero_checkpoint,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests" / "scripts"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -29,6 +45,103 @@ import bench_resume_matrix as bench  # noqa: E402
 from checkpoint_layouts import fsdp_folder  # noqa: E402
 
 pytestmark = pytest.mark.distributed
+
+# --- accepted neighbours ------------------------------------------------------------------------------------------
+
+NEIGHBOURS: dict[str, tuple[Neighbour, ...]] = {}
+"""This module's error rules' accepted neighbours, by code (``tests/neighbours.py`` explains them)."""
+_add = adder(NEIGHBOURS)
+
+_add(
+    "LP801",
+    n(MODEL_PARALLEL_FOLDER + _t('"fsdp2"', "cpu", "", 2) + FIT, "fsdp2 loads its own DCP folder", CPU),
+    n(MODEL_PARALLEL_FOLDER + _t('"fsdp2_offload_ckpt"', "cpu", "", 2) + FIT, "the other fsdp2 preset", CPU),
+    n(trainer_file() + _t('"ddp_static_graph"', "cpu", "", 2) + FIT, "DDP loads a single file", CPU),
+    n(trainer_file() + _t('"fsdp2"', "cpu", "", 2) + FIT, "fsdp2 loads a single file too", CPU),
+)
+_add(
+    "LP802",
+    n(zero_checkpoint() + _t('"deepspeed_zero2_offload"') + FIT, "8 shards, 8 GPUs"),
+    n(zero_checkpoint() + _t('"deepspeed_zero2_offload"', "cuda", ", num_nodes=2", 4) + FIT, "8 = 4 × 2 nodes"),
+    n(zero_checkpoint(world=4) + _t('"deepspeed_zero2_offload"', "cuda", "", 4) + FIT, "4 shards, 4 GPUs"),
+)
+_add(
+    "LP803",
+    n(zero_checkpoint(stage=2) + _t('"deepspeed_zero2_offload"') + FIT, "ZeRO-2 into ZeRO-2"),
+    n(zero_checkpoint(stage=1) + _t('"deepspeed_zero2_offload"') + FIT, "ZeRO-1 into ZeRO-2: the same files"),
+    n(zero_checkpoint(stage=3) + _t('"deepspeed_zero3_offload_ckpt"') + FIT, "ZeRO-3 into ZeRO-3"),
+)
+_FABRIC_LOAD = (
+    BLOCKS + "torch.save({'model': model.state_dict()}, 'run.ckpt')   # weights only\n"
+    "optimizer = torch.optim.Adam(model.parameters())\n"
+    'fabric = Fabric(strategy="ddp_static_graph", accelerator="cpu", devices=1)\n'
+    "fabric.launch()   # one process: a gloo group of one in this process, destroyed below\n"
+    "try:\n"
+    '    fabric.load("run.ckpt", {"model": model, "optimizer": optimizer}%s)\n'
+    "finally:\n"
+    "    torch.distributed.destroy_process_group()\n"
+)
+_add(
+    "LP804",
+    n(trainer_file() + _t('"ddp_static_graph"', "cpu", "", 2) + FIT, "the optimizer state saved", CPU),
+    n(
+        BLOCKS + "torch.save({'state_dict': model.state_dict(), 'optimizer_states': [], 'lr_schedulers': [], "
+        "'pytorch-lightning_version': '2.6.6'}, 'run.ckpt')   # a fit without an optimizer\n"
+        + _t('"ddp_static_graph"', "cpu", "", 2)
+        + FIT,
+        "an empty optimizer list loads",
+        CPU,
+    ),
+    n(
+        _FABRIC_LOAD % ", strict=False",
+        "Fabric.load(strict=False) of a weights-only file skips the missing optimizer (the review's false rejection; "
+        "the load runs for real here, in a gloo group of one)",
+        CPU,
+    ),
+    n(
+        _FABRIC_LOAD.replace(', "optimizer": optimizer', "") % "",
+        "Fabric.load of the weights into a state without optimizer",
+        CPU,
+    ),
+)
+_add(
+    "LP805",
+    n(MODEL_PARALLEL_FOLDER + _t('"fsdp2"', "cpu", "", 2) + FIT, "ModelParallel's layout into fsdp2", CPU),
+    n(MODEL_PARALLEL_FOLDER + _t('"fsdp2_offload_ckpt"', "cpu", "", 2) + FIT, "the same into fsdp2_offload_ckpt", CPU),
+    n(trainer_file() + _t('"fsdp2"', "cpu", "", 2) + FIT, "one file loads in both", CPU),
+)
+_add(
+    "LP806",
+    n(MODEL_PARALLEL_FOLDER + _t('"fsdp2"', "cpu", "", 2) + FIT, "optimizer state keyed by name", CPU),
+    n(trainer_file() + _t('"fsdp2"', "cpu", "", 2) + FIT, "a plain optimizer's state in one file: re-keyed", CPU),
+    n(MODEL_PARALLEL_FOLDER + _t('"fsdp2_offload_ckpt"', "cpu", "", 2) + FIT, "the same, fsdp2_offload_ckpt", CPU),
+)
+_add(
+    "LP807",
+    n(zero_checkpoint() + _t('"deepspeed_zero2_offload"') + FIT, "the folder with 'latest'"),
+    n(zero_checkpoint() + _t('"deepspeed_zero2_offload"') + '.fit(model, ckpt_path="run.ckpt/")', "a trailing slash"),
+    n(zero_checkpoint(stage=3) + _t('"deepspeed_zero3_offload_ckpt"') + FIT, "ZeRO-3's root folder"),
+)
+_add(
+    "LP808",
+    n(trainer_file() + _t('"ddp_static_graph"', "cpu", "", 2) + FIT, "the Trainer's own file", CPU),
+    n(
+        trainer_file("'epoch': 3, 'global_step': 30, ") + _t('"ddp_static_graph"', "cpu", "", 2) + FIT,
+        "with the loops' counters",
+        CPU,
+    ),
+    n(MODEL_PARALLEL_FOLDER + _t('"fsdp2"', "cpu", "", 2) + FIT, "the Trainer's sharded folder", CPU),
+)
+
+
+(
+    test_the_neighbour_is_accepted,
+    test_a_rule_widened_to_always_fire_is_noticed,
+    test_a_rule_widened_at_one_neighbour_is_noticed_by_that_neighbour,
+) = neighbour_tests(NEIGHBOURS)
+
+
+# --- executed proofs ----------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
