@@ -36,12 +36,13 @@ COUNTS = Path("benchmarks/results/plan_published_counts.json")
 _CHILD = """
 import json, sys
 from lightning_presets.tools.plan import trace
+from lightning_presets.tools.simulation import world
 from lightning_presets.tools.simulation import user_model
 from lightning_presets.tools.plan.presets import mesh_sizes, plannable
 from lightning_presets.tools.plan.request import PlanRequest
 request = PlanRequest(model=sys.argv[1], gpus_per_node=8, presets=("fsdp2",), batch_size=int(sys.argv[2]))
 factory = user_model.load_factory(request.model)
-with trace.fake_world(request.world_size):
+with world.fake_world(request.world_size):
     preset, layout = plannable(request)[0]
     traced = trace.trace(factory, request.model, layout, precision="bf16-mixed", batch_size=request.batch_size,
                          mesh_sizes=mesh_sizes(preset, layout, request), gpus_per_node=8)

@@ -48,13 +48,14 @@ _CHILD = """
 import json, sys
 from dataclasses import replace
 from lightning_presets.tools.plan import trace
+from lightning_presets.tools.simulation import world
 from lightning_presets.tools.simulation import user_model
 from lightning_presets.tools.plan.presets import mesh_sizes, plannable
 from lightning_presets.tools.plan.request import PlanRequest
 nodes, checkpoint = int(sys.argv[1]), sys.argv[2] == "1"
 request = PlanRequest(model=sys.argv[3], gpus_per_node=8, num_nodes=nodes, presets=("fsdp2",))
 factory = user_model.load_factory(request.model)
-with trace.fake_world(request.world_size):
+with world.fake_world(request.world_size):
     preset, layout = plannable(request)[0]
     traced = trace.trace(factory, request.model, replace(layout, checkpoint=checkpoint), precision="bf16-mixed",
                          mesh_sizes=mesh_sizes(preset, layout, request), gpus_per_node=8)

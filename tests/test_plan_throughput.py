@@ -1,7 +1,7 @@
 """``plan``'s step time: the traced FLOPs and collectives against their closed forms, the roofline and overlap
 model, the GPU table, the calibration row, and the CLI's speed columns and what-if flags.
 
-The traces run in this process under a fake process group (no child: ``trace.trace`` in ``trace.fake_world``),
+The traces run in this process under a fake process group (no child: ``trace.trace`` in ``world.fake_world``),
 on ``llama_tiny`` (2 blocks of width 128, 16 heads, 8 key-value heads): a few seconds each.
 """
 
@@ -19,7 +19,7 @@ from lightning_presets.tools.plan import calibration, hardware, planner, through
 from lightning_presets.tools.plan.counts import Collective, OpCost, StepCounts
 from lightning_presets.tools.plan.presets import mesh_sizes, plannable
 from lightning_presets.tools.plan.request import PlanRequest
-from lightning_presets.tools.simulation import user_model
+from lightning_presets.tools.simulation import user_model, world
 
 TINY = "lightning_presets.tools.plan.reference_models:llama_tiny"
 VOCAB, DIM, HEADS, HEAD_DIM, HIDDEN, KV, LAYERS, SEQ, BATCH = 256, 128, 16, 8, 320, 8, 2, 32, 2
@@ -45,7 +45,7 @@ def _trace(preset: str, *, gpus: int = 2, nodes: int = 1, checkpoint: bool | Non
            kernels: str = "cuda") -> trace.Traced:  # fmt: skip
     request = PlanRequest(model=TINY, gpus_per_node=gpus, num_nodes=nodes, presets=(preset,))
     factory = user_model.load_factory(TINY)
-    with trace.fake_world(request.world_size):
+    with world.fake_world(request.world_size):
         found, layout = plannable(request)[0]
         if checkpoint is not None:
             layout = replace(layout, checkpoint=checkpoint)
