@@ -27,6 +27,14 @@ _PROOF_FIXTURE = proving.proof  # pytest finds the fixture ``proof`` here (tests
 deepspeed = pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _rehearsal_world() -> None:
+    from lightning_presets.tools.check.rehearsal.setup import world_available
+
+    if not world_available():
+        pytest.skip("this torch cannot make the rehearsal's process group (the rehearsal says so: not rehearsed)")
+
+
 class Model(LightningModule):
     def __init__(self, optimizers: int = 1) -> None:
         super().__init__()

@@ -12,6 +12,14 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _rehearsal_world() -> None:
+    from lightning_presets.tools.check.rehearsal.setup import world_available
+
+    if not world_available():
+        pytest.skip("this torch cannot make the rehearsal's process group (the rehearsal says so: not rehearsed)")
+
+
 class Block(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -28,6 +28,14 @@ from proof import Proof, report, reports, unproven  # noqa: E402
 _PROOF_FIXTURE = proving.proof  # pytest finds the fixture ``proof`` here (tests/evidence/conftest.py is that folder's)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _rehearsal_world() -> None:
+    from lightning_presets.tools.check.rehearsal.setup import world_available
+
+    if not world_available():
+        pytest.skip("this torch cannot make the rehearsal's process group (the rehearsal says so: not rehearsed)")
+
+
 class Block(nn.Module):
     def __init__(self, width: int = 16) -> None:
         super().__init__()
@@ -256,3 +264,25 @@ def test_findings_of_the_records() -> None:
     assert "test_rehearsal_setup.py" in found[0].message
     limit = tuple(_rehearsed(Plain(), "fsdp_offload_ckpt"))
     assert [each.code for each in findings(Rehearsal(records=limit), "m:Plain", "check")] == ["LP743"]
+
+
+def test_a_torch_that_cannot_make_the_world_is_said_not_blamed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where this torch's Python process-group API differs (the world cannot be made), the set-up is not rehearsed,
+    said so, and the child's own fake process group is put back as it was."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from lightning_presets.tools.check.rehearsal import setup
+
+    def refuse() -> type:
+        raise TypeError("no Python process groups here")
+
+    monkeypatch.setattr(setup, "_mirror_group_class", refuse)
+    torch.distributed.init_process_group("fake", store=FakeStore(), rank=3, world_size=4)
+    try:
+        records = _rehearsed(Plain(), "fsdp2", devices=4, rank=3)
+        assert torch.distributed.get_rank() == 3
+        assert torch.distributed.get_world_size() == 4
+    finally:
+        torch.distributed.destroy_process_group()
+    assert _outcomes(records) == ["not rehearsed"]
+    assert "cannot make the rehearsal's process group" in records[0].detail

@@ -23,11 +23,13 @@ from typing import Any
 from lightning_presets.tools.check.rehearsal.findings import StageRecord
 from lightning_presets.tools.check.rehearsal.setup import (
     SetupJob,
+    WorldUnavailable,
     _first,
     _first_batch,
     _raised,
     _strategy,
     mirror_world,
+    unavailable,
 )
 
 
@@ -102,7 +104,10 @@ def rehearse_deepspeed(
     stage = "config"
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore")
-        stack.enter_context(mirror_world(job.world_size, rank, job.devices))
+        try:
+            stack.enter_context(mirror_world(job.world_size, rank, job.devices))
+        except WorldUnavailable as unmade:
+            return [*records, *unavailable(job, unmade)]
         try:
             batch = _first_batch(model)
             config = engine_config(job, trainer_kwargs, _leading(batch))

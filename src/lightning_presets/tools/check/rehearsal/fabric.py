@@ -34,7 +34,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightning_presets.tools.check.rehearsal.findings import StageRecord
-from lightning_presets.tools.check.rehearsal.setup import SetupJob, _first, _raised, mirror_world
+from lightning_presets.tools.check.rehearsal.setup import (
+    SetupJob,
+    WorldUnavailable,
+    _first,
+    _raised,
+    mirror_world,
+    unavailable,
+)
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -76,7 +83,10 @@ def rehearse_fabric_in_process(function: Any, job: SetupJob, precision: str | No
     records: list[StageRecord] = []
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore")
-        stack.enter_context(mirror_world(job.world_size, rank, job.devices))
+        try:
+            stack.enter_context(mirror_world(job.world_size, rank, job.devices))
+        except WorldUnavailable as unmade:
+            return unavailable(job, unmade)
         try:
             fabric = _fabric(job, precision)
         except Exception as error:

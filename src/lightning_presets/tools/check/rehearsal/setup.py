@@ -249,28 +249,26 @@ def _mirror_group_class() -> type:
 _LAUNCH = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
 
 
+class WorldUnavailable(Exception):
+    """This torch cannot make the rehearsal's process group (its Python process-group API differs): the set-up is
+    then not rehearsed, and said so."""
+
+
 @contextlib.contextmanager
 def mirror_world(world_size: int, rank: int, devices: int) -> Iterator[None]:
     """A :class:`MirrorGroup` world of ``world_size`` ranks, this process ``rank``, as torchrun would have launched
     it (Lightning's launch variables set, so it launches nothing). A process group that exists already (the child's
-    fake one) is put back on exit with its size and rank."""
+    fake one) is put back on exit with its size and rank. Raises :class:`WorldUnavailable` before anything changed
+    when this torch cannot make it."""
+    import torch
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    _mirror_group_class()
     had = dist.is_initialized()
     before = (dist.get_backend(), dist.get_world_size(), dist.get_rank()) if had else None
-    if had:
-        dist.destroy_process_group()
     saved = {key: os.environ.get(key) for key in _LAUNCH}
-    os.environ.update(LOCAL_RANK=str(rank % devices), RANK=str(rank), WORLD_SIZE=str(world_size),
-                      NODE_RANK=str(rank // devices), LOCAL_WORLD_SIZE=str(devices), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT="1")  # fmt: skip
-    dist.init_process_group("lp_mirror", store=FakeStore(), rank=rank, world_size=world_size)
-    try:
-        with _own_objects(world_size):
-            yield
-    finally:
+
+    def restore() -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
         _forget_meshes()
@@ -281,6 +279,39 @@ def mirror_world(world_size: int, rank: int, devices: int) -> Iterator[None]:
                 os.environ[key] = value
         if before is not None:
             dist.init_process_group(before[0], store=FakeStore(), world_size=before[1], rank=before[2])
+
+    try:
+        _mirror_group_class()
+        if had:
+            dist.destroy_process_group()
+        os.environ.update(LOCAL_RANK=str(rank % devices), RANK=str(rank), WORLD_SIZE=str(world_size),
+                          NODE_RANK=str(rank // devices), LOCAL_WORLD_SIZE=str(devices), MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT="1")  # fmt: skip
+        dist.init_process_group("lp_mirror", store=FakeStore(), rank=rank, world_size=world_size)
+    except Exception as error:
+        restore()
+        raise WorldUnavailable(f"torch {torch.__version__} cannot make the rehearsal's process group of {world_size} "
+                               f"ranks ({type(error).__name__}: {_first(error)})") from error  # fmt: skip
+    try:
+        with _own_objects(world_size):
+            yield
+    finally:
+        restore()
+
+
+def unavailable(job: SetupJob, error: WorldUnavailable) -> list[StageRecord]:
+    """The record said when the world cannot be made."""
+    return [StageRecord(name=f"{job.strategy}'s set-up on {job.world_size} ranks", outcome="not rehearsed",
+                        detail=str(error))]  # fmt: skip
+
+
+def world_available() -> bool:
+    """Whether this torch makes the rehearsal's world (tests skip where it cannot; the rehearsal says so)."""
+    try:
+        with mirror_world(2, 0, 2):
+            return True
+    except WorldUnavailable:
+        return False
 
 
 def _forget_meshes() -> None:
@@ -438,7 +469,10 @@ def _through_lightning(model: Any, job: SetupJob, trainer_kwargs: dict[str, Any]
     trainer: Any = None
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore")
-        stack.enter_context(mirror_world(job.world_size, rank, job.devices))
+        try:
+            stack.enter_context(mirror_world(job.world_size, rank, job.devices))
+        except WorldUnavailable as unmade:
+            return unavailable(job, unmade)
         stack.enter_context(step.eager())
         try:
             trainer = Trainer(strategy=_strategy(job), accelerator="cpu", devices=job.devices,
@@ -585,7 +619,10 @@ def _fsdp1(model: Any, job: SetupJob, options: dict[str, Any], trainer_kwargs: d
     precision = str(trainer_kwargs.get("precision", "32-true"))
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore")
-        stack.enter_context(mirror_world(job.world_size, rank, job.devices))
+        try:
+            stack.enter_context(mirror_world(job.world_size, rank, job.devices))
+        except WorldUnavailable as unmade:
+            return [*records, *unavailable(job, unmade)]
         stage = f"process group as rank {rank} of {job.world_size}"
         try:
             mesh = None
