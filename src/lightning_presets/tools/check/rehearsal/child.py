@@ -45,10 +45,11 @@ def strategy_stages(model: Any, trainer_kwargs: dict[str, Any], family: str | No
     It runs the strategy's set-up as far as a CPU allows and returns one record per stage, in order: ``completed``;
     ``raised`` (with ``exception``, the user's ``line`` and the ``code`` of a declared error of its range, or no code
     where the rehearsal itself is the limit: reported as LP743); ``not rehearsed`` (``detail``: where and why it
-    stopped). A ``raised`` record stops the rehearsal before ``fit``. It must leave ``model`` usable by ``fit`` (set-up
-    on a copy, or undone). With ``check --datamodule``, the child passes the built ``LightningDataModule`` as the
-    keyword ``datamodule=`` to a plug-in whose function takes it (its batches are the job's); a plug-in that does
-    not take it is not called then (its stage is said as not rehearsed).
+    stopped). The child's own ``fit`` runs after it either way: where that raises the same exception (``TypeName:
+    first line``), the failure is not the strategy's, and only the child's stage code (LP740-LP742) is reported for
+    it. It must leave ``model`` usable by ``fit`` (set-up on a copy, or undone). With ``check --datamodule``, the
+    child passes the built ``LightningDataModule`` as the keyword ``datamodule=`` to a plug-in whose function takes
+    it (its batches are the job's); a plug-in that does not take it is not called then (said as not rehearsed).
 
     This function is the default: nothing rehearsed, said so.
     """
@@ -183,15 +184,14 @@ def rehearse_in_process(
                 module = plugin()
                 records = _plugged(getattr(module, "strategy_stages", strategy_stages), model, trainer_args, family,
                                    world_size, rank, data)  # fmt: skip
-                if not any(record.outcome == "raised" for record in records):
-                    trainer = Trainer(accelerator="cpu", devices=1, max_epochs=1, max_steps=1, limit_train_batches=1,
-                                      limit_val_batches=1, num_sanity_val_steps=1 if validation else 0, logger=False,
-                                      enable_checkpointing=False, enable_progress_bar=False, default_root_dir=scratch,
-                                      enable_model_summary=False, callbacks=[recorder],
-                                      **_ranked(world_size, rank, num_nodes), **trainer_args)  # fmt: skip
-                    trainer.fit(model, train_dataloaders=train, datamodule=data)
-                    recorder.steps.append("epoch-end hooks")
-                    _save(trainer, scratch, recorder, notes)
+                trainer = Trainer(accelerator="cpu", devices=1, max_epochs=1, max_steps=1, limit_train_batches=1,
+                                  limit_val_batches=1, num_sanity_val_steps=1 if validation else 0, logger=False,
+                                  enable_checkpointing=False, enable_progress_bar=False, default_root_dir=scratch,
+                                  enable_model_summary=False, callbacks=[recorder],
+                                  **_ranked(world_size, rank, num_nodes), **trainer_args)  # fmt: skip
+                trainer.fit(model, train_dataloaders=train, datamodule=data)
+                recorder.steps.append("epoch-end hooks")
+                _save(trainer, scratch, recorder, notes)
         except BaseException as raised:  # the user's code may raise anything, SystemExit included
             error = raised
         calls = list(recorded.calls)

@@ -154,7 +154,8 @@ def findings(rehearsal: Rehearsal, spec: str, call: str) -> list[Any]:
     out = []
     where = f" at {rehearsal.line}" if rehearsal.line else ""
     for record in rehearsal.records:
-        out += _record_findings(record, spec, call)
+        if rehearsal.stage is None or not _same(record.exception, rehearsal.exception):  # the same failure: once
+            out += _record_findings(record, spec, call)
     if rehearsal.stage is not None:
         code = _BY_STAGE[rehearsal.stage]
         known = matches(rehearsal.exception, SIGNATURES)
@@ -177,6 +178,11 @@ def findings(rehearsal: Rehearsal, spec: str, call: str) -> list[Any]:
             f"--model {spec}: {rehearsal.limitation}; rehearsed: {', '.join(rehearsal.completed) or 'nothing'}",
             "the rehearsal's limit, not an error in the job: the rest is decided when the job runs"))  # fmt: skip
     return out
+
+
+def _same(one: str, other: str) -> bool:
+    """Whether two ``TypeName: first line`` texts name the same exception (the first 120 characters agree)."""
+    return bool(one) and one.strip()[:120] == other.strip()[:120]
 
 
 def _record_findings(record: StageRecord, spec: str, call: str) -> list[Any]:
