@@ -256,11 +256,23 @@ def test_a_process_that_ran_autograd_rehearses_in_a_fresh_interpreter(
 ) -> None:
     """torch refuses the backward pass in a child forked after the parent ran autograd (seen on torch 2.15): that
     limitation sends the rehearsal to a fresh interpreter, which completes it."""
+    from lightning_presets.tools.check.rehearsal import runner
+
     forked = rehearsal.Rehearsal(completed=("set-up",), limitation=f"{rehearsal.FORKED_AUTOGRAD} (RuntimeError: ...)")
-    monkeypatch.setattr(rehearsal.runner, "_rehearse_once", lambda *arguments: forked)
+    fresh: list[int] = []
+    rehearse_fresh = runner._rehearse_fresh
+
+    def counted(payload: dict[str, object], timeout_s: float) -> rehearsal.Rehearsal:
+        fresh.append(int(payload["rank"]))  # type: ignore[call-overload]
+        return rehearse_fresh(payload, timeout_s)
+
+    monkeypatch.setattr(runner, "result_of", lambda *arguments: forked)  # what each forked rank would report
+    monkeypatch.setattr(runner, "_rehearse_fresh", counted)
     result = rehearsal.rehearse("rehearsal_models_t:Tiny", {}, None, timeout_s=120, world_size=2)
+    assert fresh == [0, 1]  # each rank's child, run again in a fresh interpreter as that rank
     assert result.limitation == ""
     assert "first training step" in result.completed
+    assert result.ranks == (0, 1)
 
 
 def test_a_family_whose_rehearsal_is_deepspeeds_engine_reads_its_optimizers(models: Path) -> None:
