@@ -387,97 +387,9 @@ def _ds(config: str, preset: str = "deepspeed_zero2_offload", target: str = "") 
 
 # --- launch: tests/guards/test_launch_rules.py ----------------------------------------------------------------
 
-# --- FSDP ---------------------------------------------------------------------------------------------------------
-_add(
-    "LP101",
-    n(_t('"fsdp_offload_ckpt"'), "FSDP on the 8 CUDA devices it needs"),
-    n(_t('"fsdp_offload_ckpt"', "gpu"), "'gpu' is Lightning's alias of 'cuda'"),
-    n(_t('"fsdp_grad_op"', "cuda", "", 2), "two CUDA devices"),
-    n(_t('"fsdp_offload_ckpt"', "auto"), "'auto' resolves to CUDA on a GPU node"),
-)
-_fsdp = 'lightning_presets.strategy("fsdp_offload_ckpt", {})'
-_add(
-    "LP104",
-    *(
-        n(_t(_fsdp.format(f"sharding_strategy={value}")), f"sharding_strategy={value}: a torch ShardingStrategy name")
-        for value in ('"SHARD_GRAD_OP"', '"NO_SHARD"', '"full_shard"')
-    ),
-    n(
-        "from torch.distributed.fsdp import ShardingStrategy\n"
-        + _t(_fsdp.format("sharding_strategy=ShardingStrategy.SHARD_GRAD_OP")),
-        "the enum itself, which Lightning takes as given",
-    ),
-)
-_add(
-    "LP105",
-    n(_t(_fsdp.format('state_dict_type="full"')), "state_dict_type='full': one consolidated file"),
-    n(_t(_fsdp.format('state_dict_type="sharded"')), "state_dict_type='sharded': a DCP folder"),
-    n(
-        _t('lightning_presets.strategy("fsdp_grad_op", state_dict_type="sharded")'),
-        "another FSDP preset, the same value",
-    ),
-)
+# --- FSDP: tests/strategies/fsdp/test_rules.py, tests/strategies/fsdp_family/test_rules.py ---------------------
+# hybrid sharding's preset, shared by the mesh rules of both modules
 _hybrid = 'lightning_presets.strategy("fsdp_hybrid_shard", {})'
-_add(
-    "LP111",
-    n(_t(_hybrid.format("device_mesh=(2, 4)")), "a 2-D mesh of 2 replicas × 4 shards on one node"),
-    n(_t(_hybrid.format("device_mesh=(1, 8)")), "one replica of 8 shards"),
-    n(_t(_hybrid.format("device_mesh=(2, 8)"), "cuda", ", num_nodes=2"), "(replicas, shard size) = (nodes, devices)"),
-    n(_t(_hybrid.format('device_mesh="auto"')), "'auto' = (num_nodes, devices per node)"),
-    n(
-        _t(_hybrid.format('device_mesh=(2, 4), sharding_strategy="_HYBRID_SHARD_ZERO2"')),
-        "the other hybrid sharding, also 2-D",
-    ),
-)
-_add(
-    "LP112",
-    n(_t(_hybrid.format("device_mesh=(2, 4)"), "cuda", ", num_nodes=2", 4), "2 × 4 = 4 devices × 2 nodes"),
-    n(_t(_hybrid.format("device_mesh=(1, 8)")), "1 × 8 = 8 devices × 1 node"),
-    n(_t(_hybrid.format("device_mesh=(4, 2)")), "4 × 2 = 8 devices × 1 node, the other split"),
-    n(_t(_hybrid.format("device_mesh=(2, 8)"), "cuda", ", num_nodes=2"), "2 × 8 = 8 devices × 2 nodes"),
-)
-_add(
-    "LP116",
-    n(_t('"fsdp_hybrid_shard"', "cuda", ", num_nodes=4", 2), "shard groups of 2 devices on each of 4 nodes"),
-    n(_t('"fsdp_hybrid_shard"', "cuda", ", num_nodes=2", 4), "shard groups of 4 devices on each of 2 nodes"),
-    n(
-        _t(_hybrid.format("device_mesh=(2, 2)"), "cuda", ", num_nodes=4", 1),
-        "one device per node, but shard groups of 2 across nodes",
-    ),
-    n(_t('"fsdp_hybrid_shard"', "cuda", ", num_nodes=1", 1), "a world of one: no replica to reduce across"),
-)
-_add(
-    "LP117",
-    n(_t('lightning_presets.strategy("fsdp_grad_op")'), "no device_mesh: a 1-D job needs none"),
-    n(
-        _t('lightning_presets.strategy("fsdp_grad_op", device_mesh=(8,))'),
-        "a 1-D mesh with a sharding that is not hybrid",
-    ),
-    n(
-        _t('lightning_presets.strategy("fsdp_grad_op", sharding_strategy="HYBRID_SHARD", device_mesh=(2, 4))'),
-        "a 2-D mesh with hybrid sharding set on the preset",
-    ),
-    n(_t(_hybrid.format("device_mesh=(2, 8)"), "cuda", ", num_nodes=2"), "hybrid sharding's own preset"),
-)
-_fsdp_clip = '"fsdp_offload_ckpt"'
-_add(
-    "LP118",
-    n(
-        _t(_fsdp_clip, "cuda", ', gradient_clip_val=1.0, gradient_clip_algorithm="value"') + f".fit({LINEAR})",
-        "clipping by value: FSDPPrecision refuses only clipping by norm",
-    ),
-    n(_t(_fsdp_clip) + f".fit({LINEAR})", "no clipping at all"),
-    n(
-        CLIPPING_MODULE + _t(_fsdp_clip, "cuda", ", gradient_clip_val=1.0") + ".fit(Model())",
-        "by norm through the FSDP root in configure_gradient_clipping, as the hint says",
-    ),
-    n(
-        "from lightning.pytorch.utilities import GradClipAlgorithmType\n"
-        + _t(_fsdp_clip, "cuda", ", gradient_clip_val=1.0, gradient_clip_algorithm=GradClipAlgorithmType.VALUE")
-        + f".fit({LINEAR})",
-        "clipping by value given as Lightning's enum",
-    ),
-)
 
 # --- ModelParallelStrategy: tests/strategies/model_parallel/test_rules.py (LP211: tests/strategies/fsdp2/) -----
 # The norm layers' programs, shared by the sync_batchnorm rules of ModelParallelStrategy and DDP.

@@ -88,3 +88,16 @@ class SyncNormed(Normed):
     def __init__(self) -> None:
         super().__init__()
         self.net[1] = torch.nn.SyncBatchNorm(4)
+
+
+def one_gloo_process() -> None:
+    """A gloo process group of one in this process, on a free port (the ``process_group`` fixture removes it)."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)

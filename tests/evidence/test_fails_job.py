@@ -16,37 +16,13 @@ from typing import Any
 
 import pytest
 import torch
-from lightning.pytorch import LightningModule, Trainer
 from proof import Proof
 
 import lightning_presets
-from lightning_presets.tools.simulation import SimulatedGPU
 
 HERE = Path(__file__).resolve().parent
 QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="needs deepspeed")
-
-
-@pytest.mark.proves("LP118")
-def test_lp118_fsdp_precision_refuses_clipping_by_norm(proof: Proof, cuda8: SimulatedGPU) -> None:
-    """The precision plugin the FSDP preset runs with refuses the Trainer's default clipping at the optimizer step."""
-    from lightning.fabric.utilities.exceptions import MisconfigurationException
-    from lightning.pytorch.utilities import GradClipAlgorithmType
-
-    def build() -> Trainer:
-        trainer = Trainer(strategy="fsdp_offload_ckpt", accelerator="cuda", devices=8, gradient_clip_val=1.0, **QUIET)
-        trainer.strategy._lp_check_model(LightningModule())
-        return trainer
-
-    proof.refused("LP118", build)
-    layer = torch.nn.Linear(4, 1)
-    layer(torch.ones(1, 4)).sum().backward()
-    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
-    with proof.guard_off("LP118"):
-        trainer = build()
-        with proof.raises(MisconfigurationException, r"gradient_clip_algorithm='norm'.* not supported"):
-            trainer.precision_plugin.clip_gradients(optimizer, 1.0, GradClipAlgorithmType.NORM)
-    trainer.precision_plugin.clip_gradients(optimizer, 1.0, GradClipAlgorithmType.VALUE)  # the fix: by value
 
 
 @pytest.mark.proves("LP509")
