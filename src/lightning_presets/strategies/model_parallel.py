@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
@@ -28,6 +29,31 @@ MODEL_PARALLEL_ACCELERATORS = ("cpu", "cuda")
 _SIZES = ("data_parallel_size", "tensor_parallel_size")
 
 
+@dataclass(frozen=True, slots=True)
+class ModelParallelOptions:
+    """The ``ModelParallelStrategy`` presets' arguments as their rules read them: each key, and Lightning's default
+    when it is absent, once (the family's options view)."""
+
+    values: Mapping[str, Any]
+    """The preset's arguments (defaults merged with the user's overrides)."""
+
+    @classmethod
+    def of(cls, source: Options | Context | Mapping[str, Any]) -> ModelParallelOptions:
+        """The view of an :class:`Options`, a :class:`Context`'s options or the arguments a strategy was built with."""
+        if isinstance(source, Options):
+            return cls(source.values)
+        return cls(source.options if isinstance(source, Context) else source)
+
+    def size(self, key: str) -> Any:
+        """``data_parallel_size`` or ``tensor_parallel_size`` as written; Lightning's ``"auto"`` when absent."""
+        return self.values.get(key, "auto")
+
+    @property
+    def parallelize_fn(self) -> Any:
+        """Fabric's ``parallelize_fn(module, device_mesh)``; ``None`` when absent."""
+        return self.values.get("parallelize_fn")
+
+
 def resolved_sizes(ctx: Context, mesh: MeshSpec = MODEL_PARALLEL) -> tuple[Any, Any]:
     """(data, tensor) with ``"auto"`` resolved as the preset's mesh says (Lightning's own: nodes, devices per node)."""
     sizes = mesh.sizes(ctx.options, ctx.devices_per_node, ctx.num_nodes, ctx.world_size)
@@ -49,7 +75,7 @@ def _splits_text(ctx: Context) -> str:
 
 
 def _size_text(ctx: Context, key: str, value: Any) -> str:
-    return f"{key}={value}" + (" (auto)" if ctx.options.get(key, "auto") == "auto" else "")
+    return f"{key}={value}" + (" (auto)" if ModelParallelOptions.of(ctx).size(key) == "auto" else "")
 
 
 def _is_size(value: Any) -> bool:
@@ -63,7 +89,8 @@ def _is_size(value: Any) -> bool:
     evidence="runtime: fit: Lightning raises RuntimeError for tensor_parallel_size=0",
 )  # fmt: skip
 def sizes_are_positive(options: Options) -> Problem | None:
-    bad = [key for key in _SIZES if not _is_size(options.values.get(key, "auto"))]
+    view = ModelParallelOptions.of(options)
+    bad = [key for key in _SIZES if not _is_size(view.size(key))]
     if not bad:
         return None
     return Problem(
@@ -182,7 +209,7 @@ model_parallel_accelerator = needs_accelerator(
     evidence="runtime: Lightning's signature raises TypeError without parallelize_fn",
 )  # fmt: skip
 def fabric_has_parallelize_fn(ctx: Context) -> Problem | None:
-    if ctx.kind != "fabric" or ctx.options.get("parallelize_fn") is not None:
+    if ctx.kind != "fabric" or ModelParallelOptions.of(ctx).parallelize_fn is not None:
         return None
     return Problem(
         f"{ctx.call()}: Fabric's ModelParallelStrategy needs a parallelize_fn(module, device_mesh) that applies "
@@ -377,7 +404,7 @@ def fabric_parallelize_fn(placeholder: Callable[[nn.Module, Any], nn.Module]) ->
     ``placeholder`` (which the preset replaces, or a rule reports, before anything calls it)."""
 
     def prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
-        if kind == "fabric" and values.get("parallelize_fn") is None:
+        if kind == "fabric" and ModelParallelOptions(values).parallelize_fn is None:
             values["parallelize_fn"] = placeholder
         return values
 

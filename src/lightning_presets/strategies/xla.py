@@ -7,7 +7,9 @@ imported here; the registry probes it first.
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
 
 from torch import nn
 
@@ -24,6 +26,28 @@ from lightning_presets.inspection.blocks import find_repeated_blocks
 from lightning_presets.registry import private
 
 TORCH_XLA = Requirement(module="torch_xla", extra="xla")
+
+
+@dataclass(frozen=True, slots=True)
+class XLAFSDPOptions:
+    """The XLA FSDP preset's arguments as its rules read them (the family's options view)."""
+
+    values: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, options: Options) -> XLAFSDPOptions:
+        return cls(options.values)
+
+    @property
+    def activation_checkpointing_policy(self) -> Any:
+        """A set of module classes; ``None`` or empty: Lightning checkpoints nothing."""
+        return self.values.get("activation_checkpointing_policy")
+
+    @property
+    def auto_wrapper_callable(self) -> Any:
+        return self.values.get("auto_wrapper_callable")
+
+
 XLA = Setting(gpus=0, simulated=("torch_xla",))
 """Where the examples run: a TPU host of 8 devices, simulated with a torch_xla stand-in."""
 
@@ -68,7 +92,7 @@ xla_fsdp_has_peers = one_device(
     setting=XLA,
 )  # fmt: skip
 def checkpointing_policy_is_set(options: Options) -> Problem | None:
-    policy = options.values.get("activation_checkpointing_policy")
+    policy = XLAFSDPOptions.of(options).activation_checkpointing_policy
     if not policy or (isinstance(policy, set) and all(isinstance(cls, type) for cls in policy)):
         return None  # None or empty: Lightning checkpoints nothing (and the preset leaves an empty policy alone)
     return Problem(
@@ -89,7 +113,7 @@ def checkpointing_policy_is_set(options: Options) -> Problem | None:
     setting=XLA,
 )  # fmt: skip
 def one_auto_wrapper(options: Options) -> Problem | None:
-    if options.values.get("auto_wrapper_callable") is None:
+    if XLAFSDPOptions.of(options).auto_wrapper_callable is None:
         return None
     return Problem(
         f"{options.call()}: auto_wrapper_callable= replaces the wrapper this preset uses to checkpoint "
