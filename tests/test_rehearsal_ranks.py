@@ -66,6 +66,13 @@ class LocalZeroReduce(Base):
             dist.all_reduce(torch.ones(2))
 
 
+class LastRankRaises(Base):
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == self.trainer.world_size - 1:
+            raise ValueError("only the last rank has no labels")
+        return super().training_step(batch, batch_idx)
+
+
 class ObjectsEverywhere(Base):
     # object collectives on every rank: answered with the rank's own objects, no garbage on rank 1
     def on_train_epoch_end(self):
@@ -140,6 +147,17 @@ def test_each_rank_runs_as_itself_on_several_nodes(models: Path) -> None:
     assert "ranks_models_t.py:" in found[0][1], found
     assert "in on_train_epoch_end (hook on_train_epoch_end)" in found[0][1], found
     assert _rehearsed("ObjectsEverywhere") == []
+
+
+def test_a_failure_of_one_rank_only_is_said_with_its_rank(models: Path) -> None:
+    """Rank 0 trains, the last rank raises: the training step's error names the rank and that the others wait."""
+    result = rehearsal.rehearse("ranks_models_t:LastRankRaises", {}, "ddp", timeout_s=120, world_size=4)
+    assert (result.stage, result.rank) == ("first training step", 3), result
+    (found,) = rehearsal.findings(result, "ranks_models_t:LastRankRaises", "Trainer()")
+    assert found.code == "LP741", found
+    assert "only the last rank has no labels at ranks_models_t.py:" in found.message, found
+    assert "on rank 3" in found.message, found
+    assert "only rank 3" in found.hint, found
 
 
 def test_check_json_names_the_disagreement_and_lists_the_stages(

@@ -161,6 +161,9 @@ def findings(rehearsal: Rehearsal, spec: str, call: str) -> list[Any]:
         known = matches(rehearsal.exception, SIGNATURES)
         hint = (f"{known[0].cause}; {known[0].signature.fix}" if known else
                 "change what the exception names (a real run raises it on every rank), then check again")  # fmt: skip
+        if rehearsal.rank:  # rank 0 passed: a rank-dependent failure, its peers wait for it in their next collective
+            hint = (f"{hint}; only rank {rehearsal.rank} (and ranks whose code runs alike) raises it, rank 0 does not: "
+                    "the others wait for it in their next collective")  # fmt: skip
         done = f" (completed: {', '.join(rehearsal.completed)})" if rehearsal.completed else ""
         rank = f" on rank {rehearsal.rank}" if rehearsal.rank else ""
         out.append(code.finding(
