@@ -13,6 +13,7 @@ from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.inspection.blocks import find_repeated_blocks
 from lightning_presets.registry import compat, private
 from lightning_presets.strategies.deepspeed.config import FORCE_DS_CPU_OPTIMIZER
+from lightning_presets.strategies.deepspeed.options import DeepSpeedOptions
 
 
 def checkpoint_blocks(model: nn.Module, blocks: set[type[nn.Module]]) -> int:
@@ -56,7 +57,7 @@ class _DeepSpeedHooks(PresetHooks):
         self._lp_check_setup(model)
         if not self._lp_preset.activation_checkpointing:
             return
-        blocks = self._lp_options.get("checkpoint_blocks") or find_repeated_blocks(model)
+        blocks = DeepSpeedOptions.of(self._lp_options).checkpoint_blocks or find_repeated_blocks(model)
         if blocks:
             checkpoint_blocks(model, set(blocks))
             self.lp_blocks = set(blocks)

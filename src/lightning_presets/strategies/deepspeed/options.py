@@ -40,6 +40,12 @@ class DeepSpeedOptions:
         return bool(self.values.get("offload_parameters"))
 
     @property
+    def checkpoint_blocks(self) -> Any:
+        """The preset's own ``checkpoint_blocks``: the module classes whose activations it checkpoints; ``None``: the
+        model's repeated blocks."""
+        return self.values.get("checkpoint_blocks")
+
+    @property
     def offload_devices(self) -> dict[str, Any]:
         """``offload_optimizer_device`` and ``offload_params_device`` as written; Lightning's ``"cpu"`` when absent."""
         return {key: self.values.get(key, "cpu") for key in OFFLOAD_DEVICE_KEYS}
