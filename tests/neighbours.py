@@ -2,15 +2,16 @@
 
 A *neighbour* is a legal configuration next to a rule's refused one: the same preset and call with the one value the
 rule looks at moved to a legal value at or near the boundary (each valid split of a size, each precision that really
-works, ...). :data:`NEIGHBOURS` maps every error rule's code to its neighbours; :func:`run` executes one through the
-machinery the documented examples use (``lightning_presets.tools.examples``: the Trainer/Fabric built on simulated
-hardware, ``fit``/``setup`` running the guards' model, setup, optimizer and resume stages without training), or, for a
-``lightning-presets check`` command, through ``check``'s own engine in-process.
+works, ...). Each rule's neighbours live in the test module mirroring the rule's module (its ``NEIGHBOURS``, run there
+by :func:`neighbour_tests`); :data:`NEIGHBOURS` maps every error rule's code to its neighbours, wherever declared.
+:func:`run` executes one through the machinery the documented examples use (``lightning_presets.tools.examples``: the
+Trainer/Fabric built on simulated hardware, ``fit``/``setup`` running the guards' model, setup, optimizer and resume
+stages without training), or, for a ``lightning-presets check`` command, through ``check``'s own engine in-process.
 
 :func:`widened` replaces a rule's function with one that fires (always, or only on the argument fingerprints a clean
 run recorded): the mutation check of ``tests/test_rule_mutations.py`` uses it to prove each neighbour reaches its rule.
 Known false rejections (a legal neighbour the rule refuses today) carry ``false_rejection``: the reason, with the
-evidence, for the strict expected failure of ``tests/test_neighbours.py``.
+evidence, for a strict expected failure.
 """
 
 from __future__ import annotations
@@ -238,10 +239,6 @@ def widened(code: str, only: frozenset[str] | None = None) -> contextlib.Abstrac
 
 # --- the data ------------------------------------------------------------------------------------------------------
 
-CENTRAL: dict[str, tuple[Neighbour, ...]] = {}
-"""The accepted neighbours of the rules whose mirrored test module does not hold them yet, by code (filled below);
-``tests/test_neighbours.py`` and ``tests/test_rule_mutations.py`` run them."""
-
 FEWER_THAN_THREE: dict[str, str] = {}
 """Rules that cannot have three legal neighbours, and why (none today)."""
 
@@ -262,12 +259,12 @@ def mirrored_modules(root: Path = TESTS) -> list[str]:
 
 
 class _AllNeighbours(Mapping[str, tuple[Neighbour, ...]]):
-    """Every error rule's accepted neighbours, by code: :data:`CENTRAL` and each mirrored test module's
-    ``NEIGHBOURS``, read when first used (those modules import this one)."""
+    """Every error rule's accepted neighbours, by code: each mirrored test module's ``NEIGHBOURS``, read when first
+    used (those modules import this one)."""
 
     @functools.cached_property
     def _table(self) -> dict[str, tuple[Neighbour, ...]]:
-        table = dict(CENTRAL)
+        table: dict[str, tuple[Neighbour, ...]] = {}
         for name in mirrored_modules():
             for code, neighbours in importlib.import_module(name).NEIGHBOURS.items():
                 if code in table:
@@ -296,9 +293,6 @@ def adder(table: dict[str, tuple[Neighbour, ...]]) -> Callable[..., None]:
         table[code] = table.get(code, ()) + neighbours
 
     return add
-
-
-_add = adder(CENTRAL)
 
 
 def n(source: str, why: str, setting: Setting = GPU8, false_rejection: str = "") -> Neighbour:
@@ -385,69 +379,24 @@ def _ds(config: str, preset: str = "deepspeed_zero2_offload", target: str = "") 
     return f'lightning_presets.strategy("{preset}"{target}, config={config})'
 
 
-# --- launch: tests/guards/test_launch_rules.py ----------------------------------------------------------------
+# --- where each rule's neighbours live: the test module mirroring the rule's module ---------------------------------
+# tests/strategies/{ddp,fsdp,fsdp_family,fsdp2,model_parallel,xla}/test_rules.py, tests/strategies/deepspeed/
+# test_{config,job}_rules.py, tests/guards/test_{launch,precision}_rules.py, tests/guards/resume/test_rules.py,
+# tests/plugins/test_presets.py, tests/tools/check/test_{cluster,launchers}.py. The programs several of them share:
 
-# --- FSDP: tests/strategies/fsdp/test_rules.py, tests/strategies/fsdp_family/test_rules.py ---------------------
-# hybrid sharding's preset, shared by the mesh rules of both modules
-_hybrid = 'lightning_presets.strategy("fsdp_hybrid_shard", {})'
-
-# --- ModelParallelStrategy: tests/strategies/model_parallel/test_rules.py (LP211: tests/strategies/fsdp2/) -----
-# The norm layers' programs, shared by the sync_batchnorm rules of ModelParallelStrategy and DDP.
+_hybrid = 'lightning_presets.strategy("fsdp_hybrid_shard", {})'  # the mesh rules of fsdp.py and fsdp_family.py
+# the norm layers, for the sync_batchnorm rules of ModelParallelStrategy and DDP
 _bn = "model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))\n"
 _ln = "model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))\n"
 _gn = "model = nn.Sequential(nn.Linear(8, 8), nn.GroupNorm(2, 8))\n"
 _TRAINED = "; trained on 2 CPU processes: tests/test_fsdp2.py::test_the_cpu_neighbours_of_the_norm_rules_train"
-
-# --- DDP: tests/strategies/ddp/test_rules.py ---------------------------------------------------------------------
-
-# --- DeepSpeed: tests/strategies/deepspeed/test_config_rules.py and test_job_rules.py ------------------------
-
-# --- XLA ----------------------------------------------------------------------------------------------------------
-_add(
-    "LP503",
-    n('Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=8)', "TPU", XLA_GPU8),
-    n('Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=8, num_nodes=2)', "TPU, 2 hosts", XLA_GPU8),
-    n('Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices="auto")', "TPU, every device", XLA_GPU8),
-)
-_add(
-    "LP504",
-    n('Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices="auto", num_nodes=4)', "every device", XLA),
-    n('Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=8, num_nodes=4)', "8 per host", XLA),
-    n('Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=8)', "8 devices on one host", XLA),
-)
-_xla = 'Fabric(strategy=lightning_presets.strategy("xla_fsdp_ckpt", target="fabric", {}), accelerator="tpu", devices=8)'
-_add(
-    "LP505",
-    n(_xla.format("activation_checkpointing_policy={nn.TransformerEncoderLayer}"), "a set of one class", XLA),
-    n(_xla.format("activation_checkpointing_policy={nn.TransformerEncoderLayer, nn.Linear}"), "two classes", XLA),
-    n(_xla.format("activation_checkpointing_policy=None"), "None: the repeated blocks found", XLA),
-    n(_xla.format("activation_checkpointing_policy=set()"), "an empty set: nothing checkpointed", XLA),
-)
-_add(
-    "LP506",
-    n(_xla.format("activation_checkpointing_policy={nn.TransformerEncoderLayer}"), "the preset's own wrapper", XLA),
-    n(_xla.format("auto_wrapper_callable=None"), "auto_wrapper_callable=None", XLA),
-    n('Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=8)', "the preset as it is", XLA),
-)
-_add(
-    "LP509",
-    n(_xla.format('state_dict_type="full"'), "full", XLA),
-    n(_xla.format('state_dict_type="sharded"'), "sharded", XLA),
-    n('Fabric(strategy="xla_fsdp_ckpt", accelerator="tpu", devices=8)', "the preset's default (sharded)", XLA),
-)
-
-# --- precision presets: tests/guards/test_precision_rules.py, tests/plugins/test_presets.py -----------------
-
-# --- check's cluster and launcher rules: tests/tools/check/test_cluster.py, test_launchers.py (LP096: tests/guards/) --
-_C = f"{CHECK} --accelerator cuda --gpus 8 "
-
-# --- resume: tests/guards/resume/test_rules.py ------------------------------------------------------------
+_C = f"{CHECK} --accelerator cuda --gpus 8 "  # a check command on 8 GPUs: the cluster and launcher rules
 
 
 # --- what the tests share ----------------------------------------------------------------------------------------
 
 
-def cases(table: Mapping[str, tuple[Neighbour, ...]] = CENTRAL) -> list[tuple[str, int]]:
+def cases(table: Mapping[str, tuple[Neighbour, ...]]) -> list[tuple[str, int]]:
     """``(code, index)`` of every neighbour of ``table``."""
     return [(code, index) for code, neighbours in table.items() for index in range(len(neighbours))]
 

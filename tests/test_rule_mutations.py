@@ -19,18 +19,12 @@ from pathlib import Path
 import pytest
 
 import mutants
-from neighbours import CENTRAL, NEIGHBOURS, Neighbour, clean, error_rules, neighbour_tests, run, widened
+from neighbours import NEIGHBOURS, Neighbour, clean, error_rules, run, widened
 
 RESULT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "mutations.txt"
 SAMPLE_EVERY = 6
 """The suite judges about one generated mutant in six (the same ones on every run while the rules' source is
 unchanged); ``benchmarks/bench_mutations.py`` judges them all and lists the survivors in its committed result."""
-
-
-# The rules whose neighbours are still declared in tests/neighbours.py; a mirrored test module widens its own.
-_, test_a_rule_widened_to_always_fire_is_noticed, test_a_rule_widened_at_one_neighbour_is_noticed_by_that_neighbour = (
-    neighbour_tests(CENTRAL)
-)
 
 
 def test_the_neighbours_are_distinct_configurations_at_their_rule() -> None:

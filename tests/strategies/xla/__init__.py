@@ -1,0 +1,1 @@
+"""Tests mirroring ``lightning_presets.strategies.xla``."""
