@@ -286,3 +286,19 @@ def test_a_torch_that_cannot_make_the_world_is_said_not_blamed(monkeypatch: pyte
         torch.distributed.destroy_process_group()
     assert _outcomes(records) == ["not rehearsed"]
     assert "cannot make the rehearsal's process group" in records[0].detail
+
+
+class DataElsewhere(Plain):
+    """Its data lives where the job runs."""
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(torch.load("/nonexistent/where/the/job/runs.pt"), batch_size=4)
+
+
+def test_data_not_on_this_machine_is_not_blamed_on_the_set_up() -> None:
+    """The wrapping and optimizers ran; the step's data is not here: said as not rehearsed (the child's own fit says
+    it once, LP743), never LP751."""
+    records = _rehearsed(DataElsewhere(), "fsdp2")
+    assert _outcomes(records) == ["completed"] * 4 + ["not rehearsed"], records
+    assert records[-1].code == ""
+    assert "data" in records[-1].detail

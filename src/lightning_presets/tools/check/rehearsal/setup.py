@@ -75,6 +75,7 @@ _LIMITS = ("cuda", "nccl", "nvidia", "triton", "flash_attn", "transformer_engine
            "accelerator device", "mirrorgroup", "not implemented for the fake", "fake process group")  # fmt: skip
 
 
+_DATA_LIMIT = "loading the model's data"
 _DATA_HOOKS = ("prepare_data", "train_dataloader", "val_dataloader", "setup_dataloaders")
 
 
@@ -566,7 +567,7 @@ def limitation(error: BaseException) -> str:
     frames = traceback.extract_tb(error.__traceback__)
     data = os.sep.join(("torch", "utils", "data", ""))
     if any(frame.name in _DATA_HOOKS for frame in frames) or any(data in frame.filename for frame in frames):
-        return f"loading the model's data raised {type(error).__name__}; the job's data may be where the job runs"
+        return f"{_DATA_LIMIT} raised {type(error).__name__}; the job's data may be where the job runs"
     if any(frame.filename == __file__ for frame in frames[-2:]):  # raised in the mirror group itself
         return "the rehearsal's process group"
     hit = next((word for word in _LIMITS if word in text), None)
@@ -578,6 +579,8 @@ def _raised(name: str, stage: str, error: BaseException) -> StageRecord:
 
     exception = f"{type(error).__name__}: {_first(error)}"
     why = limitation(error)
+    if why.startswith(_DATA_LIMIT):  # the child's own fit loads the same data and says so once (LP743)
+        return StageRecord(name=name, outcome="not rehearsed", exception=exception, detail=why)
     if why:
         return StageRecord(name=name, outcome="raised", exception=exception, line=user_line(error),
                            detail=f"the rehearsal's limit: {why}")  # fmt: skip
