@@ -154,7 +154,10 @@ def findings(rehearsal: Rehearsal, spec: str, call: str) -> list[Any]:
     out = []
     where = f" at {rehearsal.line}" if rehearsal.line else ""
     for record in rehearsal.records:
-        if rehearsal.stage is None or not _same(record.exception, rehearsal.exception):  # the same failure: once
+        said = (rehearsal.stage is not None and _same(record.exception, rehearsal.exception)) or (
+            bool(record.exception) and record.exception.strip()[:120] in rehearsal.limitation
+        )
+        if not said:  # the same failure, or the same limit, is said once: by the child's own stage
             out += _record_findings(record, spec, call)
     if rehearsal.stage is not None:
         code = _BY_STAGE[rehearsal.stage]
