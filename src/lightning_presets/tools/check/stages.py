@@ -162,18 +162,24 @@ def model_findings(request: CheckRequest, outcome: _construct.Outcome, timeout_s
     from lightning_presets.tools.simulation.user_model import ModelError
 
     rehearsed = None
+    fabric_job = _fabric_job(request, outcome, timeout_s)  # a Fabric set-up function (rehearsal/fabric.py)
+    if fabric_job is not None:
+        return fabric_job
     if request.mode == "trainer":
         family = getattr(getattr(outcome.strategy, "_lp_preset", None), "family", None)
         if family is None and "DeepSpeed" in type(outcome.strategy).__name__:
             family = "deepspeed"
+        from lightning_presets.tools.check.rehearsal import setup as _setup  # the strategy's set-up stages
+
         try:
             world = getattr(outcome.strategy, "world_size", 1)
             nodes = getattr(outcome.strategy, "num_nodes", 1)
-            rehearsed = _rehearsal.rehearse(request.model, _rehearsal.trainer_arguments(dict(request.arguments)),
-                                            family, timeout_s or _rehearsal.DEFAULT_TIMEOUT_S,
-                                            world if isinstance(world, int) else 1,
-                                            nodes if isinstance(nodes, int) else 1,
-                                            datamodule=request.datamodule)  # fmt: skip
+            with _setup.announced(_setup.job_of(outcome.strategy, request.arguments, request.overrides)):
+                rehearsed = _rehearsal.rehearse(request.model, _rehearsal.trainer_arguments(dict(request.arguments)),
+                                                family, timeout_s or _rehearsal.DEFAULT_TIMEOUT_S,
+                                                world if isinstance(world, int) else 1,
+                                                nodes if isinstance(nodes, int) else 1,
+                                                datamodule=request.datamodule)  # fmt: skip
         except _rehearsal.RehearsalFailed as error:
             raise UsageError(str(error)) from None
     try:
@@ -190,6 +196,35 @@ def model_findings(request: CheckRequest, outcome: _construct.Outcome, timeout_s
     return Decided(findings=findings, decided=decided.decided, notes=notes)
 
 
+def _fabric_job(request: CheckRequest, outcome: _construct.Outcome, timeout_s: float | None) -> Decided | None:
+    """``--mode fabric --model MODULE:FUNCTION`` naming a function that takes the Fabric: the job rehearsed by
+    :mod:`.rehearsal.fabric` (``None`` for a model factory, which the model-stage rules decide on)."""
+    import os
+    import sys
+
+    from lightning_presets.tools.check.rehearsal import fabric, setup
+    from lightning_presets.tools.check.rehearsal.findings import Rehearsal, findings
+    from lightning_presets.tools.simulation.user_model import ModelError, load_factory
+
+    if request.mode != "fabric" or request.model is None:
+        return None
+    if os.getcwd() not in sys.path:  # --model imports from the current directory first, as ``python -m`` would
+        sys.path.insert(0, os.getcwd())
+    try:
+        if not fabric.takes_a_fabric(load_factory(request.model)):
+            return None
+    except ModelError as error:
+        raise UsageError(str(error)) from None
+    job = setup.job_of(outcome.strategy, request.arguments, request.overrides)
+    records = fabric.job_records(request.model, job, request.arguments, timeout_s or fabric.DEFAULT_TIMEOUT_S)
+    ran = ", ".join(each.name for each in records if each.outcome == "completed") or "nothing"
+    stopped = "; ".join(f"{each.name} ({each.detail or each.exception})" for each in records
+                        if each.outcome != "completed")  # fmt: skip
+    note = f"Fabric job rehearsed (rank 0, CPU, the job's world size): completed {ran}" + (
+        f"; stopped: {stopped}" if stopped else "")  # fmt: skip
+    return Decided(findings=findings(Rehearsal(records=tuple(records)), request.model, request.call()), notes=[note])
+
+
 def rehearsal_note(rehearsed: Any, outcome: _construct.Outcome) -> str:
     """What the rehearsal ran and what it could not: the stages completed, in the check's notes (text and JSON)."""
     done = ", ".join(rehearsed.completed) or "nothing"
@@ -197,6 +232,8 @@ def rehearsal_note(rehearsed: Any, outcome: _construct.Outcome) -> str:
     world = getattr(outcome.strategy, "world_size", None)
     ranks = f"ranks {', '.join(map(str, rehearsed.ranks))} of {world}" if rehearsed.ranks else f"{world or '?'} ranks"
     extra = "; ".join(rehearsed.notes)
+    ran = [each.name for each in rehearsed.records if each.outcome == "completed"]  # the strategy's set-up (setup.py)
+    extra = "; ".join((f"the strategy's set-up completed: {', '.join(ran)}",) * bool(ran) + ((extra,) if extra else ()))
     missing = "; ".join(rehearsed.not_rehearsed) or (f"{type(outcome.strategy).__name__}'s wrapping on the job's "
                                                      f"{world or '?'} ranks, NCCL itself, CUDA kernels")  # fmt: skip
     return (f"rehearsal ({rehearsed.seconds:.1f} s, Lightning's fit in one CPU process per rank, real tensors, torch's "
