@@ -65,6 +65,7 @@ def test_a_two_process_fsdp2_folder_resumes_in_ddp_after_convert(
     assert report["converted"]
     assert report["verified"]
     assert report["dropped"] == []
+    assert "Trainer(strategy='ddp_static_graph', devices=1, num_nodes=1) resumes it" in report["guard"]
     assert digest(folder) == before  # the source is only read
     out = Path(conversion.result)
 
