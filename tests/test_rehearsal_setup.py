@@ -302,3 +302,27 @@ def test_data_not_on_this_machine_is_not_blamed_on_the_set_up() -> None:
     assert _outcomes(records) == ["completed"] * 4 + ["not rehearsed"], records
     assert records[-1].code == ""
     assert "data" in records[-1].detail
+
+
+class NoData(Plain):
+    def train_dataloader(self) -> Any:  # the job's data comes from a LightningDataModule
+        raise NotImplementedError
+
+
+class Pairs(__import__("lightning.pytorch", fromlist=["LightningDataModule"]).LightningDataModule):  # type: ignore[misc]
+    def setup(self, stage: str) -> None:
+        self.data = [(torch.randn(16), torch.tensor(index % 4)) for index in range(8)]
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(self.data, batch_size=4)
+
+
+def test_the_batches_come_from_the_datamodule_when_given() -> None:
+    """``check --datamodule``: the child hands the data module to the plug-in; fit takes its loaders."""
+    from lightning_presets.tools.check.rehearsal.setup import SetupJob, rehearse_setup
+
+    records = rehearse_setup(NoData(), SetupJob("fsdp2", {}, 2, 1), {}, datamodule=Pairs())
+    assert _outcomes(records) == ["completed"] * 5, records
+    assert "Pairs.train_dataloader()" in records[-1].name
+    fsdp1 = rehearse_setup(NoData(), SetupJob("fsdp_grad_op", {}, 2, 1), {}, datamodule=Pairs())
+    assert _outcomes(fsdp1) == ["not rehearsed"] + ["completed"] * 5, fsdp1

@@ -82,7 +82,7 @@ def _silenced_logging(model: Any) -> None:
 
 
 def rehearse_deepspeed(
-    model: Any, job: SetupJob, trainer_kwargs: Mapping[str, Any], rank: int = 0
+    model: Any, job: SetupJob, trainer_kwargs: Mapping[str, Any], rank: int = 0, datamodule: Any = None
 ) -> list[StageRecord]:
     """DeepSpeed's ``initialize`` and one step of ``model`` (changed in place: pass a copy) as rank ``rank`` of the
     job's world, with the preset's config."""
@@ -109,7 +109,7 @@ def rehearse_deepspeed(
         except WorldUnavailable as unmade:
             return [*records, *unavailable(job, unmade)]
         try:
-            batch = _first_batch(model)
+            batch = _first_batch(model, datamodule)
             config = engine_config(job, trainer_kwargs, _leading(batch))
             zero = config.get("zero_optimization", {})
             described = (f"ZeRO-{zero.get('stage', 0)}" + (", optimizer offloaded" if zero.get("offload_optimizer")

@@ -399,9 +399,9 @@ def _stage_callback(tracker: _Tracker) -> Any:
 
 
 def strategy_stages(model: Any, trainer_kwargs: dict[str, Any], family: str | None, world_size: int,
-                    rank: int) -> list[StageRecord]:  # fmt: skip
+                    rank: int, datamodule: Any = None) -> list[StageRecord]:  # fmt: skip
     """The child's plug-in (see :func:`.child.strategy_stages`): the job's strategy from :data:`JOB_VARIABLE`,
-    rehearsed by :func:`rehearse_setup` on a copy of ``model``."""
+    rehearsed by :func:`rehearse_setup` on a copy of ``model`` (its batches from ``datamodule`` when given)."""
     text = os.environ.get(JOB_VARIABLE)
     if not text:
         return [
@@ -418,11 +418,11 @@ def strategy_stages(model: Any, trainer_kwargs: dict[str, Any], family: str | No
         return [StageRecord(name=f"{job.strategy}'s set-up", outcome="not rehearsed",
                             detail=f"the model cannot be copied ({type(error).__name__}: {_first(error)}), and the "
                             "set-up changes the module it wraps")]  # fmt: skip
-    return rehearse_setup(copied, job, trainer_kwargs, rank=rank)
+    return rehearse_setup(copied, job, trainer_kwargs, rank=rank, datamodule=datamodule)
 
 
 def rehearse_setup(model: Any, job: SetupJob, trainer_kwargs: Mapping[str, Any] | None = None,
-                   rank: int = 0) -> list[StageRecord]:  # fmt: skip
+                   rank: int = 0, datamodule: Any = None) -> list[StageRecord]:  # fmt: skip
     """The strategy's set-up and one training step of ``model`` (changed in place: pass a copy) as rank ``rank`` of
     ``job``'s world, in a :func:`mirror_world` (any process group of this process is put back after)."""
     import warnings
@@ -434,12 +434,12 @@ def rehearse_setup(model: Any, job: SetupJob, trainer_kwargs: Mapping[str, Any] 
         preset = catalog.strategy_catalog().presets.get(job.strategy)
     family = preset.family if preset is not None else None
     if family == "fsdp" and preset is not None:
-        return _fsdp1(model, job, dict(preset.init_params), dict(trainer_kwargs or {}), rank)
+        return _fsdp1(model, job, dict(preset.init_params), dict(trainer_kwargs or {}), rank, datamodule)
     if family == "deepspeed":
         from lightning_presets.tools.check.rehearsal import deepspeed
 
-        return deepspeed.rehearse_deepspeed(model, job, trainer_kwargs or {}, rank)
-    return _through_lightning(model, job, dict(trainer_kwargs or {}), rank)
+        return deepspeed.rehearse_deepspeed(model, job, trainer_kwargs or {}, rank, datamodule)
+    return _through_lightning(model, job, dict(trainer_kwargs or {}), rank, datamodule)
 
 
 def _strategy(job: SetupJob) -> Any:
@@ -451,7 +451,8 @@ def _strategy(job: SetupJob) -> Any:
     return job.strategy
 
 
-def _through_lightning(model: Any, job: SetupJob, trainer_kwargs: dict[str, Any], rank: int) -> list[StageRecord]:
+def _through_lightning(model: Any, job: SetupJob, trainer_kwargs: dict[str, Any], rank: int,
+                       datamodule: Any = None) -> list[StageRecord]:  # fmt: skip
     import logging
     import warnings
 
@@ -486,9 +487,10 @@ def _through_lightning(model: Any, job: SetupJob, trainer_kwargs: dict[str, Any]
                                 detail=f"constructing it for accelerator='cpu' raises {type(raised).__name__}: "
                                 f"{_first(raised)}")]  # fmt: skip
         tracker.wrap(trainer.strategy)
-        train, source = _train_loader(model)
+        train, source = (None, f"{type(datamodule).__name__}.train_dataloader()") if datamodule is not None else (
+            _train_loader(model))  # fmt: skip
         try:
-            trainer.fit(model, train_dataloaders=train)
+            trainer.fit(model, train_dataloaders=train, datamodule=datamodule)
         except BaseException as raised:  # the user's code may raise anything, SystemExit included
             error = raised
     names = _stage_names(trainer.strategy, job, rank, source)
@@ -594,7 +596,7 @@ def _raised(name: str, stage: str, error: BaseException) -> StageRecord:
 
 
 def _fsdp1(model: Any, job: SetupJob, options: dict[str, Any], trainer_kwargs: dict[str, Any],
-           rank: int) -> list[StageRecord]:  # fmt: skip
+           rank: int, datamodule: Any = None) -> list[StageRecord]:  # fmt: skip
     """FSDP1 presets: Lightning's ``FSDPStrategy`` refuses a CPU accelerator (said, with Lightning's own words), so
     torch's ``FullyShardedDataParallel`` wraps the model as Lightning would (the preset's sharding strategy, its
     repeated blocks as the wrap policy, ``use_orig_params=True``, CPU offload), on ``device_id=cpu``; then the
@@ -651,7 +653,7 @@ def _fsdp1(model: Any, job: SetupJob, options: dict[str, Any], trainer_kwargs: d
             optimizers = user_model.optimizers(model, type(model).__name__, "adamw")
             records.append(StageRecord(name="configure_optimizers() over FSDP's flat parameters (their views)"))
             stage = "step"
-            _one_step(model, wrapped, optimizers, precision)
+            _one_step(model, wrapped, optimizers, precision, datamodule)
             records.append(StageRecord(name="first training step through the FSDP root: forward, backward, "
                                        "optimizer step"))  # fmt: skip
         except BaseException as error:
@@ -696,14 +698,14 @@ def _fsdp1_wrap(model: Any, sharding: str, offload: bool, precision: str, mesh: 
     )
 
 
-def _one_step(model: Any, wrapped: Any, optimizers: list[Any], precision: str) -> None:
+def _one_step(model: Any, wrapped: Any, optimizers: list[Any], precision: str, datamodule: Any = None) -> None:
     """``training_step`` through the FSDP root (Lightning's forward redirection), backward, the optimizer step."""
     import torch
     from lightning.pytorch.loops.optimization.automatic import ClosureResult
 
     from lightning_presets.registry import private
 
-    batch = _first_batch(model)
+    batch = _first_batch(model, datamodule)
     half = {"bf16": torch.bfloat16, "16": torch.bfloat16}.get(precision.split("-")[0])
     context = torch.autocast("cpu", dtype=half) if half is not None else contextlib.nullcontext()
     with context:
@@ -718,7 +720,12 @@ def _one_step(model: Any, wrapped: Any, optimizers: list[Any], precision: str) -
         optimizer.step()
 
 
-def _first_batch(model: Any) -> Any:
+def _first_batch(model: Any, datamodule: Any = None) -> Any:
+    """The first batch of ``datamodule``'s training loader (after its ``setup("fit")``), else of the model's own
+    ``train_dataloader()``, else its ``example_input_array``."""
+    if datamodule is not None:
+        datamodule.setup("fit")
+        return next(iter(datamodule.train_dataloader()))
     loader, _ = _train_loader(model)
     if loader is None:
         loader = model.train_dataloader()
