@@ -326,3 +326,49 @@ def test_the_batches_come_from_the_datamodule_when_given() -> None:
     assert "Pairs.train_dataloader()" in records[-1].name
     fsdp1 = rehearse_setup(NoData(), SetupJob("fsdp_grad_op", {}, 2, 1), {}, datamodule=Pairs())
     assert _outcomes(fsdp1) == ["not rehearsed"] + ["completed"] * 5, fsdp1
+
+
+def fsdp1_train() -> None:
+    """A real run (the harness's rank): torch's FSDP1 on the CPU (``device_id=cpu``, gloo) with the FSDP1 presets'
+    sharding strategies, the repeated blocks as the wrap policy, ``use_orig_params=True``: two steps each."""
+    import json
+
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    torch.distributed.init_process_group("gloo")
+    rank = torch.distributed.get_rank()
+    for sharding in ("FULL_SHARD", "SHARD_GRAD_OP"):
+        torch.manual_seed(0)
+        model = Plain()
+        total = sum(p.numel() for p in model.parameters())
+        wrapped = FullyShardedDataParallel(model, sharding_strategy=ShardingStrategy[sharding],
+                                           auto_wrap_policy=ModuleWrapPolicy({Block}), device_id=torch.device("cpu"),
+                                           use_orig_params=True)  # fmt: skip
+        local = sum(p.numel() for p in wrapped.parameters())  # use_orig_params: views of this rank's shard
+        optimizer = torch.optim.AdamW(wrapped.parameters(), lr=1e-2)
+        losses = []
+        for x, y in list(model.train_dataloader())[:2]:
+            loss = nn.functional.cross_entropy(wrapped(x + rank), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(float(loss))
+        print("RESULT", json.dumps({"sharding": sharding, "rank": rank, "local": local, "total": total,
+                                    "losses": losses}), flush=True)  # fmt: skip
+    torch.distributed.destroy_process_group()
+
+
+def test_fsdp1_trains_on_two_cpu_processes_with_torchs_wrapper() -> None:
+    """What the FSDP1 rehearsal relies on, for real: torch's FSDP1 on 2 gloo processes with device_id=cpu trains
+    with the presets' FULL_SHARD and SHARD_GRAD_OP, each rank holding half of the flat parameters."""
+    from harness import run_job
+
+    job = run_job("test_rehearsal_setup:fsdp1_train", path=(str(HERE),), timeout=180)
+    assert job.outcome == "trained", job.describe()
+    results = job.reports()
+    assert sorted((each["sharding"], each["rank"]) for each in results) == [
+        ("FULL_SHARD", 0), ("FULL_SHARD", 1), ("SHARD_GRAD_OP", 0), ("SHARD_GRAD_OP", 1)]  # fmt: skip
+    for each in results:
+        assert each["local"] * 2 >= each["total"] > each["local"]
+        assert all(loss == loss for loss in each["losses"])
