@@ -113,7 +113,8 @@ REPOSITORY_FOLDERS = ("scripts", "benchmarks", "tests", "examples")
 def _resolve(name: str, level: int, importer: Path, top: Path) -> Path | None:
     """The repository file an import of ``name`` from ``importer`` reaches, if any: relative to the importer's package
     for a relative import; else from the importer's folder or one above it up to ``top`` (pytest and ``python
-    script.py`` put those on ``sys.path``), the longest dotted prefix that is a module or a package."""
+    script.py`` put those on ``sys.path``), the longest dotted prefix that is a module or a package; else the one
+    module of that name anywhere under ``top`` (a folder a conftest adds to ``sys.path``)."""
     if level:
         bases = [importer.parents[level - 1]]
     else:
@@ -127,6 +128,9 @@ def _resolve(name: str, level: int, importer: Path, top: Path) -> Path | None:
                     return candidate
         if level and not parts:
             return base / "__init__.py" if (base / "__init__.py").is_file() else None
+    if not level:  # a folder a conftest puts on sys.path (tests/evidence's helpers): the one module of that name
+        found = [path for path in top.rglob(f"{parts[0]}.py")] if parts else []
+        return found[0] if len(found) == 1 else None
     return None
 
 
