@@ -120,3 +120,15 @@ def test_no_family_name_is_compared_outside_the_family_definitions() -> None:
         if FAMILY_NAMES.search(line)
     ]
     assert found == []
+
+
+def test_the_context_names_the_mesh_sizes() -> None:
+    """The sizes a preset's mesh resolves to for the job, read on the Context (the model-parallel rules read them)."""
+    from lightning_presets.core.mesh import DATA_PARALLEL_WORLD, HYBRID_SHARD, MODEL_PARALLEL
+
+    two_nodes = dataclasses.replace(job("tp2d_hybrid", "model_parallel"), num_nodes=2)  # 8 devices on each
+    assert two_nodes.mesh_sizes(MODEL_PARALLEL) == (2, 8)
+    assert two_nodes.mesh_sizes(DATA_PARALLEL_WORLD) == (16, 1)
+    assert dataclasses.replace(two_nodes, launched_world=4).mesh_sizes(DATA_PARALLEL_WORLD) == (4, 1)
+    assert dataclasses.replace(two_nodes, options={"device_mesh": (4, 4)}).mesh_sizes(HYBRID_SHARD) == (4, 4)
+    assert dataclasses.replace(two_nodes, options={"tensor_parallel_size": 2}).mesh_sizes(MODEL_PARALLEL) == (2, 2)

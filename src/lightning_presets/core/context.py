@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
 from lightning_presets.core.family import Family
+from lightning_presets.core.mesh import MeshSpec
 from lightning_presets.core.namespaces import Kind, constructor
 from lightning_presets.core.preset import PrecisionPreset
 
@@ -168,6 +169,12 @@ class Context:
         """The processes of the job: the launcher's world where the environment takes it from the launcher
         (:attr:`launched_world`), else devices × num_nodes."""
         return self.launched_world or self.devices_per_node * self.num_nodes
+
+    def mesh_sizes(self, mesh: MeshSpec) -> tuple[Any, Any] | None:
+        """The sizes of ``mesh`` (a preset's :class:`~lightning_presets.core.mesh.MeshSpec`) for this job: the preset's
+        arguments with ``'auto'`` resolved on its devices, nodes and the launcher's world (values that are not sizes as
+        given); ``None`` when the options give no mesh to read (a ``DeviceMesh`` object, a process group)."""
+        return mesh.sizes(self.options, self.devices_per_node, self.num_nodes, self.world_size)
 
     @property
     def constructor(self) -> str:

@@ -54,7 +54,7 @@ TESTED_WITH_GRAD_OP = tested(
 
 def resolved_mesh(ctx: Context) -> tuple[int, int] | None:
     """The (replicas, shard size) the preset runs with; ``None`` for a DeviceMesh object or a process group."""
-    return cast("tuple[int, int] | None", HYBRID_SHARD.sizes(ctx.options, ctx.devices_per_node, ctx.num_nodes))
+    return cast("tuple[int, int] | None", ctx.mesh_sizes(HYBRID_SHARD))  # ('auto': nodes, devices per node)
 
 
 def _mesh_text(mesh: tuple[int, int]) -> str:

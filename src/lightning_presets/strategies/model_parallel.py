@@ -56,7 +56,7 @@ class ModelParallelOptions:
 
 def resolved_sizes(ctx: Context, mesh: MeshSpec = MODEL_PARALLEL) -> tuple[Any, Any]:
     """(data, tensor) with ``"auto"`` resolved as the preset's mesh says (Lightning's own: nodes, devices per node)."""
-    sizes = mesh.sizes(ctx.options, ctx.devices_per_node, ctx.num_nodes, ctx.world_size)
+    sizes = ctx.mesh_sizes(mesh)
     return sizes if sizes is not None else ("auto", "auto")
 
 
