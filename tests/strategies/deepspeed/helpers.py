@@ -8,14 +8,53 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 from jobs import Steps, trainer
+from lightning.fabric import Fabric
+from lightning.pytorch import LightningModule, Trainer
+from torch import nn
 
 import lightning_presets
+from helpers import QUIET
 from lightning_presets.registry import requirements
 from lightning_presets.tools.simulation import simulated_cuda
 from neighbours import LINEAR, _ds, _t
 
-needs_deepspeed = pytest.mark.skipif(not requirements.is_importable("deepspeed"), reason="deepspeed is not installed")
+needs_deepspeed = pytest.mark.skipif(
+    not requirements.is_importable("deepspeed"),
+    reason="deepspeed is not installed (pip install --no-build-isolation deepspeed); its missing path is tested",
+)
+
+# --- a DeepSpeed job on 8 simulated GPUs, and models with and without repeated blocks ---------------------------
+
+
+def ds_trainer(strategy: Any = "deepspeed_zero2_offload", **kwargs: Any) -> Trainer:
+    return Trainer(strategy=strategy, **{"accelerator": "cuda", "devices": 8, **QUIET, **kwargs})
+
+
+def ds_fabric(config: dict[str, Any], **kwargs: Any) -> Fabric:
+    strategy = lightning_presets.strategy("deepspeed_zero2_offload", target="fabric", config=config)
+    return Fabric(strategy=strategy, **{"accelerator": "cuda", "devices": 8, **kwargs})
+
+
+class Blocks(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(3))
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+class NoBlocks(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 2)
+
 
 # --- the proofs -----------------------------------------------------------------------------------------------------
 

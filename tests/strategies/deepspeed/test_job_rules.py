@@ -10,25 +10,32 @@ from typing import Any
 import pytest
 import torch
 from jobs import Steps, fit, trainer
+from lightning.fabric import Fabric
 from lightning.pytorch import Trainer
 from proof import Proof
+from torch import nn
 
 import lightning_presets
+from helpers import QUIET, codes
+from lightning_presets import PresetConfigError, PresetWarning
+from lightning_presets.registry import requirements
 from lightning_presets.tools.simulation import SimulatedGPU, simulated_cuda
 from neighbours import LINEAR, Neighbour, _ds, _t, adder, n, neighbour_tests
 from strategies.deepspeed.helpers import (
     _Z2,
     ZERO2,
+    Blocks,
+    NoBlocks,
     _cuda_trainer,
     _deepspeed_config,
     _fabric_ds,
     _offload,
     _strategy,
     _trainer_config,
+    ds_fabric,
+    ds_trainer,
     needs_deepspeed,
 )
-
-QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
 
 # --- accepted neighbours ------------------------------------------------------------------------------------------
 
@@ -138,7 +145,6 @@ def test_lp403_deepspeed_on_cpu_fails_when_fit_starts(proof: Proof) -> None:
 def test_lp422_two_optimizers_fail_in_lightnings_deepspeed_setup(proof: Proof) -> None:
     """The Trainer: Lightning's DeepSpeedStrategy._init_optimizers (what fit runs before creating the engine) refuses a
     module with two optimizers; Fabric's setup refuses them too. One optimizer passes the same code."""
-    from lightning.fabric import Fabric
 
     class TwoOptimizers(Steps):  # a GAN's generator and discriminator: manual optimization, as Lightning 2 asks
         def __init__(self) -> None:
@@ -212,7 +218,6 @@ def test_lp417_deepspeed_refuses_a_torch_optimizer_with_offload(proof: Proof, cu
     from deepspeed.runtime.config import DeepSpeedConfig
     from deepspeed.runtime.engine import DeepSpeedEngine
     from deepspeed.runtime.zero.utils import ZeRORuntimeException
-    from lightning.fabric import Fabric
 
     zero = {"stage": 2, "offload_optimizer": {"device": "cpu"}}
     config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": zero}
@@ -248,3 +253,74 @@ def test_lp420_deepspeed_refuses_device_indices(proof: Proof, cuda8: SimulatedGP
         with proof.raises(RuntimeError, "don't match the local rank values"):
             _validate_device_index_selection(trainer.strategy.parallel_devices)  # setup_environment, at `fit`
     _validate_device_index_selection([torch.device("cuda", 0), torch.device("cuda", 1)])
+
+
+# --- the rules' tests ----------------------------------------------------------------------------------------
+
+
+@needs_deepspeed
+def test_lp403_non_cuda_accelerator_is_refused_at_construction() -> None:
+    with pytest.raises(PresetConfigError) as excinfo:
+        ds_trainer(accelerator="cpu", devices=2)
+    assert codes(excinfo) == ("LP403",)
+    assert "accelerator='cpu', devices=2" in excinfo.value.findings[0].message
+
+
+@needs_deepspeed
+def test_lp403_accepted_on_cuda(cuda8: SimulatedGPU) -> None:
+    assert ds_trainer().strategy._lp_context.accelerator == "cuda"
+
+
+@needs_deepspeed
+def test_lp410_unknown_stage_or_offload_device() -> None:
+    with pytest.raises(PresetConfigError) as excinfo:
+        lightning_presets.strategy("deepspeed_zero2_offload", stage=5, offload_optimizer_device="gpu")
+    assert codes(excinfo) == ("LP410",)
+    assert "stage=5, offload_optimizer_device='gpu'" in excinfo.value.findings[0].message
+    lightning_presets.strategy("deepspeed_zero2_offload", stage=1, offload_optimizer_device="nvme")
+
+
+@pytest.fixture
+def zero3(cuda8: SimulatedGPU) -> Any:
+    if not requirements.is_importable("deepspeed"):
+        pytest.skip("deepspeed is not installed")
+    return ds_trainer("deepspeed_zero3_offload_ckpt").strategy
+
+
+def test_lp411_no_repeated_block_warns(zero3: Any) -> None:
+    with pytest.warns(PresetWarning, match=r"\[LP411\].*no repeated block found in NoBlocks"):
+        zero3._lp_prepare_model(NoBlocks())
+    model = Blocks()
+    zero3._lp_prepare_model(model)
+    assert zero3.lp_blocks == {nn.Sequential}
+
+
+@needs_deepspeed
+def test_lp420_reads_the_device_indices_lightning_resolved(cuda8: SimulatedGPU) -> None:
+    for devices in ([1, 3], "1,3"):
+        with pytest.raises(PresetConfigError) as excinfo:
+            ds_trainer(devices=devices)
+        assert codes(excinfo) == ("LP420",)
+        assert "Lightning refuses [1, 3]" in excinfo.value.findings[0].message
+        assert "CUDA_VISIBLE_DEVICES=1,3 and pass devices=2" in excinfo.value.findings[0].hint
+    for devices in ([0, 1], "0,1", 2, -1):
+        ds_trainer(devices=devices)
+
+
+_OFFLOADED = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("name", ["adam.DeepSpeedCPUAdam", "lion.DeepSpeedCPULion"])
+def test_lp417_takes_deepspeeds_own_cpu_optimizers_with_the_offload(cuda8: SimulatedGPU, name: str) -> None:
+    """DeepSpeed's engine takes its CPU Adam and CPU Lion with ZeRO-Offload (zero_force_ds_cpu_optimizer left true);
+    a torch optimizer it refuses (LP417)."""
+    import importlib
+
+    module, _, class_name = name.partition(".")
+    klass = getattr(importlib.import_module(f"deepspeed.ops.{module}"), class_name)
+    own = klass.__new__(klass)  # an instance is all the rule reads; building one compiles DeepSpeed's CPU op
+    strategy = ds_fabric(_OFFLOADED)._strategy
+    strategy._lp_check_optimizers(None, [own])
+    with pytest.raises(PresetConfigError, match="LP417"):
+        strategy._lp_check_optimizers(None, [torch.optim.AdamW(nn.Linear(2, 2).parameters())])
