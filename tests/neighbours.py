@@ -477,6 +477,21 @@ def neighbour_tests(table: Mapping[str, tuple[Neighbour, ...]]) -> tuple[Callabl
     )
 
 
+def trained(job: str) -> dict[str, Any]:
+    """Run ``job`` (a function below) on 2 gloo processes through the fork server: it must train 3 finite losses;
+    rank 0's report."""
+    import math
+
+    from harness import run_job
+
+    result = run_job(f"neighbours:{job}", path=(str(TESTS),), timeout=180)
+    assert result.outcome == "trained", result.describe()
+    (report,) = result.reports()
+    assert len(report["losses"]) == 3
+    assert all(math.isfinite(loss) for loss in report["losses"])
+    return dict(report)
+
+
 # --- real runs of the review's false rejections (2 processes, gloo, through tests/harness.py) -------------------
 # Each is a ``module:function`` target of ``run_job``: rank 0 prints ``RESULT {json}``.
 

@@ -6,13 +6,8 @@ The neighbours live in the test module that mirrors their rule's module (``strat
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-from typing import Any
-
 import pytest
 
-from harness import run_job
 from neighbours import (
     FEWER_THAN_THREE,
     NEIGHBOURS,
@@ -59,42 +54,6 @@ def test_the_acceptance_check_can_fail(code: str, refused: str) -> None:
     devices = 2 if code == "LP201" else [1, 3]
     neighbour = Neighbour(f'Trainer(strategy={refused}, accelerator="cuda", devices={devices})', "refused")
     assert code in accepted_problem(code, run(neighbour, trace=code))
-
-
-# --- the review's false rejections, run for real: 2 processes on CPU (gloo) through the fork server --------------
-# A fresh job per test (about a second once the server is up): the proof that the neighbour the rule used to refuse
-# trains, with every guard on.
-TESTS = str(Path(__file__).resolve().parent)
-
-
-def _trained(job: str) -> dict[str, Any]:
-    result = run_job(f"neighbours:{job}", path=(TESTS,), timeout=180)
-    assert result.outcome == "trained", result.describe()
-    (report,) = result.reports()
-    assert len(report["losses"]) == 3
-    assert all(math.isfinite(loss) for loss in report["losses"])
-    return dict(report)
-
-
-def test_64_true_trains_with_tp2d_hybrid_on_two_processes() -> None:
-    """LP205's neighbour: precision='64-true' by name, every parameter a float64 DTensor of the 1×2 mesh."""
-    report = _trained("train_tp2d_64_true")
-    assert report["dtypes"] == ["torch.float64"]
-    assert report["dtensors"] == report["parameters"] > 0
-    assert report["losses"][-1] < report["losses"][0]
-
-
-def test_clipping_by_norm_trains_with_a_frozen_tensor_parallel_layer_on_two_processes() -> None:
-    """LP215's neighbour: parameters on two meshes, the tensor-parallel ones frozen, gradient_clip_val by norm."""
-    report = _trained("train_tp2d_frozen_tensor_parallel_clipped")
-    assert report["meshes"] == ["('data_parallel',)", "('tensor_parallel',)"]
-    assert report["frozen"] == 2
-    assert report["losses"][-1] < report["losses"][0]
-
-
-def test_ddp_bf16_compress_trains_plain_ddp_on_cpu_on_two_processes() -> None:
-    """LP303's neighbour: the Trainer on CPU trains (the hook is left out), the ranks' weights identical after."""
-    assert _trained("train_ddp_bf16_compress_on_cpu")["same_weights"] is True
 
 
 def test_a_known_false_rejection_is_a_strict_expected_failure() -> None:

@@ -17,7 +17,7 @@ from proof import Proof, reports
 
 import lightning_presets
 from harness import run_job
-from neighbours import _TRAINED, CPU, CPU_ONLY_TORCH, Neighbour, _bn, _gn, _ln, _t, adder, n, neighbour_tests
+from neighbours import _TRAINED, CPU, CPU_ONLY_TORCH, Neighbour, _bn, _gn, _ln, _t, adder, n, neighbour_tests, trained
 
 pytestmark = pytest.mark.usefixtures("process_group")
 EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
@@ -112,6 +112,16 @@ _add(
     test_a_rule_widened_to_always_fire_is_noticed,
     test_a_rule_widened_at_one_neighbour_is_noticed_by_that_neighbour,
 ) = neighbour_tests(NEIGHBOURS)
+
+
+# --- the review's false rejections, run for real: 2 processes on CPU (gloo) through the fork server --------------
+# A fresh job per test (about a second once the server is up): the proof that the neighbour the rule used to refuse
+# trains, with every guard on.
+
+
+def test_ddp_bf16_compress_trains_plain_ddp_on_cpu_on_two_processes() -> None:
+    """LP303's neighbour: the Trainer on CPU trains (the hook is left out), the ranks' weights identical after."""
+    assert trained("train_ddp_bf16_compress_on_cpu")["same_weights"] is True
 
 
 # --- executed proofs ----------------------------------------------------------------------------------------------

@@ -21,7 +21,21 @@ from proof import Proof, reports
 
 import lightning_presets
 from harness import run_job
-from neighbours import _TRAINED, MPS, ONE_MESH, TWO_MESHES, Neighbour, _bn, _gn, _ln, _t, adder, n, neighbour_tests
+from neighbours import (
+    _TRAINED,
+    MPS,
+    ONE_MESH,
+    TWO_MESHES,
+    Neighbour,
+    _bn,
+    _gn,
+    _ln,
+    _t,
+    adder,
+    n,
+    neighbour_tests,
+    trained,
+)
 
 pytestmark = pytest.mark.usefixtures("process_group")
 EVIDENCE_SCRIPTS = Path(__file__).resolve().parents[2] / "evidence" / "scripts"
@@ -181,6 +195,27 @@ _add(
     test_a_rule_widened_to_always_fire_is_noticed,
     test_a_rule_widened_at_one_neighbour_is_noticed_by_that_neighbour,
 ) = neighbour_tests(NEIGHBOURS)
+
+
+# --- the review's false rejections, run for real: 2 processes on CPU (gloo) through the fork server --------------
+# A fresh job per test (about a second once the server is up): the proof that the neighbour the rule used to refuse
+# trains, with every guard on.
+
+
+def test_64_true_trains_with_tp2d_hybrid_on_two_processes() -> None:
+    """LP205's neighbour: precision='64-true' by name, every parameter a float64 DTensor of the 1×2 mesh."""
+    report = trained("train_tp2d_64_true")
+    assert report["dtypes"] == ["torch.float64"]
+    assert report["dtensors"] == report["parameters"] > 0
+    assert report["losses"][-1] < report["losses"][0]
+
+
+def test_clipping_by_norm_trains_with_a_frozen_tensor_parallel_layer_on_two_processes() -> None:
+    """LP215's neighbour: parameters on two meshes, the tensor-parallel ones frozen, gradient_clip_val by norm."""
+    report = trained("train_tp2d_frozen_tensor_parallel_clipped")
+    assert report["meshes"] == ["('data_parallel',)", "('tensor_parallel',)"]
+    assert report["frozen"] == 2
+    assert report["losses"][-1] < report["losses"][0]
 
 
 # --- executed proofs ----------------------------------------------------------------------------------------------
