@@ -291,14 +291,11 @@ def test_lp744_a_collective_the_ranks_enter_differently_fails_a_real_run(
     assert [code for code, _ in said] == ["LP744"], said
     assert "different shapes" in said[0][1], said
     job = run_job(rank_cases / "job.py", "ShapeByRank", path=(str(HERE), str(rank_cases)), cwd=rank_cases, timeout=120)
-    assert job.ranks[0].status == "died", job.describe()
-    assert "Received data size doesn't match expected size" in job.ranks[0].output, job.describe()
-    proof.wrong(
-        "rank 0 of an all_gather of rank-dependent shapes on 2 gloo ranks",
-        "trained",
-        f"died by signal {job.ranks[0].signal} (gloo: received data size doesn't match)",
-        code="LP744",
-    )
+    aborted = [each for each in job.ranks if each.status == "died" and "data size doesn't match" in each.output]
+    assert aborted, job.describe()  # gloo's own size check aborts the rank that receives the other's shape
+    proof.wrong(f"rank {aborted[0].rank} of an all_gather of rank-dependent shapes on 2 gloo ranks", "trained",
+                f"died by signal {aborted[0].signal} (gloo: received data size doesn't match)",
+                code="LP744")  # fmt: skip
     neighbours = ("Base", "RankZeroPrint", "GatherEqual")
     for name in neighbours:
         assert _rank_codes(rank_cases, name, monkeypatch) == [], name
