@@ -143,22 +143,39 @@ def rehearse_deepspeed(
     return records
 
 
+def _leaves(value: Any) -> list[Any]:
+    """The tensors of a batch (tuples, lists and dicts of them)."""
+    if isinstance(value, dict):
+        return [leaf for each in value.values() for leaf in _leaves(each)]
+    if isinstance(value, (tuple, list)):
+        return [leaf for each in value for leaf in _leaves(each)]
+    return [value]
+
+
 def _leading(batch: Any) -> int:
     import torch
-    from torch.utils._pytree import tree_flatten
 
-    sizes = [leaf.shape[0] for leaf in tree_flatten(batch)[0] if isinstance(leaf, torch.Tensor) and leaf.dim()]
+    sizes = [leaf.shape[0] for leaf in _leaves(batch) if isinstance(leaf, torch.Tensor) and leaf.dim()]
     return int(sizes[0]) if sizes else 1
 
 
 def _as_engine_dtype(batch: Any, config: Mapping[str, Any]) -> Any:
     """The batch's floating tensors in the engine's dtype, as Lightning's DeepSpeed precision plugin converts them."""
     import torch
-    from torch.utils._pytree import tree_map_only
 
     if not (config.get("bf16") or {}).get("enabled"):
         return batch
-    return tree_map_only(torch.Tensor, lambda t: t.to(torch.bfloat16) if t.is_floating_point() else t, batch)
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to(torch.bfloat16) if value.is_floating_point() else value
+        if isinstance(value, dict):
+            return {key: convert(each) for key, each in value.items()}
+        if isinstance(value, (tuple, list)):
+            return type(value)(convert(each) for each in value)
+        return value
+
+    return convert(batch)
 
 
 def _loss(output: Any) -> Any:

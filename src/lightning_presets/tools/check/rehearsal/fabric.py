@@ -39,6 +39,7 @@ from lightning_presets.tools.check.rehearsal.setup import (
     WorldUnavailable,
     _first,
     _raised,
+    mesh_of,
     mirror_world,
     unavailable,
 )
@@ -96,7 +97,7 @@ def rehearse_fabric_in_process(function: Any, job: SetupJob, precision: str | No
         stage, name = "set-up", f"fabric.launch(): process group as rank {rank} of {job.world_size}"
         try:
             fabric.launch()
-            mesh = getattr(fabric.strategy, "device_mesh", None) if hasattr(fabric.strategy, "_device_mesh") else None
+            mesh = mesh_of(fabric.strategy)
             if mesh is not None:
                 shape = ", ".join(f"{n}={s}" for n, s in zip(mesh.mesh_dim_names or (), mesh.shape, strict=False))
                 name += f", DeviceMesh('cpu', {shape})"

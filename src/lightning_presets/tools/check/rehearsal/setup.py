@@ -231,22 +231,25 @@ def _mirror_group_class() -> type:
             return Done([])
 
     def create(common: Any, options: Any) -> Any:
-        from torch._C._distributed_c10d import FakeProcessGroup
+        from torch.testing._internal.distributed import fake_pg
 
         group = MirrorGroup(common.group_rank, common.group_size)
-        # torch's fake backend underneath: the group's name (device meshes look groups up by it) and the functional
-        # collectives (DTensor's), which complete with shapes and no values
-        fake_group: Any = FakeProcessGroup
-        fake = fake_group._create_internal(common.group_rank, common.group_size, fake_group.Options())
+        # torch's fake backend underneath, made by torch's own creator of the "fake" backend: the group's name (device
+        # meshes look groups up by it) and the functional collectives (DTensor's), which complete with shapes only
+        creator: Any = fake_pg._create_fake_pg
+        fake = creator(common, options)
         group._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM, fake)
         group._set_group_name(common.group_id)
         return group
 
-    if "LP_MIRROR" not in dist.Backend._plugins:
+    if not _REGISTERED:
         dist.Backend.register_backend("lp_mirror", create, extended_api=True, devices=["cpu"])
+        _REGISTERED.append(True)
     return MirrorGroup
 
 
+_REGISTERED: list[bool] = []
+"""Whether the ``lp_mirror`` backend is registered in this process."""
 _LAUNCH = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
 
 
@@ -359,6 +362,9 @@ class _Tracker:
         self.names = dict(names)
         self.current = "environment"
         self.done: list[str] = []
+        self.wrapped: Any = None
+        """The strategy's model as the optimizers see it (DDP's wrapper), and its mesh."""
+        self.mesh: Any = None
 
     def enter(self, stage: str) -> None:
         if self.current not in self.done:
@@ -379,6 +385,7 @@ class _Tracker:
 
         def optimizers(trainer: Any) -> None:
             self.enter("optimizers")
+            self.wrapped, self.mesh = strategy.model, mesh_of(strategy)
             setup_optimizers(trainer)
             self.enter("after optimizers")
 
@@ -435,10 +442,12 @@ def rehearse_setup(model: Any, job: SetupJob, trainer_kwargs: Mapping[str, Any] 
     family = preset.family if preset is not None else None
     if family == "fsdp" and preset is not None:
         return _fsdp1(model, job, dict(preset.init_params), dict(trainer_kwargs or {}), rank, datamodule)
-    if family == "deepspeed":
-        from lightning_presets.tools.check.rehearsal import deepspeed
+    if family == "deepspeed":  # its module builds on this one's world: loaded by name, as the child loads plug-ins
+        import importlib
 
-        return deepspeed.rehearse_deepspeed(model, job, trainer_kwargs or {}, rank, datamodule)
+        deepspeed = importlib.import_module(f"{__package__}.deepspeed")
+        records: list[StageRecord] = deepspeed.rehearse_deepspeed(model, job, trainer_kwargs or {}, rank, datamodule)
+        return records
     return _through_lightning(model, job, dict(trainer_kwargs or {}), rank, datamodule)
 
 
@@ -493,7 +502,7 @@ def _through_lightning(model: Any, job: SetupJob, trainer_kwargs: dict[str, Any]
             trainer.fit(model, train_dataloaders=train, datamodule=datamodule)
         except BaseException as raised:  # the user's code may raise anything, SystemExit included
             error = raised
-    names = _stage_names(trainer.strategy, job, rank, source)
+    names = _stage_names(trainer.strategy, tracker, job, rank, source)
     order = ["environment", "configure_model", "wrap", "optimizers", "step"]
     done = set(tracker.done) | ({"wrap"} if "after optimizers" in tracker.done else set())
     if tracker.current == "after optimizers":
@@ -524,18 +533,29 @@ def _train_loader(model: Any) -> tuple[Any, str]:
     return DataLoader(cast(Any, [model.example_input_array]), batch_size=None), "example_input_array"
 
 
-def _stage_names(strategy: Any, job: SetupJob, rank: int, source: str) -> dict[str, str]:
+def mesh_of(strategy: Any) -> Any:
+    """The strategy's device mesh (``ModelParallelStrategy``'s public property), or ``None``."""
+    try:
+        return strategy.device_mesh
+    except Exception:  # no such property (DDP), or not set up yet
+        return None
+
+
+def _stage_names(strategy: Any, tracker: _Tracker, job: SetupJob, rank: int, source: str) -> dict[str, str]:
+    from torch.nn.parallel import DistributedDataParallel
+
     kind = type(strategy).__name__
-    mesh = getattr(strategy, "_device_mesh", None)
+    mesh = tracker.mesh or mesh_of(strategy)
     if mesh is not None:
         shape = ", ".join(f"{name}={size}" for name, size in zip(mesh.mesh_dim_names or (), mesh.shape, strict=False))
         environment = f"process group and DeviceMesh('cpu', {shape}) as rank {rank} of {job.world_size}"
     else:
         environment = f"process group as rank {rank} of {job.world_size}"
-    options = getattr(strategy, "_ddp_kwargs", None)
-    if options is not None:
-        shown = ", ".join(f"{key}={_short(value)}" for key, value in sorted(options.items()))
-        hook = getattr(strategy, "_ddp_comm_hook", None)
+    if isinstance(tracker.wrapped, DistributedDataParallel):  # the options as DDP holds them
+        ddp = tracker.wrapped
+        shown = ", ".join(f"{key}={getattr(ddp, key, '?')}" for key in (
+            "static_graph", "find_unused_parameters", "gradient_as_bucket_view", "broadcast_buffers"))  # fmt: skip
+        hook = _comm_hook(job)
         wrap = f"DistributedDataParallel({shown})" + (f" with comm hook {_short(hook)}" if hook else "")
     elif kind == "ModelParallelStrategy":
         wrap = "the preset's fully_shard / the model's parallelize plan on the mesh, precision conversion"
@@ -548,6 +568,15 @@ def _stage_names(strategy: Any, job: SetupJob, rank: int, source: str) -> dict[s
         "optimizers": "configure_optimizers() over the parameters as the strategy hands them over",
         "step": f"first training step through the wrapped model ({source}): forward, backward, optimizer step",
     }
+
+
+def _comm_hook(job: SetupJob) -> Any:
+    """The preset's DDP communication hook (its declaration, or ``--set ddp_comm_hook=``)."""
+    from lightning_presets.registry import catalog
+
+    preset = catalog.strategy_catalog().presets.get(job.strategy)
+    values = {**(dict(preset.init_params) if preset is not None else {}), **dict(job.overrides)}
+    return values.get("ddp_comm_hook")
 
 
 def _short(value: Any) -> str:
