@@ -5,7 +5,9 @@ rule widened, by ``neighbours.neighbour_tests``), and the rules' tests.
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +16,14 @@ import torch
 from jobs import QUIET, Normed, Steps, SyncNormed, fit
 from lightning.pytorch import Trainer
 from proof import Proof, reports
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook, fp16_compress_hook
 
 import lightning_presets
 from harness import run_job
+from helpers import context
+from lightning_presets import Context, Options, PresetWarning
+from lightning_presets.strategies import ddp
 from neighbours import _TRAINED, CPU, CPU_ONLY_TORCH, Neighbour, _bn, _gn, _ln, _t, adder, n, neighbour_tests, trained
 
 pytestmark = pytest.mark.usefixtures("process_group")
@@ -112,6 +119,153 @@ _add(
     test_a_rule_widened_to_always_fire_is_noticed,
     test_a_rule_widened_at_one_neighbour_is_noticed_by_that_neighbour,
 ) = neighbour_tests(NEIGHBOURS)
+
+
+# --- the rules' tests: each rule function on a context (helpers.context) --------------------------------------
+
+STATIC = "ddp_static_graph"
+
+
+BASE = context(
+    BF16, {"ddp_comm_hook": "bf16_compress_hook"}
+)  # the preset's hook: the rule reads only whether it has one
+
+
+def ctx(**changes: Any) -> Context:
+    return dataclasses.replace(BASE, **changes)
+
+
+def options(preset: str = STATIC, **values: Any) -> Options:
+    return Options(preset=preset, target="trainer", values=values, overrides=values)
+
+
+@pytest.mark.parametrize("value", [True, False, None])
+def test_static_graph_accepts_find_unused_parameters(value: Any) -> None:
+    """torch documents that with static_graph=True the flag does not matter (the former LP301 refused True)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PresetWarning)
+        strategy = lightning_presets.strategy(STATIC, find_unused_parameters=value)
+    assert strategy._ddp_kwargs["static_graph"] is True
+    assert "LP301" not in {each.code for each in lightning_presets.get_preset(STATIC).rules}
+
+
+@pytest.mark.parametrize("key", ["static_graph", "gradient_as_bucket_view"])
+def test_lp302_rejects_turning_off_what_the_preset_is(key: str) -> None:
+    finding = ddp.static_graph_kept(options(**{"static_graph": True, "gradient_as_bucket_view": True, key: False}))
+    assert finding is not None
+    assert finding.code == "LP302"
+    assert f"{key}=False" in finding.message
+    assert "strategy='ddp'" in finding.hint
+
+
+def test_lp302_accepts_the_presets_flags() -> None:
+    assert ddp.static_graph_kept(options(static_graph=True, gradient_as_bucket_view=True)) is None
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "mps"])
+def test_lp311_warns_that_the_trainer_leaves_compression_out_off_cuda(accelerator: str) -> None:
+    """Off CUDA the Trainer trains plain DDP (tests/strategies/ddp/test_rules.py shows it): a warning, not LP303."""
+    assert ddp.bf16_compress_supported(ctx(accelerator=accelerator, devices_per_node=2)) is None
+    finding = ddp.bf16_compress_applied(ctx(accelerator=accelerator, devices_per_node=2))
+    assert finding is not None
+    assert (finding.code, finding.severity) == ("LP311", "warning")
+    assert f"accelerator={accelerator!r}" in finding.message
+    assert "ddp_static_graph" in finding.hint
+
+
+def test_lp303_rejects_compression_on_a_cpu_only_torch_with_fabric() -> None:
+    cpu_only = ctx(accelerator="cpu", devices_per_node=2, kind="fabric", torch_build={"cuda": None, "nccl": None})
+    finding = ddp.bf16_compress_supported(cpu_only)
+    assert finding is not None
+    assert (finding.code, finding.severity) == ("LP303", "error")
+    assert "CPU-only" in finding.message
+    cuda_build = dataclasses.replace(cpu_only, torch_build={"cuda": "12.8", "nccl": (2, 27, 3)})
+    assert ddp.bf16_compress_supported(cuda_build) is None  # Fabric registers it on a CUDA build, any backend
+    assert ddp.bf16_compress_applied(cpu_only) is None
+
+
+def test_lp303_accepts_cuda() -> None:
+    assert ddp.bf16_compress_supported(ctx(accelerator="cuda")) is None
+    assert ddp.bf16_compress_applied(ctx(accelerator="cuda")) is None
+
+
+def test_lp303_is_quiet_on_cpu_once_the_hook_is_removed() -> None:
+    assert ddp.bf16_compress_supported(ctx(accelerator="cpu", options={"ddp_comm_hook": None})) is None
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_lp304_warns_about_a_backend_other_than_nccl(backend: str) -> None:
+    finding = ddp.bf16_compress_reduced_by_nccl(options(BF16, process_group_backend=backend))
+    assert finding is not None
+    assert (finding.code, finding.severity) == ("LP304", "warning")
+    assert f"process_group_backend={backend!r}" in finding.message
+    assert "process_group_backend='nccl'" in finding.hint
+
+
+@pytest.mark.parametrize("backend", ["nccl", None, "cpu:gloo,cuda:nccl", "cuda:nccl, cpu:gloo"])
+def test_lp304_accepts_nccl_for_cuda_tensors(backend: str | None) -> None:
+    assert ddp.bf16_compress_reduced_by_nccl(options(BF16, process_group_backend=backend)) is None
+
+
+def test_lp304_names_a_device_map_without_nccl_for_cuda() -> None:
+    finding = ddp.bf16_compress_reduced_by_nccl(options(BF16, process_group_backend="cpu:gloo"))
+    assert finding is not None
+    assert "reduced by no backend at all" in finding.message
+
+
+def test_lp305_warns_on_one_process_and_accepts_two() -> None:
+    finding = ddp.ddp_has_peers(ctx(devices_per_node=1))
+    assert finding is not None
+    assert (finding.code, finding.severity) == ("LP305", "warning")
+    assert "devices=1, num_nodes=1" in finding.message
+    assert ddp.ddp_has_peers(ctx(devices_per_node=1, num_nodes=2)) is None
+
+
+@pytest.mark.parametrize("precision", ["bf16-true", "16-true"])
+def test_lp306_warns_when_gradients_are_already_low_precision(precision: str) -> None:
+    finding = ddp.bf16_compress_has_fp32_grads(ctx(precision=precision))
+    assert finding is not None
+    assert (finding.code, finding.severity) == ("LP306", "warning")
+    assert f"precision={precision!r}" in finding.message
+    assert ("mantissa" in finding.message) == (precision == "16-true")
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true", "16-mixed"])
+def test_lp306_accepts_fp32_gradients(precision: str) -> None:
+    assert ddp.bf16_compress_has_fp32_grads(ctx(precision=precision)) is None
+
+
+def test_lp307_rejects_removing_the_hook() -> None:
+    finding = ddp.compression_hook_kept(options(BF16, ddp_comm_hook=None))
+    assert finding is not None
+    assert finding.code == "LP307"
+    assert "ddp_comm_hook=None" in finding.message
+    assert "ddp_static_graph" in finding.hint
+
+
+@pytest.mark.parametrize("hook", [bf16_compress_hook, fp16_compress_hook])
+def test_lp307_accepts_a_compression_hook(hook: Any) -> None:
+    assert ddp.compression_hook_kept(options(BF16, ddp_comm_hook=hook)) is None
+
+
+def _normed(layer: nn.Module) -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 4), layer, nn.Linear(4, 1))
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "mps"])
+def test_lp310_refuses_the_models_own_sync_batch_norm_off_cuda_without_the_flag(accelerator: str) -> None:
+    finding = ddp.sync_batchnorm_on_gpus(ctx(accelerator=accelerator), _normed(nn.SyncBatchNorm(4)))
+    assert finding is not None
+    assert "the model's layer 1 is nn.SyncBatchNorm already" in finding.message
+    assert "sync_batchnorm" not in finding.hint  # no flag to drop
+
+
+def test_lp310_accepts_sync_batch_norm_on_cuda_and_plain_batch_norm_without_the_flag() -> None:
+    assert ddp.sync_batchnorm_on_gpus(ctx(accelerator="cuda"), _normed(nn.SyncBatchNorm(4))) is None
+    assert ddp.sync_batchnorm_on_gpus(ctx(accelerator="cpu"), _normed(nn.BatchNorm1d(4))) is None
+    flagged = ctx(accelerator="cpu", arguments={"sync_batchnorm": True})
+    assert ddp.sync_batchnorm_on_gpus(flagged, _normed(nn.LayerNorm(4))) is None
+    assert ddp.sync_batchnorm_on_gpus(flagged, _normed(nn.BatchNorm1d(4))) is not None
 
 
 # --- the review's false rejections, run for real: 2 processes on CPU (gloo) through the fork server --------------
