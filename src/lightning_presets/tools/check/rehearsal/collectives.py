@@ -6,6 +6,10 @@ on torch's fake process group, which returns at once. The object collectives (``
 ``broadcast_object_list``, ...) are recorded and answered here with this rank's own objects: the fake group cannot
 answer them on a rank other than the source. :func:`disagreements` compares the ranks' sequences in a canonical form
 (kind, group size, shapes, dtypes; the objects' sizes are not compared, they may differ legally).
+
+A limit: each rank's collectives return what every rank would return if all held this rank's values, so code whose
+shapes follow another rank's values (a size negotiated by a first all-gather, as torchmetrics pads uneven states)
+is rehearsed with this rank's own size.
 """
 
 from __future__ import annotations
