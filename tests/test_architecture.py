@@ -4,6 +4,7 @@ circle, and the package root holds only the public facade."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import grimp
@@ -134,10 +135,11 @@ def _resolve(name: str, level: int, importer: Path, top: Path) -> Path | None:
     return None
 
 
-def _repository_imports(root: Path) -> dict[str, set[str]]:
+@functools.cache
+def _repository_imports(root: Path) -> dict[str, frozenset[str]]:
     """Each module of the repository outside the package (by path from ``root``) with the repository modules it
     imports, inside functions too; an import of ``pkg.mod`` or ``from pkg import mod`` reaches ``mod`` itself."""
-    edges: dict[str, set[str]] = {}
+    edges: dict[str, frozenset[str]] = {}
     for folder in REPOSITORY_FOLDERS:
         top = root / folder
         for path in sorted(top.rglob("*.py")):
@@ -153,14 +155,14 @@ def _repository_imports(root: Path) -> dict[str, set[str]]:
                     target = _resolve(name, level, path, top)
                     if target is not None and target != path:
                         found.add(target)
-            edges[str(path.relative_to(root))] = {str(each.relative_to(root)) for each in found}
+            edges[str(path.relative_to(root))] = frozenset(str(each.relative_to(root)) for each in found)
     return edges
 
 
 def test_no_import_circle_anywhere_in_the_repository() -> None:
     """Beside the package (checked above): the scripts, benchmarks, tests and the example distribution, in folders
     at any depth, import no module that leads back to them."""
-    edges = _repository_imports(REPOSITORY)
+    edges = {module: set(targets) for module, targets in _repository_imports(REPOSITORY).items()}
     assert len(edges) > 100  # the repository was read
     assert sum(len(targets) for targets in edges.values()) > 50  # and its imports resolved
     assert _circles(edges) == []
@@ -168,7 +170,7 @@ def test_no_import_circle_anywhere_in_the_repository() -> None:
 
 def test_a_circle_in_a_nested_folder_would_be_found() -> None:
     """The check above can fail: an evidence helper importing a test that imports it closes a circle."""
-    edges = _repository_imports(REPOSITORY)
+    edges = {module: set(targets) for module, targets in _repository_imports(REPOSITORY).items()}
     importer = next(name for name, targets in edges.items() if "tests/evidence/proof.py" in targets)
     edges["tests/evidence/proof.py"].add(importer)
     assert f"tests/evidence/proof.py -> {importer} -> tests/evidence/proof.py" in _circles(edges)
