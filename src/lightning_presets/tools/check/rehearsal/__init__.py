@@ -29,7 +29,7 @@ contract :func:`.child.strategy_stages`), :mod:`.collectives` (recording and com
 
 from __future__ import annotations
 
-from lightning_presets.tools.check.rehearsal.child import MAX_PARAMETERS, rehearse_in_process, user_line
+from lightning_presets.tools.check.rehearsal.child import MAX_PARAMETERS, rehearse_in_process
 from lightning_presets.tools.check.rehearsal.findings import (
     CODES,
     FORKED_AUTOGRAD,
@@ -44,6 +44,7 @@ from lightning_presets.tools.check.rehearsal.findings import (
     RehearsalFailed,
     StageRecord,
     findings,
+    user_line,
 )
 from lightning_presets.tools.check.rehearsal.runner import (
     DEFAULT_TIMEOUT_S,

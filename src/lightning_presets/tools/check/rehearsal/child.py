@@ -17,17 +17,16 @@ import inspect
 import os
 import time
 import traceback
-from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
-import lightning_presets
 from lightning_presets.tools.check.rehearsal.findings import (
     FORKED_AUTOGRAD,
     STAGES,
     Rehearsal,
     StageRecord,
 )
+from lightning_presets.tools.check.rehearsal.findings import user_line as user_line  # the plug-ins read it here
 
 MAX_PARAMETERS = 100_000_000
 """The largest model rehearsed (real fp32 tensors on the CPU: about 1.6 GiB with gradients and Adam's state)."""
@@ -80,25 +79,6 @@ def plugin() -> ModuleType | None:
 
 
 _NOT_THEIRS = (os.sep + "site-packages" + os.sep, os.sep + "lib" + os.sep + "python", "<frozen ", "<string>")
-_PACKAGE = str(Path(lightning_presets.__file__).resolve().parent)
-
-
-def theirs(filename: str) -> bool:
-    """Whether ``filename`` is the user's code (not torch's, Lightning's, the standard library's or this package's)."""
-    return not (filename.startswith(_PACKAGE) or any(part in filename for part in _NOT_THEIRS))
-
-
-def user_line(error: BaseException) -> str:
-    """The innermost frame of ``error``'s traceback in the user's code: ``file:line in function``."""
-    found = ""
-    for frame in traceback.extract_tb(error.__traceback__):
-        if theirs(frame.filename):
-            found = f"{shown(frame.filename)}:{frame.lineno} in {frame.name}"
-    return found
-
-
-def shown(name: str) -> str:
-    return os.path.relpath(name) if not name.startswith("<") else name
 
 
 _CPU_LIMITS = ("cuda", "nccl", "nvidia", "triton", "flash_attn", "transformer_engine", "bitsandbytes",

@@ -43,7 +43,7 @@ def _hooks() -> frozenset[str]:
 def _where(hooks: frozenset[str]) -> tuple[str, str]:
     """The user's line (the innermost frame of theirs) and the Lightning hook running (the innermost frame named
     as a hook, else the hook Lightning's caller is running)."""
-    from lightning_presets.tools.check.rehearsal.child import shown, theirs
+    from lightning_presets.tools.check.rehearsal.findings import shown, theirs
 
     line, hook = "", ""
     frame = sys._getframe(2)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import lightning_presets
 from lightning_presets.core.codes import Code
 from lightning_presets.tools.check.request import COMMAND as CHECK
 
@@ -144,6 +148,29 @@ class Rehearsal:
                 "records": [each.as_dict() for each in self.records], "rank": self.rank,
                 "collectives": list(self.collectives), "ranks": list(self.ranks),
                 "disagreements": list(self.disagreements)}  # fmt: skip
+
+
+_NOT_THEIRS = (os.sep + "site-packages" + os.sep, os.sep + "lib" + os.sep + "python", "<frozen ", "<string>")
+"""Paths of code that is not the user's: installed packages, the standard library, frozen and generated code."""
+_PACKAGE = str(Path(lightning_presets.__file__).resolve().parent)
+
+
+def theirs(filename: str) -> bool:
+    """Whether ``filename`` is the user's code (not torch's, Lightning's, the standard library's or this package's)."""
+    return not (filename.startswith(_PACKAGE) or any(part in filename for part in _NOT_THEIRS))
+
+
+def user_line(error: BaseException) -> str:
+    """The innermost frame of ``error``'s traceback in the user's code: ``file:line in function``."""
+    found = ""
+    for frame in traceback.extract_tb(error.__traceback__):
+        if theirs(frame.filename):
+            found = f"{shown(frame.filename)}:{frame.lineno} in {frame.name}"
+    return found
+
+
+def shown(name: str) -> str:
+    return os.path.relpath(name) if not name.startswith("<") else name
 
 
 def findings(rehearsal: Rehearsal, spec: str, call: str) -> list[Any]:
