@@ -1,5 +1,5 @@
 """DeepSpeed's own engine on CPU (its CPU accelerator, gloo) with the DeepSpeed presets' configs, for
-``tests/test_rehearsal_deepspeed.py``: a harness job (``run_job("ds_engine:presets", ...)``) on 2 ranks.
+``tests/tools/check/rehearsal/test_deepspeed.py``: a harness job (``run_job("ds_engine:presets", ...)``) on 2 ranks.
 
 Each rank, for each DeepSpeed preset, builds the engine with ``deepspeed.initialize`` over the config the preset's
 strategy holds (``lightning_presets.strategy(name).config``, the micro-batch added as Lightning's ``_format_config``

@@ -111,12 +111,12 @@ def test_check_mode_fabric_rehearses_the_function_in_a_child() -> None:
         return check_job(CheckRequest(mode="fabric", model=spec, gpus=8, arguments={
             "strategy": "fsdp2", "accelerator": "cuda", "devices": 8}))  # fmt: skip
 
-    legal = rehearse("test_rehearsal_fabric:job")
+    legal = rehearse("test_fabric:job")
     note = next(each for each in legal.request.notes if each.startswith("Fabric job rehearsed"))
     if "autograd" in note and "fork" in note:
         pytest.skip("this torch refuses autograd in a child forked after autograd ran (the rehearsal says so)")
     assert "fabric.setup(model, optimizer) with ModelParallelStrategy" in note, note
     assert "stopped" not in note, note
     assert not [each for each in legal.findings if each.code.startswith("LP75")]
-    failing = rehearse("test_rehearsal_fabric:job_reading_a_shard")
+    failing = rehearse("test_fabric:job_reading_a_shard")
     assert [each.code for each in failing.findings if each.code.startswith("LP75")] == ["LP751"]

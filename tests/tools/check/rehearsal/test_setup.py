@@ -3,29 +3,24 @@ the preset's options, FSDP2's ``fully_shard``, tensor parallelism through the us
 preset's mesh, FSDP1 with torch's own wrapper, then the optimizers and one step, as rank ``r`` of ``W`` in one CPU
 process; LP750 and LP751 proven by real 2-process gloo runs of the same models that fail the same way.
 
-The models live here so that the fork server's jobs (``run_job("test_rehearsal_setup:fit", ...)``) and the
+The models live here so that the fork server's jobs (``run_job("test_setup:fit", ...)``) and the
 rehearsal run the very same code.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from lightning.pytorch import LightningModule
+from proof import Proof, report, reports, unproven
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "evidence"))  # the evidence plugin: Proof, and its fixture made this module's below
-
-import proving  # noqa: E402
-from proof import Proof, report, reports, unproven  # noqa: E402
-
-_PROOF_FIXTURE = proving.proof  # pytest finds the fixture ``proof`` here (tests/evidence/conftest.py is that folder's)
+TESTS = HERE.parents[2]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -130,7 +125,8 @@ def fit(model_name: str, strategy: str) -> None:
 def _real(model_name: str, strategy: str) -> Any:
     from harness import run_job
 
-    return run_job("test_rehearsal_setup:fit", model_name, strategy, path=(str(HERE),), timeout=180,
+    return run_job("test_setup:fit", model_name, strategy, timeout=180,
+                   path=(str(HERE), str(TESTS / "evidence"), str(TESTS)),
                    env={"LIGHTNING_PRESETS_SKIP": os.environ.get("LIGHTNING_PRESETS_SKIP", "")})  # fmt: skip
 
 
@@ -207,7 +203,7 @@ def test_lp750_configure_model_on_the_preset_mesh_raises_as_a_real_run_does(proo
     assert raised.code == "LP750"
     assert raised.exception.startswith("KeyError")
     assert "'tp'" in raised.exception
-    assert "test_rehearsal_setup.py" in raised.line
+    assert "test_setup.py" in raised.line
     assert "configure_model" in raised.line
     assert "'tp'" in errors[0]["message"]
     assert not unproven(("LP750",), proof)
@@ -261,7 +257,7 @@ def test_findings_of_the_records() -> None:
     records = tuple(_rehearsed(WrongMeshName(), "tp2d_hybrid", devices=2))
     found = findings(Rehearsal(records=records), "m:WrongMeshName", "check")
     assert [each.code for each in found] == ["LP750"]
-    assert "test_rehearsal_setup.py" in found[0].message
+    assert "test_setup.py" in found[0].message
     limit = tuple(_rehearsed(Plain(), "fsdp_offload_ckpt"))
     assert [each.code for each in findings(Rehearsal(records=limit), "m:Plain", "check")] == ["LP743"]
 
@@ -364,7 +360,7 @@ def test_fsdp1_trains_on_two_cpu_processes_with_torchs_wrapper() -> None:
     with the presets' FULL_SHARD and SHARD_GRAD_OP, each rank holding half of the flat parameters."""
     from harness import run_job
 
-    job = run_job("test_rehearsal_setup:fsdp1_train", path=(str(HERE),), timeout=180)
+    job = run_job("test_setup:fsdp1_train", path=(str(HERE), str(TESTS / "evidence"), str(TESTS)), timeout=180)
     assert job.outcome == "trained", job.describe()
     results = job.reports()
     assert sorted((each["sharding"], each["rank"]) for each in results) == [

@@ -7,22 +7,18 @@ seconds)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from lightning.pytorch import LightningModule
+from proof import Proof, reports, unproven
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "evidence"))  # the evidence plugin: Proof, and its fixture made this module's below
+TESTS = HERE.parents[2]
 
-import proving  # noqa: E402
-from proof import Proof, reports, unproven  # noqa: E402
-
-_PROOF_FIXTURE = proving.proof  # pytest finds the fixture ``proof`` here (tests/evidence/conftest.py is that folder's)
 
 deepspeed = pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
 
@@ -65,7 +61,7 @@ class BadStep(Model):
 def engine_job() -> Any:
     from harness import run_job
 
-    return run_job("ds_engine:presets", path=(str(HERE / "scripts"), str(HERE / "evidence")), timeout=300)
+    return run_job("ds_engine:presets", path=(str(TESTS / "scripts"), str(TESTS / "evidence")), timeout=300)
 
 
 def _rehearsed(model: Any, strategy: str, precision: str = "bf16-mixed") -> list[Any]:
@@ -87,7 +83,7 @@ def test_a_step_that_raises_in_the_engine_is_lp751() -> None:
     records = _rehearsed(BadStep(), "deepspeed_zero2_offload")
     assert records[-1].outcome == "raised"
     assert records[-1].code == "LP751"
-    assert "test_rehearsal_deepspeed.py" in records[-1].line  # the innermost frame of the user's: forward
+    assert "test_deepspeed.py" in records[-1].line  # the innermost frame of the user's: forward
 
 
 def test_the_presets_configs_train_on_two_processes_through_deepspeeds_engine(engine_job: Any) -> None:
