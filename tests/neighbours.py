@@ -139,10 +139,14 @@ def _check_parser() -> argparse.ArgumentParser:
 
 def _run_check(command: str) -> Result:
     from lightning_presets.cli import _check
+    from lightning_presets.guards.machine import simulating_target
+    from lightning_presets.tools.check.machine import target_from
     from lightning_presets.tools.verdict import run_check
 
     args = _check_parser().parse_args(shlex.split(command.removeprefix(CHECK)))
-    report = run_check(_check.request_from(args))
+    target = target_from(args.driver_cuda, args.torch_cuda, args.torch_arch_list, args.torch_without_nccl)
+    with simulating_target(target):  # the target's driver and torch build, as the command's own run applies them
+        report = run_check(_check.request_from(args))
     errors = frozenset(f.code for f in report.findings if f.severity == "error")
     return Result(errors, frozenset(f.code for f in report.findings) - errors)
 

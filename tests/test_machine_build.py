@@ -1,7 +1,7 @@
 """The machine against the torch build (issue 35 item 4): ``core.machine``'s verdicts on simulated machine facts,
-torch's own capability rule as their oracle, the construction rules (LP120-LP125) and ``check``'s (LP735, LP736) with
-their accepted neighbours, and what they cost at construction. The executed proofs of the errors (LP123, LP735) are in
-``tests/machine/test_fails_machine.py``.
+torch's own capability rule as their oracle, the construction rules (LP120-LP125) and ``check``'s (LP735, LP736),
+and what they cost at construction. The executed proofs of the errors and their accepted neighbours are in the modules
+mirroring the rules': ``tests/guards/test_machine.py`` (LP123), ``tests/tools/check/test_machine.py`` (LP735).
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from types import MappingProxyType
 from typing import Any
 
 from lightning_presets.core import hardware
-from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context
 from lightning_presets.core.machine import (
     ASSIGNMENT_VARIABLES,
@@ -194,25 +193,29 @@ def requested_backend(ctx: Context) -> str | None:
     return "nccl" if ctx.accelerator == "cuda" else None
 
 
+_TARGET_NO_NCCL = (
+    "lightning-presets check --accelerator cpu --devices 2 --strategy ddp_static_graph --torch-cuda 12.8 "
+    "--torch-arch-list sm_90 --torch-without-nccl"
+)
+"""LP123's examples as ``check`` runs them off the node: the build is the target's (``--torch-*``), which a
+construction under simulation does not compare (:func:`target_build`); on the node, the installed torch is read."""
+
+
 @rule(
     "LP123", "error", "construction", "an NCCL process group on a torch built without NCCL",
-    fails='Trainer(strategy=lightning_presets.strategy("ddp_static_graph", process_group_backend="nccl"), '
-    'accelerator="cpu", devices=2)   # a CPU-only build of torch',
-    fixed='Trainer(strategy=lightning_presets.strategy("ddp_static_graph", process_group_backend="gloo"), '
-    'accelerator="cpu", devices=2)   # a CPU-only build of torch',
+    fails=f"{_TARGET_NO_NCCL} --set process_group_backend=nccl",
+    fixed=f"{_TARGET_NO_NCCL} --set process_group_backend=gloo",
     evidence="runtime: torch's init_process_group('nccl') raises RuntimeError \"Distributed package doesn't have NCCL "
     'built in" when fit sets up the process group',
-    setting=Setting(gpus=0),
 )  # fmt: skip
 def nccl_is_built(ctx: Context) -> Problem | None:
-    backend = requested_backend(ctx)
-    if backend is None or ctx.accelerator == "xla":
-        return None
+    """Off CUDA without a backend given (XLA's jobs among them) nothing asks for NCCL: ``nccl_verdict`` says
+    nothing."""
     try:
         build = target_build()
     except Exception:  # the build could not be read: nothing compared
         return None
-    return None if build is None else _problem(ctx, nccl_verdict(backend, build), "accelerator")
+    return None if build is None else _problem(ctx, nccl_verdict(requested_backend(ctx), build), "accelerator")
 
 
 @rule(

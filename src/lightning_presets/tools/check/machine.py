@@ -59,6 +59,10 @@ def target_from(
     return SimulatedTarget(driver, build)
 
 
+_EVERY_VISIBLE = (None, "auto", -1, "-1")
+"""``devices=`` values by which Lightning takes every visible GPU (not given: Trainer's and Fabric's ``"auto"``)."""
+
+
 def _on_cuda(t: Target) -> bool:
     return t.accelerator in ("cuda", "gpu")
 
@@ -71,9 +75,13 @@ def _on_cuda(t: Target) -> bool:
     "leaves",
 )  # fmt: skip
 def slurm_assigns_the_devices(t: Target) -> Problem | None:
-    """The job's ``CUDA_VISIBLE_DEVICES`` is SLURM's to set (to the GPUs it assigned), unless ``--env`` gives it."""
+    """The job's ``CUDA_VISIBLE_DEVICES`` is SLURM's to set (to the GPUs it assigned), unless ``--env`` gives it;
+    ``devices='auto'`` (``-1``, or none given) then takes every GPU SLURM left visible, whatever the simulated node's
+    count."""
+    if not _on_cuda(t) or "CUDA_VISIBLE_DEVICES" in t.env or t.devices_argument in _EVERY_VISIBLE:
+        return None
     found = assigned(t.env)
-    if not _on_cuda(t) or "CUDA_VISIBLE_DEVICES" in t.env or found is None or t.devices is None:
+    if found is None or t.devices is None:  # devices given and resolved to a count: never None here
         return None
     variable, count = found
     if t.devices <= count:
