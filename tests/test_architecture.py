@@ -229,3 +229,14 @@ def test_repository_generators_are_not_in_the_wheel() -> None:
     names = {path.stem for path in PACKAGE.rglob("*.py")}
     assert not names & {"docs", "evidence", "errors_doc", "evidence_table"}
     assert (Path(__file__).resolve().parents[1] / "scripts" / "errors_doc.py").exists()
+
+
+MAX_MODULE_LINES = 500
+"""The most lines a module under src/ may have (issue 39 item 6): a longer one is split by concern."""
+
+
+def test_no_module_is_over_the_size_limit() -> None:
+    sizes = {path: len(path.read_text(encoding="utf-8").splitlines()) for path in sorted(PACKAGE.rglob("*.py"))}
+    over = [f"{path.relative_to(PACKAGE.parent)}: {lines} lines" for path, lines in sizes.items()
+            if lines > MAX_MODULE_LINES]  # fmt: skip
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by concern): {over}"

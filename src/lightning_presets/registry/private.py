@@ -162,9 +162,10 @@ TORCH: tuple[Private, ...] = (
     Private("torch.nn:Module", "_parameters", "attribute", ("inspection.blocks",)),
     Private("torch._C._distributed_c10d:Reducer", "_delay_all_reduce", "call", ("registry.compat",)),
     # the rehearsal's process group of the job's size: torch's own fake backend under a Python group, named
-    Private("torch.testing._internal.distributed.fake_pg", "_create_fake_pg", "call", ("tools.check.rehearsal.setup",)),
-    Private("torch.distributed:ProcessGroup", "_register_backend", "call", ("tools.check.rehearsal.setup",)),
-    Private("torch.distributed:ProcessGroup", "_set_group_name", "call", ("tools.check.rehearsal.setup",)),
+    Private("torch.testing._internal.distributed.fake_pg", "_create_fake_pg", "call",
+            ("tools.check.rehearsal.mirror",)),
+    Private("torch.distributed:ProcessGroup", "_register_backend", "call", ("tools.check.rehearsal.mirror",)),
+    Private("torch.distributed:ProcessGroup", "_set_group_name", "call", ("tools.check.rehearsal.mirror",)),
 )  # fmt: skip
 """torch's private names the package uses (listed, and checked like Lightning's)."""
 

@@ -267,12 +267,12 @@ def test_a_torch_that_cannot_make_the_world_is_said_not_blamed(monkeypatch: pyte
     said so, and the child's own fake process group is put back as it was."""
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from lightning_presets.tools.check.rehearsal import setup
+    from lightning_presets.tools.check.rehearsal import mirror
 
     def refuse() -> type:
         raise TypeError("no Python process groups here")
 
-    monkeypatch.setattr(setup, "_mirror_group_class", refuse)
+    monkeypatch.setattr(mirror, "_mirror_group_class", refuse)
     torch.distributed.init_process_group("fake", store=FakeStore(), rank=3, world_size=4)
     try:
         records = _rehearsed(Plain(), "fsdp2", devices=4, rank=3)
