@@ -1,8 +1,8 @@
 """A strategy family as data: what its checkpoints are, how ``plan`` lays its memory out, how the rehearsal sets it
 up, what its Lightning strategy does that rules of other layers depend on.
 
-A :class:`Family` is declared once, beside its strategies (``strategies/ddp.py`` declares ``DDP``, a third party's
-package its own), and every preset of the family names it: ``Preset(family=DDP, ...)``. Resume, ``plan``, the
+A :class:`Family` is declared once, beside its strategies (``strategies/ddp/family.py`` declares ``DDP``, a third
+party's package its own), and every preset of the family names it: ``Preset(family=DDP, ...)``. Resume, ``plan``, the
 rehearsal and the precision rules read its fields; none of them compares a family's name.
 
 A family *is* its name as well (a ``str`` subclass, as an ``enum.StrEnum`` member is): ``--json`` writes it, a

@@ -23,7 +23,7 @@ import lightning_presets
 from harness import run_job
 from helpers import context
 from lightning_presets import Context, Options, PresetWarning
-from lightning_presets.strategies import ddp
+from lightning_presets.strategies.ddp import rules as ddp
 from neighbours import _TRAINED, CPU, CPU_ONLY_TORCH, Neighbour, _bn, _gn, _ln, _t, adder, n, neighbour_tests, trained
 
 pytestmark = pytest.mark.usefixtures("process_group")

@@ -1,94 +1,21 @@
-"""DDP (``DDPStrategy``) presets: ``ddp_static_graph`` and ``ddp_bf16_compress``."""
+"""The DDP presets' rules: on their options, their construction and the model (LP302 to LP311), and the tuples
+each preset runs (:data:`STATIC_GRAPH_RULES`, :data:`BF16_COMPRESS_RULES`)."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 
 from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
-from lightning_presets.core.family import Checkpoints, Family, Layout, Memory
-from lightning_presets.core.findings import report
-from lightning_presets.core.namespaces import Kind
-from lightning_presets.core.preset import Preset, every_kind
-from lightning_presets.core.rules import Problem, Rule, rule, run_rules
-from lightning_presets.core.versions import tested
+from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.guards.builders import one_device
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES
-from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.inspection.models import batch_norm_layers, sync_batch_norm_layers
-from lightning_presets.registry import compat
+from lightning_presets.strategies.ddp.options import DDPOptions
 
-_STATIC_GRAPH_KEYS = ("static_graph", "gradient_as_bucket_view")
 _LOW_PRECISION_WEIGHTS = ("bf16-true", "16-true")
-TESTED_WITH_STATIC_GRAPH = tested(
-    "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA",
-    construction="Trainer, Fabric and the standalone packages on CPU",
-    runtime_cpu="Trainer.fit and a Fabric loop on 2 processes (gloo): static_graph and gradient_as_bucket_view in "
-    "torch's DDP, each rank its own batches, identical weights after",
-)
-TESTED_WITH_BF16_COMPRESS = tested(
-    "construction on simulated CUDA (Trainer and Fabric); never run on a GPU",
-    construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices: the Trainer's DDPStrategy "
-    "holds the bf16 hook, Fabric's preset keeps it to register after wrapping",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class DDPOptions:
-    """The DDP presets' arguments as their rules and hooks read them: each key, and what its absence means, once
-    (the options view of the DDP family, as :class:`~lightning_presets.strategies.deepspeed.config.DeepSpeedConfigView`
-    is DeepSpeed's config view)."""
-
-    values: Mapping[str, Any]
-    """The preset's arguments (defaults merged with the user's overrides)."""
-
-    @classmethod
-    def of(cls, source: Options | Context | Mapping[str, Any]) -> DDPOptions:
-        """The view of an :class:`Options`, a :class:`Context`'s options or the arguments a strategy was built with."""
-        if isinstance(source, Options):
-            return cls(source.values)
-        return cls(source.options if isinstance(source, Context) else source)
-
-    @property
-    def static_graph(self) -> bool:
-        """``static_graph=True``: DDP traces the graph once (absent: Lightning's default, off)."""
-        return self.values.get("static_graph") is True
-
-    @property
-    def static_graph_turned_off(self) -> list[str]:
-        """Which of ``static_graph`` and ``gradient_as_bucket_view`` were passed as anything but ``True`` (absent: the
-        preset's ``True``)."""
-        return [key for key in _STATIC_GRAPH_KEYS if self.values.get(key, True) is not True]
-
-    @property
-    def comm_hook(self) -> Any:
-        """``ddp_comm_hook``; ``None`` when there is none."""
-        return self.values.get("ddp_comm_hook")
-
-    @property
-    def comm_hook_removed(self) -> bool:
-        """``ddp_comm_hook=None`` passed over a preset's hook."""
-        return "ddp_comm_hook" in self.values and self.values["ddp_comm_hook"] is None
-
-    @property
-    def comm_state(self) -> Any:
-        """``ddp_comm_state``: the hook's state (Fabric's preset registers it with the hook)."""
-        return self.values.get("ddp_comm_state")
-
-    @property
-    def model_averaging_period(self) -> Any:
-        return self.values.get("model_averaging_period")
-
-    @property
-    def process_group_backend(self) -> Any:
-        return self.values.get("process_group_backend")
 
 
 @rule(
@@ -363,99 +290,4 @@ BF16_COMPRESS_RULES: tuple[Rule, ...] = (
     static_graph_without_accumulation,
     bf16_compress_has_fp32_grads,
     *STRATEGY_HARDWARE_RULES,
-)
-
-
-class StaticGraphFabricHooks(PresetHooks):
-    """Fabric: ``fabric.no_backward_sync(model, enabled=True)`` enters the wrapped module's ``no_sync``. torch's static
-    graph enqueues its delayed all-reduce in the first backward that synchronises, so a backward that skips the
-    synchronisation before any forward has synchronised fails on every rank (LP308), and one after trains (Fabric's
-    recipe: iteration 0 synchronises). The wrapped module's ``no_sync`` refuses exactly then, at the user's call; a
-    forward pre-hook notes the first forward that runs with gradients and synchronisation on."""
-
-    def setup_module(self, module: Any) -> Any:
-        wrapped = super().setup_module(module)
-        context = self._lp_context
-        if context is not None and DDPOptions.of(context).static_graph and hasattr(wrapped, "no_sync"):
-            unguarded = wrapped.no_sync
-            synchronised: list[bool] = []
-
-            def note_synchronised_forward(module: nn.Module, args: Any) -> None:
-                if not synchronised and torch.is_grad_enabled() and module.require_backward_grad_sync:
-                    synchronised.append(True)
-
-            def no_sync() -> Any:
-                if not synchronised:  # no forward (so no backward) has synchronised yet
-                    skipping = dataclasses.replace(context, accumulate_grad_batches=2)  # a backward without its sync
-                    report(run_rules((static_graph_without_accumulation,), "construction", skipping))
-                return unguarded()
-
-            wrapped.register_forward_pre_hook(note_synchronised_forward)
-            wrapped.no_sync = no_sync
-        return wrapped
-
-
-class CommHookFabricHooks(StaticGraphFabricHooks):
-    """Fabric's DDPStrategy has no ``ddp_comm_hook`` argument: register the hook once the module is wrapped."""
-
-    def setup_module(self, module: Any) -> Any:
-        wrapped = super().setup_module(module)
-        view = DDPOptions.of(self._lp_options)
-        if view.comm_hook is not None:
-            wrapped.register_comm_hook(state=view.comm_state, hook=view.comm_hook)
-        return wrapped
-
-
-class StaticGraphTrainerHooks(PresetHooks):
-    """Manual optimization: all-reduce the static graph's first backward where Lightning does not (2.5, ``compat``)."""
-
-    def post_backward(self, closure_loss: Any) -> None:
-        super().post_backward(closure_loss)
-        compat.flush_static_graph_first_backward(self)
-
-
-DDP_FAMILY = Family(
-    "ddp",
-    checkpoints=Checkpoints(loads=frozenset({"file"}), writes=frozenset({"file"}), through_checkpoint_io=True),
-    memory=Memory(
-        title="DDP", rank=0, traceable=True, compute="autocast", place=lambda preset: Layout(placement="replica")
-    ),
-    reducer=True,
-)
-"""DDP (``DDPStrategy``): every process keeps the whole model; one file per checkpoint, read through the Trainer's
-``CheckpointIO``; gradients all-reduced by DDP's ``Reducer``."""
-
-
-def prepare_comm_hook(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
-    """The Trainer's DDPStrategy takes the hook; on Fabric the mixin registers it after wrapping."""
-    if kind == "fabric":
-        values.pop("ddp_comm_hook", None)
-        values.pop("ddp_comm_state", None)
-    return values
-
-
-DDP_STATIC_GRAPH = Preset(
-    name="ddp_static_graph",
-    description="DDP with static_graph=True and gradient_as_bucket_view=True: the graph is traced once, buckets "
-    "are reused as gradients. For models that use the same parameters every step.",
-    family=DDP_FAMILY,
-    strategy=every_kind("DDPStrategy"),
-    init_params={"static_graph": True, "gradient_as_bucket_view": True},
-    rules=STATIC_GRAPH_RULES,
-    mixins={"trainer": StaticGraphTrainerHooks, "fabric": StaticGraphFabricHooks},
-    tested_with=TESTED_WITH_STATIC_GRAPH,
-)
-
-DDP_BF16_COMPRESS = Preset(
-    name="ddp_bf16_compress",
-    description="DDP whose gradients travel as bf16 (torch's bf16_compress_hook), halving all-reduce traffic. "
-    "CUDA and NCCL only; for bandwidth-bound multi-node data parallelism.",
-    family=DDP_FAMILY,
-    strategy=every_kind("DDPStrategy"),
-    init_params={"ddp_comm_hook": bf16_compress_hook},
-    rules=BF16_COMPRESS_RULES,
-    mixins={"fabric": CommHookFabricHooks},
-    extra_keys=frozenset({"ddp_comm_state"}),  # Fabric's DDPStrategy has no such argument: the mixin uses it
-    prepare=prepare_comm_hook,
-    tested_with=TESTED_WITH_BF16_COMPRESS,
 )
