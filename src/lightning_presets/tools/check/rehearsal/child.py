@@ -128,12 +128,15 @@ def rehearse_in_process(
     started = time.perf_counter()
     notes: list[str] = []
     factory = user_model.load_factory(spec)
-    with FakeTensorMode(allow_non_fake_inputs=True):  # count first: no real memory for a model too large
-        numel = sum(p.numel() for p in user_model.build(factory, spec).parameters())
-    if numel > MAX_PARAMETERS:
-        note = (f"not rehearsed: the model has {numel:,} parameters, above the {MAX_PARAMETERS:,} a CPU rehearsal "
-                "runs with real tensors")  # fmt: skip
-        return Rehearsal(notes=(note,), seconds=time.perf_counter() - started, rank=rank)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:  # count first: no real memory for a model too large
+        counted = user_model.build(factory, spec)
+        numel = sum(p.numel() for p in counted.parameters())
+    if numel > MAX_PARAMETERS:  # the same step plan traces, on the model just built under fake tensors
+        from lightning_presets.tools.check.rehearsal.fake import rehearse_fake
+
+        return rehearse_fake(spec, counted, mode, arguments, _world(world_size, rank), rank, numel, MAX_PARAMETERS,
+                             started)  # fmt: skip
+    del counted
     model = user_model.build(factory, spec)
     from lightning.pytorch import LightningModule
 
