@@ -1,52 +1,13 @@
-"""XLA presets (``XLAFSDPStrategy``, Fabric only): ``xla_fsdp_ckpt``.
-
-Lightning's Trainer has no XLA FSDP strategy (only ``XLAStrategy``, a data-parallel one), so this preset
-has no Trainer form rather than a Trainer form that would not shard. torch_xla is optional and never
-imported here; the registry probes it first.
-"""
+"""The XLA FSDP preset's rules (LP503 to LP509) and the tuple it runs (:data:`RULES`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, cast
-
-from torch import nn
-
 from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Options
-from lightning_presets.core.family import Family
-from lightning_presets.core.preset import Preset, Requirement
 from lightning_presets.core.rules import Problem, Rule, rule
-from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import needs_accelerator, one_device, one_of, repeated_block
 from lightning_presets.guards.precision_rules import PRECISION_CROSS_RULES, STRATEGY_HARDWARE_RULES
-from lightning_presets.guards.strategy import PresetHooks
-from lightning_presets.inspection.blocks import find_repeated_blocks
-from lightning_presets.registry import private
-
-TORCH_XLA = Requirement(module="torch_xla", extra="xla")
-
-
-@dataclass(frozen=True, slots=True)
-class XLAFSDPOptions:
-    """The XLA FSDP preset's arguments as its rules read them (the family's options view)."""
-
-    values: Mapping[str, Any]
-
-    @classmethod
-    def of(cls, options: Options) -> XLAFSDPOptions:
-        return cls(options.values)
-
-    @property
-    def activation_checkpointing_policy(self) -> Any:
-        """A set of module classes; ``None`` or empty: Lightning checkpoints nothing."""
-        return self.values.get("activation_checkpointing_policy")
-
-    @property
-    def auto_wrapper_callable(self) -> Any:
-        return self.values.get("auto_wrapper_callable")
-
+from lightning_presets.strategies.xla.options import XLAFSDPOptions
 
 XLA = Setting(gpus=0, simulated=("torch_xla",))
 """Where the examples run: a TPU host of 8 devices, simulated with a torch_xla stand-in."""
@@ -157,48 +118,4 @@ RULES: tuple[Rule, ...] = (
     xla_block_found,
     *PRECISION_CROSS_RULES,
     *STRATEGY_HARDWARE_RULES,
-)
-
-
-class XLAFSDPFabricHooks(PresetHooks):
-    """Wraps and checkpoints the model's repeated blocks when no policy was given."""
-
-    def setup_module(self, module: nn.Module) -> nn.Module:
-        self._lp_check_setup(module)
-        blocks = find_repeated_blocks(module)
-        auto_wrap, checkpointing = private.xla_fsdp_policies(self)
-        if blocks and checkpointing is None:
-            private.set_xla_fsdp_policies(
-                self, auto_wrap=set(blocks) if auto_wrap is None else auto_wrap, checkpointing=set(blocks)
-            )
-        return cast(nn.Module, super().setup_module(module))
-
-
-XLA_FAMILY = Family("xla")
-"""XLA FSDP (``XLAFSDPStrategy``, TPUs): its own checkpoint format (resume not checked), no GPU memory layout."""
-
-XLA_FSDP_CKPT = Preset(
-    name="xla_fsdp_ckpt",
-    description="XLA FSDP on TPUs with auto-wrap and activation checkpointing on the model's repeated blocks. "
-    "Fabric only: Lightning's Trainer has no XLA FSDP strategy.",
-    family=XLA_FAMILY,
-    strategy={"fabric": "XLAFSDPStrategy"},
-    init_params={"auto_wrap_policy": None, "activation_checkpointing_policy": None, "state_dict_type": "sharded"},
-    rules=RULES,
-    requires=(TORCH_XLA,),
-    mixins={"fabric": XLAFSDPFabricHooks},
-    extra_keys=frozenset({"auto_wrapper_callable", "compute_dtype", "flatten_parameters", "reshard_after_forward"}),
-    activation_checkpointing=True,
-    tested_with=tested(
-        "construction and setup on a real torch_xla 2.9.0 beside torch 2.9.0, PJRT on CPU (Lightning's TPU-only "
-        "availability check patched): guards, XLAPrecision, XLAEnvironment, XLA FSDP units for the root and each "
-        "repeated block with checkpointing, one forward and backward on an XLA CPU device outside Lightning's "
-        "launcher; no multi-device run (on CPU torch_xla runs one process for every device, Lightning one device "
-        "per process); the missing, broken and version-mismatch torch_xla paths for real",
-        construction="Fabric on a real torch_xla 2.9.0 (PJRT on CPU devices): guards, XLA FSDP units with "
-        "checkpointing, one forward and backward on one XLA CPU device outside Lightning's launcher; on torch 2.13 "
-        "against a stand-in torch_xla module",
-        torch="2.9.0, 2.13.0",
-        torch_xla="2.9.0",
-    ),
 )
