@@ -80,6 +80,8 @@ def test_a_large_models_failing_step_is_lp741_under_fake_tensors_and_a_legal_one
     assert refused.completed == ("set-up",), refused
     assert any("under fake tensors" in note for note in refused.notes), refused.notes
     assert _codes(refused, spec) == [("LP741", "error")]
+    (finding,) = rehearsal.findings(refused, spec, "Trainer()")
+    assert "plan's training step under fake tensors" in finding.message, finding.message
     legal = rehearsal.rehearse("rehearsal_large_t:Legal", {"precision": "bf16-mixed"}, "ddp", world_size=2)
     assert legal.completed == ("set-up", "first training step"), legal
     assert not legal.limitation, legal

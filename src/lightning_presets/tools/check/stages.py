@@ -169,12 +169,16 @@ def model_findings(request: CheckRequest, outcome: _construct.Outcome, timeout_s
         family = getattr(getattr(outcome.strategy, "_lp_preset", None), "family", None)
         if family is None and "DeepSpeed" in type(outcome.strategy).__name__:
             family = "deepspeed"
+        from lightning_presets.tools.check.rehearsal import resume as _resume
         from lightning_presets.tools.check.rehearsal import setup as _setup  # the strategy's set-up stages
 
         try:
             world = getattr(outcome.strategy, "world_size", 1)
             nodes = getattr(outcome.strategy, "num_nodes", 1)
-            with _setup.announced(_setup.job_of(outcome.strategy, request.arguments, request.overrides)):
+            with (
+                _setup.announced(_setup.job_of(outcome.strategy, request.arguments, request.overrides)),
+                _resume.announced(request.resume_from),  # the checkpoint's load, rehearsed (rehearsal/resume.py)
+            ):
                 rehearsed = _rehearsal.rehearse(request.model, _rehearsal.trainer_arguments(dict(request.arguments)),
                                                 family, timeout_s or _rehearsal.DEFAULT_TIMEOUT_S,
                                                 world if isinstance(world, int) else 1,
@@ -236,6 +240,9 @@ def rehearsal_note(rehearsed: Any, outcome: _construct.Outcome) -> str:
     extra = "; ".join((f"the strategy's set-up completed: {', '.join(ran)}",) * bool(ran) + ((extra,) if extra else ()))
     missing = "; ".join(rehearsed.not_rehearsed) or (f"{type(outcome.strategy).__name__}'s wrapping on the job's "
                                                      f"{world or '?'} ranks, NCCL itself, CUDA kernels")  # fmt: skip
-    return (f"rehearsal ({rehearsed.seconds:.1f} s, Lightning's fit in one CPU process per rank, real tensors, torch's "
+    fake = any(each.endswith("(under fake tensors)") for each in rehearsed.steps)  # above the real-tensor limit
+    how = "plan's training step in one CPU process per rank, fake tensors" if fake else (
+        "Lightning's fit in one CPU process per rank, real tensors")  # fmt: skip
+    return (f"rehearsal ({rehearsed.seconds:.1f} s, {how}, torch's "
             f"fake process group, {ranks}): completed {done}{steps}{'; ' + extra if extra else ''}; not rehearsed: "
             f"{missing}")  # fmt: skip

@@ -195,10 +195,12 @@ def findings(rehearsal: Rehearsal, spec: str, call: str) -> list[Any]:
             hint = (f"{hint}; only rank {rehearsal.rank} (and ranks whose code runs alike) raises it, rank 0 does not: "
                     "the others wait for it in their next collective")  # fmt: skip
         done = f" (completed: {', '.join(rehearsal.completed)})" if rehearsal.completed else ""
+        fake = any(each.endswith("(under fake tensors)") for each in rehearsal.steps)
+        how = "plan's training step under fake tensors" if fake else "Lightning's fit"
         rank = f" on rank {rehearsal.rank}" if rehearsal.rank else ""
         out.append(code.finding(
             f"{call} with --model {spec}: the {rehearsal.stage} raises {rehearsal.exception}{where}{rank}; rehearsed "
-            f"with Lightning's fit in one CPU process per rank{done}", hint))  # fmt: skip
+            f"with {how} in one CPU process per rank{done}", hint))  # fmt: skip
     for sentence in rehearsal.disagreements:
         out.append(RANKS_DISAGREE.finding(
             f"{call} with --model {spec}: {sentence}; rehearsed ranks {', '.join(map(str, rehearsal.ranks))} with "
@@ -233,7 +235,7 @@ def _record_findings(record: StageRecord, spec: str, call: str) -> list[Any]:
                          record.detail or "change what the exception names, then check again")]  # fmt: skip
 
 
-PLUGINS = ("setup", "fabric", "deepspeed")
+PLUGINS = ("setup", "fabric", "deepspeed", "resume")
 """The plug-in modules of this package that may declare the codes their stage records name."""
 
 
