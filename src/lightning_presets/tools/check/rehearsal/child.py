@@ -156,6 +156,7 @@ def rehearse_in_process(
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     from lightning.pytorch import Trainer
 
+    from lightning_presets.tools.check.rehearsal import resume
     from lightning_presets.tools.check.rehearsal.collectives import recording
 
     error: BaseException | None = None
@@ -175,6 +176,10 @@ def rehearse_in_process(
                 trainer.fit(model, train_dataloaders=train, datamodule=data)
                 recorder.steps.append("epoch-end hooks")
                 _save(trainer, scratch, recorder, notes)
+                if resume.requested():  # --resume-from: the checkpoint's load into a fresh model (rehearsal/resume.py)
+                    ranked = _ranked(world_size, rank, num_nodes)
+                    build = lambda: user_model.build(factory, spec)  # noqa: E731  (a fresh model to load into)
+                    records.append(resume.rehearse_load(build, trainer_args, ranked, scratch, train, data))
         except BaseException as raised:  # the user's code may raise anything, SystemExit included
             error = raised
         calls = list(recorded.calls)
