@@ -382,3 +382,52 @@ def test_positions_are_named_through_the_models_own_optimizer(
     other = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
     with pytest.raises(folder.ModelMismatch, match="are not in the checkpoint"):
         folder.by_name({**checkpoint, "state_dict": {"x": torch.ones(1)}}, other, [optimizer])
+
+
+def test_the_memory_needed_is_said_before_loading_and_warned_when_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The need comes from the source's own metadata before anything is loaded (a folder's ``.metadata``: every
+    tensor's shape × dtype); it is in the text output and the JSON; above the memory available (a small figure
+    injected) a warning with both numbers is said on stderr before the checkpoint is loaded, and the conversion still
+    runs (a warning, not a refusal)."""
+    import torch.distributed.checkpoint as dcp
+
+    from lightning_presets.tools.convert import memory
+
+    folder = tmp_path / "run.ckpt"
+    weights = {"model.a": torch.ones(256, 128), "model.b": torch.ones(64, dtype=torch.float16)}
+    dcp.save({"state_dict": weights}, checkpoint_id=str(folder), no_dist=True)
+    torch.save({"global_step": 1, "pytorch-lightning_version": "2.6.6", "loops": {}}, folder / "meta.pt")
+    tensor_bytes = 256 * 128 * 4 + 64 * 2
+    size = memory.checkpoint_bytes(read_checkpoint(folder))
+    assert size is not None
+    assert tensor_bytes + (folder / "meta.pt").stat().st_size <= size < tensor_bytes + 16 * 1024
+
+    assert main(["convert", str(folder), str(tmp_path / "one.safetensors"), "--to", "safetensors", "--json"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["memory_needed_bytes"] == 2 * size  # held once, and once more while read back
+    assert "needs about" in report["memory"]
+    assert "warning" not in captured.err
+
+    said: list[str] = []
+    load = loading.load
+
+    def loading_after_the_warning(facts: Any) -> loading.Loaded:
+        said.append(capsys.readouterr().err)  # what stderr held when the checkpoint began to load
+        return load(facts)
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1000)
+    monkeypatch.setattr(loading, "load", loading_after_the_warning)
+    assert main(["convert", str(folder), str(tmp_path / "two.safetensors"), "--to", "safetensors"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    warning = " ".join(said[0].split())
+    assert f"needs about {memory.gib(2 * size)} of memory" in warning, warning
+    assert "more than the 0.0 MiB available" in warning
+    assert "--no-verify" in warning
+    assert f"needs about {memory.gib(2 * size)} of memory" in out
+    assert (tmp_path / "two.safetensors").exists()  # not refused
+    with pytest.warns(convert_module.MemoryShortWarning, match="more than the 0.0 MiB available"):
+        unverified = convert(folder, tmp_path / "three.ckpt", verify_result=False)  # the API warns too
+    assert unverified.memory_needed_bytes == size  # held once

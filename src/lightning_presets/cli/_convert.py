@@ -51,14 +51,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lightning_presets.tools.convert import ConvertError, convert
+    import warnings
+
+    from lightning_presets.tools.convert import ConvertError, MemoryShortWarning, convert
+
+    def said(message: Warning | str, category: type[Warning], *rest: object, **kwargs: object) -> None:
+        if issubclass(category, MemoryShortWarning):  # before loading: said as it happens, on stderr
+            emit(Text(f"lightning-presets convert: warning: {message}"), stderr=True)
+        else:
+            shown(message, category, *rest, **kwargs)  # type: ignore[arg-type]
 
     try:
-        result = convert(
-            args.source, args.destination, to=args.to, strategy=args.strategy, devices=args.devices,
-            num_nodes=args.num_nodes, model=args.model, force=args.force, verify_result=not args.no_verify,
-            strip_prefix=args.strip_prefix,
-        )  # fmt: skip
+        with warnings.catch_warnings():
+            shown = warnings.showwarning
+            warnings.simplefilter("always", MemoryShortWarning)
+            warnings.showwarning = said
+            result = convert(
+                args.source, args.destination, to=args.to, strategy=args.strategy, devices=args.devices,
+                num_nodes=args.num_nodes, model=args.model, force=args.force, verify_result=not args.no_verify,
+                strip_prefix=args.strip_prefix,
+            )  # fmt: skip
     except ConvertError as error:
         if args.json:
             emit_json({"schema": CONVERT_SCHEMA, "version": CONVERT_SCHEMA_VERSION, "converted": False,
@@ -76,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         ("verified", "read back and equal to the source, tensor by tensor" if result.verified else "skipped"),
         ("resume guard", result.guard or "not judged"),
         ("not carried", "; ".join(result.dropped) or "nothing"),
+        ("memory", result.memory),
         *(("note", each) for each in result.notes),
         ("took", f"{result.seconds:.1f} s"),
     ]

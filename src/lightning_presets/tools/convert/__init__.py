@@ -28,8 +28,10 @@ compared tensor by tensor with the source as its owner's loader read it (and a d
 against its own index); then the target preset's resume guard judges it (as ``lightning-presets check
 --resume-from`` does) and a refusal fails the conversion; ``verify_result=False`` skips both. Memory: the whole
 checkpoint is held in CPU memory once (the file source is memory-mapped), as Lightning's and torch's consolidations
-do. Refusals are :class:`ConvertError` with an LP code (LP820-LP823, :mod:`~lightning_presets.tools.convert.codes`);
-a request convert does not serve has none (a usage error).
+do, and once more while the result is read back; the need is computed from the source's metadata before loading
+(:mod:`~lightning_presets.tools.convert.memory`), reported, and a :class:`MemoryShortWarning` issued where it exceeds
+the memory available. Refusals are :class:`ConvertError` with an LP code (LP820-LP823,
+:mod:`~lightning_presets.tools.convert.codes`); a request convert does not serve has none (a usage error).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import contextlib
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,9 +48,9 @@ from typing import Any, Literal
 
 from lightning_presets.checkpoints import CheckpointFacts, CheckpointReadError, read_checkpoint
 from lightning_presets.core.codes import Code
-from lightning_presets.tools.convert import codes, loading, verify, writing
+from lightning_presets.tools.convert import codes, loading, memory, verify, writing
 
-__all__ = ["TARGETS", "ConvertError", "Converted", "convert", "target_for"]
+__all__ = ["TARGETS", "ConvertError", "Converted", "MemoryShortWarning", "convert", "target_for"]
 
 Target = Literal["file", "folder", "universal", "safetensors"]
 TARGETS: tuple[Target, ...] = ("file", "folder", "universal", "safetensors")
@@ -66,6 +69,11 @@ class ConvertError(Exception):
         prefix = f"[{code.code}] " if code is not None else ""
         super().__init__(f"{prefix}{message}\n  hint: {hint}")
         self.message, self.hint, self.code = message, hint, code.code if code is not None else None
+
+
+class MemoryShortWarning(ResourceWarning):
+    """Issued before loading when the conversion needs more memory than the machine has available (a warning, not a
+    refusal: swap may still serve)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +95,11 @@ class Converted:
     notes: tuple[str, ...] = field(default=())
     guard: str = ""
     """The target preset's resume guard on the result (empty with ``verify_result=False``)."""
+    memory: str = ""
+    """The memory the conversion needed, computed from the source's metadata before loading, and what was
+    available then."""
+    memory_needed_bytes: int | None = None
+    memory_available_bytes: int | None = None
 
 
 def target_for(strategy: str | None, facts: CheckpointFacts | None = None) -> Target:
@@ -142,9 +155,14 @@ def convert(
         _family(strategy)
     _check_destination(src, dst, force)
     _check_pair(facts, target)
+    # ds_to_universal runs in its own interpreter; here only its verification holds the consolidated checkpoint
+    needs = memory.need(facts, verify_result=verify_result and target != "universal")
+    if needs is not None and needs.short:
+        warnings.warn(needs.warning(), MemoryShortWarning, stacklevel=2)
     if target == "universal":
-        return _to_universal(facts, src, dst, force=force, verify_result=verify_result, strategy=strategy,
-                            devices=devices, num_nodes=num_nodes, started=started)  # fmt: skip
+        done = _to_universal(facts, src, dst, force=force, verify_result=verify_result, strategy=strategy,
+                             devices=devices, num_nodes=num_nodes, started=started)  # fmt: skip
+        return _with_memory(done, needs)
     loaded = _load(facts, src)
     notes: list[str] = []
     if target == "safetensors":
@@ -180,8 +198,21 @@ def convert(
     return Converted(
         source=str(src), source_layout=facts.describe(), destination=str(dst), target=target, tensors=count,
         verified=verify_result, dropped=tuple(dropped), seconds=time.monotonic() - started, notes=tuple(notes),
-        guard=guard,
+        guard=guard, **_memory_fields(needs),
     )  # fmt: skip
+
+
+def _memory_fields(needs: memory.Need | None) -> dict[str, Any]:
+    if needs is None:
+        return {"memory": "not known (the source's metadata does not say)"}
+    return {"memory": needs.describe(), "memory_needed_bytes": needs.needed,
+            "memory_available_bytes": needs.available}  # fmt: skip
+
+
+def _with_memory(done: Converted, needs: memory.Need | None) -> Converted:
+    import dataclasses
+
+    return dataclasses.replace(done, **_memory_fields(needs))
 
 
 def _facts(src: Path) -> CheckpointFacts:
