@@ -21,7 +21,7 @@ import lightning_presets
 from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, context, setup_model, wrapped_modules
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.core.versions import recorded
-from lightning_presets.strategies import fsdp_family as family
+from lightning_presets.strategies.fsdp import sharding_rules as family
 from lightning_presets.tools.simulation import SimulatedGPU
 from models import Block, FlatMLP, TinyTransformer
 
@@ -96,7 +96,7 @@ def test_lp116_accepts_shard_groups_of_several_devices(mesh: Any, per_node: int,
 
 @pytest.mark.parametrize("preset", [GRAD_OP, "fsdp_offload_ckpt"])
 def test_lp117_rejects_a_two_dimensional_mesh_without_hybrid_sharding(preset: str) -> None:
-    from lightning_presets.strategies import fsdp
+    from lightning_presets.strategies.fsdp import rules as fsdp
 
     finding = fsdp.mesh_needs_hybrid_sharding(options(preset, device_mesh=(2, 8), sharding_strategy="FULL_SHARD"))
     assert finding is not None
@@ -110,7 +110,7 @@ def test_lp117_rejects_a_two_dimensional_mesh_without_hybrid_sharding(preset: st
     [((2, 8), "HYBRID_SHARD"), ("auto", "_HYBRID_SHARD_ZERO2"), (None, "FULL_SHARD"), ((16,), "FULL_SHARD")],
 )
 def test_lp117_accepts_hybrid_sharding_or_no_two_dimensional_mesh(mesh: Any, sharding: str) -> None:
-    from lightning_presets.strategies import fsdp
+    from lightning_presets.strategies.fsdp import rules as fsdp
 
     assert fsdp.mesh_needs_hybrid_sharding(options(HYBRID, device_mesh=mesh, sharding_strategy=sharding)) is None
 

@@ -28,7 +28,7 @@ from helpers import NAMESPACE_IDS, QUIET, RecordingFSDP, context, setup_model, w
 from helpers import NAMESPACES as CONSTRUCTORS
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.inspection.blocks import describe_children, find_repeated_blocks
-from lightning_presets.strategies import fsdp
+from lightning_presets.strategies.fsdp import rules as fsdp
 from lightning_presets.tools.examples import check_examples
 from lightning_presets.tools.simulation import SimulatedGPU
 from models import Attention, Block, FeedForward, FlatMLP, TinyTransformer, TwoStacks, next_token_loss

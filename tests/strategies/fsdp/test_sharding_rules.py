@@ -1,4 +1,4 @@
-"""``lightning_presets.strategies.fsdp_family`` (hybrid sharding's mesh): each error rule's executed proof
+"""``lightning_presets.strategies.fsdp.sharding_rules`` (hybrid sharding's mesh): each error rule's executed proof
 (``proves``; LP112's and LP116's read the shared 2-process run of ``tests/evidence/`` and stay there), its accepted
 neighbours (run, and each rule widened, by ``neighbours.neighbour_tests``).
 """

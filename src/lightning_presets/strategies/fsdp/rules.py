@@ -1,25 +1,19 @@
-"""FSDP (``FSDPStrategy``) presets: ``fsdp_offload_ckpt``."""
+"""The rules of the FSDP presets (``FSDPStrategy``): those of ``fsdp_offload_ckpt`` (:data:`RULES`), which the
+other FSDP presets share (:mod:`.sharding_rules`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from torch import nn
 
 from lightning_presets.core.context import Context, Options
-from lightning_presets.core.family import Checkpoints, Family, Layout, Memory
 from lightning_presets.core.mesh import AUTO, mesh_shape
-from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule
-from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import needs_cuda, one_device, one_of, repeated_block
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
-from lightning_presets.guards.strategy import PresetHooks
-from lightning_presets.inspection.blocks import find_repeated_blocks
 from lightning_presets.inspection.hooks import overrides
-from lightning_presets.registry import private
+from lightning_presets.strategies.fsdp.options import FSDPOptions
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
 STATE_DICT_TYPES = ("full", "sharded")
@@ -63,60 +57,6 @@ def _two_dimensional(mesh: Any) -> bool:
     if mesh == AUTO or mesh_shape(mesh) is not None:
         return True
     return type(mesh).__name__ == "DeviceMesh" and getattr(mesh, "ndim", 0) == 2
-
-
-@dataclass(frozen=True, slots=True)
-class FSDPOptions:
-    """The FSDP presets' arguments as their rules, hooks and memory layout read them: each key, and what its absence
-    means, once (the FSDP family's options view)."""
-
-    values: Mapping[str, Any]
-    """The preset's arguments (defaults merged with the user's overrides), or a preset's ``init_params``."""
-
-    @classmethod
-    def of(cls, source: Options | Context | Mapping[str, Any]) -> FSDPOptions:
-        """The view of an :class:`Options`, a :class:`Context`'s options or the arguments a strategy was built with."""
-        if isinstance(source, Options):
-            return cls(source.values)
-        return cls(source.options if isinstance(source, Context) else source)
-
-    @property
-    def sharding_strategy(self) -> Any:
-        """``sharding_strategy`` as written (a name or torch's enum member); ``None`` when absent."""
-        return self.values.get("sharding_strategy")
-
-    @property
-    def sharding(self) -> str:
-        """The sharding strategy's name in upper case; Lightning's ``FULL_SHARD`` when absent."""
-        written = self.values.get("sharding_strategy", "FULL_SHARD")
-        return str(getattr(written, "name", written)).upper()
-
-    @property
-    def device_mesh(self) -> Any:
-        """``device_mesh`` as written; ``None`` when absent."""
-        return self.values.get("device_mesh")
-
-    @property
-    def use_orig_params(self) -> Any:
-        return self.values.get("use_orig_params")
-
-    @property
-    def cpu_offload(self) -> bool:
-        """Whether ``cpu_offload`` offloads (``True`` or a ``CPUOffload``)."""
-        return bool(self.values.get("cpu_offload"))
-
-    @property
-    def auto_wrap_policy(self) -> Any:
-        """``auto_wrap_policy``; ``None``: the preset wraps the model's repeated blocks."""
-        return self.values.get("auto_wrap_policy")
-
-    @property
-    def checkpointing_chosen(self) -> bool:
-        """Whether the user chose the activation checkpointing (``activation_checkpointing_policy`` or
-        ``activation_checkpointing``); else the preset checkpoints the repeated blocks."""
-        return self.values.get("activation_checkpointing_policy") is not None or (
-            self.values.get("activation_checkpointing") is not None
-        )
 
 
 @rule(
@@ -212,103 +152,4 @@ RULES: tuple[Rule, ...] = (
     repeated_block_found,
     half_weights_have_a_scaler,
     *STRATEGY_HARDWARE_RULES,
-)
-
-
-class FSDPHooks(PresetHooks):
-    """Wraps the repeated blocks it finds (and checkpoints them, for presets that do), unless the user passed
-    a policy."""
-
-    @property
-    def _lp_fsdp_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments Lightning passes to FSDP: ``kwargs`` on the Trainer's class, ``_fsdp_kwargs`` on
-        Fabric's."""
-        trainer = self._lp_namespace.kind == "trainer"
-        fsdp_kwargs: dict[str, Any] = vars(self)["kwargs"] if trainer else private.fabric_fsdp_kwargs(self)
-        return fsdp_kwargs
-
-    def _lp_apply_blocks(self, model: nn.Module) -> None:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-
-        if any(isinstance(module, FullyShardedDataParallel) for module in model.modules()):
-            return  # wrapped by hand (e.g. in configure_model): the user's layout wins, Lightning wraps nothing
-        self._lp_check_setup(model)
-        blocks = find_repeated_blocks(model)
-        if not blocks:
-            return
-        view = FSDPOptions.of(self._lp_options)
-        if view.auto_wrap_policy is None:
-            self._lp_fsdp_kwargs["auto_wrap_policy"] = ModuleWrapPolicy(blocks)
-        if not view.checkpointing_chosen and self._lp_preset.activation_checkpointing:
-            private.set_activation_checkpointing_kwargs(self, {"auto_wrap_policy": ModuleWrapPolicy(blocks)})
-        self.lp_blocks = blocks
-
-
-class FSDPTrainerHooks(FSDPHooks, private.SetupModelHook):
-    """Trainer side of the FSDP presets: the blocks are wrapped where Lightning wraps the model (``_setup_model``)."""
-
-    def _lp_before_setup_model(self, model: nn.Module) -> None:
-        self._lp_apply_blocks(model)
-
-
-class FSDPFabricHooks(FSDPHooks):
-    """Fabric side of the FSDP presets."""
-
-    def setup_module(self, module: nn.Module) -> nn.Module:
-        self._lp_apply_blocks(module)
-        return cast(nn.Module, super().setup_module(module))
-
-
-FSDP_DEFAULTS: dict[str, Any] = {"state_dict_type": "sharded", "auto_wrap_policy": None}
-"""What every FSDP preset passes: sharded checkpoints, and the wrap policy (found from the model's repeated blocks when
-``None``)."""
-
-
-def _fsdp_layout(preset: Preset) -> Layout:
-    """Where an FSDP1 preset keeps its model states: its ``sharding_strategy`` (a name or the enum) and offload."""
-    view = FSDPOptions(preset.init_params)
-    sharding, offload = view.sharding, view.cpu_offload or preset.cpu_offload
-    if sharding in ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"):
-        return Layout(placement="hybrid")
-    if sharding == "SHARD_GRAD_OP":
-        return Layout(placement="grad_op")
-    if sharding == "NO_SHARD":
-        return Layout(placement="replica")
-    return Layout(placement="offload_all" if offload else "full")
-
-
-FSDP_FAMILY = Family(
-    "fsdp",
-    checkpoints=Checkpoints(
-        loads=frozenset({"file", "distributed"}), writes=frozenset({"file", "distributed"}), trainer_model_key="model"
-    ),
-    memory=Memory(title="FSDP", rank=2, traceable=False, compute="half_weights", place=_fsdp_layout),
-    rehearsal="fsdp1",
-)
-"""FSDP1 (``FSDPStrategy``): one file or a sharded folder, the Trainer's weights under ``model``; planned by
-arithmetic (FSDP1 needs CUDA to wrap), computing with half-precision gathered weights."""
-
-FSDP_OFFLOAD_CKPT = Preset(
-    name="fsdp_offload_ckpt",
-    description="FSDP full shard with parameters and gradients offloaded to CPU, auto-wrap and activation "
-    "checkpointing on the model's repeated blocks. For models that do not fit in GPU memory even sharded.",
-    family=FSDP_FAMILY,
-    strategy=every_kind("FSDPStrategy"),
-    init_params={
-        "sharding_strategy": "FULL_SHARD",
-        "cpu_offload": True,
-        **FSDP_DEFAULTS,
-        "activation_checkpointing_policy": None,
-    },
-    rules=RULES,
-    mixins={"trainer": FSDPTrainerHooks, "fabric": FSDPFabricHooks},
-    activation_checkpointing=True,
-    cpu_offload=True,
-    tested_with=tested(
-        "construction on simulated CUDA (Trainer, Fabric, pytorch_lightning, lightning_fabric); "
-        "block detection and activation checkpointing run on CPU; FSDP1 needs CUDA and never ran on a GPU here",
-        construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices: each namespace's own "
-        "FSDPStrategy and FSDPPrecision, FULL_SHARD with parameters offloaded (FSDP1 needs CUDA to run)",
-    ),
 )

@@ -1,7 +1,6 @@
-"""More FSDP (``FSDPStrategy``) presets: ``fsdp_hybrid_shard`` (HSDP) and ``fsdp_grad_op`` (ZeRO-2-like).
-
-They share the CUDA and precision rules, the precision setter and the repeated-block auto-wrap of
-``fsdp_offload_ckpt`` (``strategies/fsdp.py``), without its CPU offload and activation checkpointing.
+"""The rules of ``fsdp_hybrid_shard`` (HSDP) and ``fsdp_grad_op`` (ZeRO-2-like): the sharding each preset stands
+for and the hybrid mesh, with the CUDA, precision and block rules of ``fsdp_offload_ckpt`` (:mod:`.rules`), without
+its CPU offload and activation checkpointing.
 """
 
 from __future__ import annotations
@@ -10,21 +9,13 @@ from typing import Any, cast
 
 from lightning_presets.core.context import Context, Options
 from lightning_presets.core.mesh import AUTO, HYBRID_SHARD
-from lightning_presets.core.namespaces import Kind
-from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule
-from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import repeated_block
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
-from lightning_presets.strategies.fsdp import (
-    FSDP_DEFAULTS,
-    FSDP_FAMILY,
+from lightning_presets.strategies.fsdp.options import FSDPOptions
+from lightning_presets.strategies.fsdp.rules import (
     HYBRID_SHARDINGS,
     SHARDING_STRATEGIES,
-    FSDPFabricHooks,
-    FSDPHooks,
-    FSDPOptions,
-    FSDPTrainerHooks,
     clipping_by_norm_goes_through_the_module,
     fabric_keeps_original_parameters,
     fsdp_has_peers,
@@ -39,17 +30,6 @@ PRESET_SHARDING = {
     "fsdp_hybrid_shard": ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"),
     "fsdp_grad_op": ("SHARD_GRAD_OP",),
 }
-_EVIDENCE = "construction on simulated CUDA (Trainer and Fabric); never run on a GPU"
-TESTED_WITH_HYBRID = tested(
-    _EVIDENCE,
-    construction="Trainer, Fabric and the standalone packages on 2 simulated nodes of 8 CUDA devices: the (2, 8) "
-    "device mesh filled in, HYBRID_SHARD (FSDP1 needs CUDA to run)",
-)
-TESTED_WITH_GRAD_OP = tested(
-    _EVIDENCE,
-    construction="Trainer, Fabric and the standalone packages on 8 simulated CUDA devices: SHARD_GRAD_OP without "
-    "offload (FSDP1 needs CUDA to run)",
-)
 
 
 def resolved_mesh(ctx: Context) -> tuple[int, int] | None:
@@ -227,71 +207,3 @@ HYBRID_RULES: tuple[Rule, ...] = (
     shards_align_with_nodes,
 )
 GRAD_OP_RULES: tuple[Rule, ...] = (*_COMMON, fsdp_has_peers)
-
-
-class _AutoMesh(FSDPHooks):
-    """Fills ``device_mesh='auto'`` with (nodes, devices per node) from the final context, before Lightning builds the
-    mesh from it."""
-
-    def _lp_before_launcher(self) -> None:
-        context = self._lp_context
-        if context is not None and self._lp_fsdp_kwargs.get("device_mesh") == AUTO:
-            self._lp_fsdp_kwargs["device_mesh"] = (context.num_nodes, context.devices_per_node)
-        super()._lp_before_launcher()
-
-
-class HybridTrainerHooks(_AutoMesh, FSDPTrainerHooks):
-    """The Trainer side of the hybrid preset: the automatic mesh, then the FSDP presets' block wrapping."""
-
-
-class HybridFabricHooks(_AutoMesh, FSDPFabricHooks):
-    """The Fabric side of the hybrid preset."""
-
-
-def prepare_hybrid(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
-    """A user's ``process_group`` replaces the automatic mesh (Lightning accepts only one of them).
-
-    ``device_mesh=None`` means the automatic one: torch's own default for hybrid sharding is the same
-    (nodes, devices per node) layout, and Lightning refuses hybrid sharding with neither. A list (from a
-    YAML config) becomes the tuple Lightning turns into a mesh.
-    """
-    if isinstance(values.get("device_mesh"), list):
-        values["device_mesh"] = tuple(values["device_mesh"])
-    if values.get("process_group") is not None:
-        if values.get("device_mesh") == AUTO:
-            values["device_mesh"] = None
-    elif values.get("device_mesh") is None:
-        values["device_mesh"] = AUTO
-    return values
-
-
-FSDP_HYBRID_SHARD = Preset(
-    name="fsdp_hybrid_shard",
-    description="HSDP: FSDP sharding inside each node and replication across nodes (device mesh = nodes × devices "
-    "per node), auto-wrap on the repeated blocks. For multi-node jobs whose inter-node network is the bottleneck.",
-    family=FSDP_FAMILY,
-    strategy=every_kind("FSDPStrategy"),
-    init_params={
-        "sharding_strategy": "HYBRID_SHARD",
-        "device_mesh": AUTO,
-        **FSDP_DEFAULTS,
-    },
-    rules=HYBRID_RULES,
-    mixins={"trainer": HybridTrainerHooks, "fabric": HybridFabricHooks},
-    prepare=prepare_hybrid,
-    mesh=HYBRID_SHARD,
-    tested_with=TESTED_WITH_HYBRID,
-)
-
-FSDP_GRAD_OP = Preset(
-    name="fsdp_grad_op",
-    description="FSDP SHARD_GRAD_OP (ZeRO-2-like): gradients and optimizer state sharded, parameters kept whole "
-    "between forward and backward, auto-wrap on the repeated blocks. For models that fit once their optimizer "
-    "state is sharded.",
-    family=FSDP_FAMILY,
-    strategy=every_kind("FSDPStrategy"),
-    init_params={"sharding_strategy": "SHARD_GRAD_OP", **FSDP_DEFAULTS},
-    rules=GRAD_OP_RULES,
-    mixins={"trainer": FSDPTrainerHooks, "fabric": FSDPFabricHooks},
-    tested_with=TESTED_WITH_GRAD_OP,
-)
