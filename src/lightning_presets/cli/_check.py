@@ -115,7 +115,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume-from",
         dest="resume_from",
         metavar="PATH",
-        help="a checkpoint the job resumes from: a preset's resume rules check it (tensors are not read)",
+        help="a checkpoint the job resumes from: a preset's resume rules check it; with --model, the rehearsal "
+        "loads it into the model as fit(ckpt_path=...) does (LP745 when it does not load)",
     )
     job.add_argument("--config", metavar="FILE", help="a LightningCLI YAML file: its trainer: section is used")
     target = parser.add_argument_group("the simulated target (nothing is launched)")
