@@ -47,6 +47,12 @@ class BadOptimizer(Legal):
         return torch.optim.SGD(self.parameters(), lr=-1.0)
 
 
+class WithLoader(UnpackThree):
+    def train_dataloader(self):
+        data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.zeros(8, dtype=torch.long), torch.ones(8))
+        return torch.utils.data.DataLoader(data, batch_size=2)
+
+
 class ReadsAValue(Legal):
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -58,11 +64,11 @@ class ReadsAValue(Legal):
 
 @pytest.fixture
 def large(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The models' module importable, and the real-tensor limit below their size (the forked child inherits it)."""
+    """The models' module importable, and the real-tensor limit below their size."""
     (tmp_path / "rehearsal_large_t.py").write_text(textwrap.dedent(MODELS))
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(child, "MAX_PARAMETERS", 5)
+    monkeypatch.setenv(child.MAX_PARAMETERS_VARIABLE, "5")  # a forked or a fresh child reads it
     return tmp_path
 
 
@@ -108,3 +114,6 @@ def test_a_large_models_failing_set_up_is_lp740_and_what_fake_tensors_cannot_run
     assert "rehearsal_large_t.py" in limited.limitation, limited.limitation
     assert limited.completed == ("set-up",), limited
     assert _codes(limited, spec) == [("LP743", "warning")]
+    loaded = rehearsal.rehearse("rehearsal_large_t:WithLoader", {}, None)  # its loader's batch has three tensors
+    assert loaded.completed == ("set-up", "first training step"), loaded
+    assert "first batch from WithLoader.train_dataloader()" in loaded.notes, loaded.notes

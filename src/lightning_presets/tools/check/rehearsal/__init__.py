@@ -11,7 +11,8 @@ update; with the job's precision and Trainer clipping and accumulation. For a De
 
 Where it runs: one CPU process, real tensors, ``Trainer(accelerator="cpu", devices=1)``, inside torch's fake process
 group of the job's world size (the step's own ``torch.distributed`` calls return at once): a model of up to
-:data:`MAX_PARAMETERS` parameters (larger ones are not rehearsed, and the check says so). What one CPU process
+:data:`MAX_PARAMETERS` parameters (a larger one runs the step ``plan`` traces under fake tensors instead, the same
+codes for its failures: :mod:`.fake`). What one CPU process
 cannot rehearse is said, never blamed on the user: the strategy's wrapping on the job's device mesh (DDP, FSDP2,
 tensor parallelism, DeepSpeed's engine), collectives between ranks, CUDA kernels and a precision this CPU cannot run
 (``16-mixed`` is rehearsed as ``bf16-mixed``). A failure the rehearsal causes itself (code that needs CUDA) is a

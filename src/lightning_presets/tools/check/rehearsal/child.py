@@ -29,7 +29,10 @@ from lightning_presets.tools.check.rehearsal.findings import (
 from lightning_presets.tools.check.rehearsal.findings import user_line as user_line  # the plug-ins read it here
 
 MAX_PARAMETERS = 100_000_000
-"""The largest model rehearsed (real fp32 tensors on the CPU: about 1.6 GiB with gradients and Adam's state)."""
+"""The largest model rehearsed with real tensors (fp32 on the CPU: about 1.6 GiB with gradients and Adam's state); a
+larger one is rehearsed under fake tensors (:mod:`.fake`)."""
+MAX_PARAMETERS_VARIABLE = "LIGHTNING_PRESETS_REHEARSAL_MAX_PARAMETERS"
+"""An environment variable that sets another limit (tests lower it; a fresh interpreter's rehearsal reads it too)."""
 SETUP_MODULE = f"{__package__}.setup"
 """The plug-in module the child asks for the strategy's set-up stages (absent: said as not rehearsed)."""
 
@@ -131,11 +134,12 @@ def rehearse_in_process(
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:  # count first: no real memory for a model too large
         counted = user_model.build(factory, spec)
         numel = sum(p.numel() for p in counted.parameters())
-    if numel > MAX_PARAMETERS:  # the same step plan traces, on the model just built under fake tensors
+    limit = int(os.environ.get(MAX_PARAMETERS_VARIABLE) or MAX_PARAMETERS)
+    if numel > limit:  # the same step plan traces, on the model just built under fake tensors
         from lightning_presets.tools.check.rehearsal.fake import rehearse_fake
 
-        return rehearse_fake(spec, counted, mode, arguments, _world(world_size, rank), rank, numel, MAX_PARAMETERS,
-                             started)  # fmt: skip
+        return rehearse_fake(spec, counted, mode, arguments, _world(world_size, rank), rank, numel, limit, started,
+                             datamodule)  # fmt: skip
     del counted
     model = user_model.build(factory, spec)
     from lightning.pytorch import LightningModule

@@ -32,6 +32,7 @@ from lightning_presets.tools.check.rehearsal.findings import STAGES, Rehearsal, 
 UNDER_FAKE = "under fake tensors"
 """How the stages of this path are named in the notes (the stages completed ``under fake tensors``)."""
 NOT_UNDER_FAKE = (
+    "the strategy's wrapping on the job's ranks (DDP, FSDP2, DeepSpeed: plan --model traces it under fake tensors)",
     "Lightning's Trainer under fake tensors (fit-start validation, its reading of the schedulers, self.log's results)",
     "the first validation step and the checkpoint save (not run under fake tensors)",
 )  # fmt: skip
@@ -40,7 +41,14 @@ NOT_ON_CPU = ("CUDA kernels (the step ran on fake tensors: shapes and dtypes, no
 
 
 def _precision(arguments: dict[str, Any], notes: list[str]) -> str:
+    from lightning_presets.tools.simulation import step
+
     precision = str(arguments.get("precision") or "32-true")
+    try:
+        step.precision_dtypes(precision.replace("16-", "bf16-") if precision.startswith("16") else precision, "true")
+    except KeyError:  # a plugin's precision (transformer-engine, ...): the step in fp32
+        notes.append(f"precision {precision} rehearsed as 32-true (fake tensors run torch's own dtypes only)")
+        return "32-true"
     if precision.isdigit() or precision in ("bf16", "16"):
         precision = f"{precision}-true" if precision in ("32", "64") else f"{precision}-mixed"
     if precision.startswith("16"):
@@ -71,23 +79,37 @@ def _first(error: BaseException) -> str:
     return lines[0][:300] if lines else ""
 
 
-def _first_batch(model: Any, spec: str) -> tuple[Any, str]:
-    """The first batch of the model's own ``train_dataloader()`` (built under the fake mode: its tensors are fake),
-    else its ``example_input_array``."""
+def _first_batch(model: Any, spec: str, mode: Any, datamodule: str | None) -> tuple[Any, str]:
+    """The first batch of the ``--datamodule``'s or the model's own ``train_dataloader()`` (loaded with real tensors,
+    as the job loads it, then made fake), else the model's ``example_input_array``."""
+    import torch
     from lightning.pytorch import LightningModule
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.utils._pytree import tree_map_only
 
     from lightning_presets.tools.simulation import user_model
 
-    if type(model).train_dataloader is not LightningModule.train_dataloader:
-        loader = model.train_dataloader()
-        return next(iter(loader)), f"{type(model).__name__}.train_dataloader()"
+    owner: Any = None
+    with unset_fake_temporarily():
+        if datamodule:
+            from lightning_presets.tools.check.rehearsal.child import _datamodule
+
+            owner = _datamodule(datamodule)
+        elif type(model).train_dataloader is not LightningModule.train_dataloader:
+            owner = model
+        if owner is not None:
+            owner.prepare_data()
+            owner.setup("fit")
+            batch = next(iter(owner.train_dataloader()))
+    if owner is not None:
+        return tree_map_only(torch.Tensor, mode.from_tensor, batch), f"{type(owner).__name__}.train_dataloader()"
     found = user_model.batch(model, spec)
     return found.value, found.source
 
 
 def rehearse_fake(
     spec: str, model: Any, mode: Any, arguments: dict[str, Any], world: contextlib.AbstractContextManager[Any],
-    rank: int, numel: int, limit: int, started: float,
+    rank: int, numel: int, limit: int, started: float, datamodule: str | None = None,
 ) -> Rehearsal:  # fmt: skip
     """Rehearse ``model`` (built by the user's factory under the fake mode ``mode``, ``numel`` parameters, above the
     real-tensor ``limit``) as ``rank`` inside ``world`` (the job's fake process group, entered here)."""
@@ -136,7 +158,7 @@ def rehearse_fake(
             steps.append("configure_optimizers")
             completed.append("set-up")
             stage = "first training step"
-            batch, source = _first_batch(model, spec)
+            batch, source = _first_batch(model, spec, mode, datamodule)
             context, _ = step.forward_context(precision, compute)
             with context:
                 loss = step.loss(model, user_model.Batch(batch, source), through_root=False, spec=spec)
