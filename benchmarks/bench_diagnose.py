@@ -49,7 +49,7 @@ def main() -> int:
     args = parser.parse_args()
     import torch  # noqa: F401  # torch.save's code is what the sample looks for
 
-    from lightning_presets.guards.runtime.hangs import Monitor, Progress, Recorder
+    from lightning_presets.diagnose.hangs import Monitor, Progress, Recorder
 
     recorder = Recorder()
     group = [0, 1]

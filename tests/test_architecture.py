@@ -22,6 +22,7 @@ LAYERS = (
     "plugins",
     "guards",
     "inspection",
+    "diagnose",
     "registry",
     "checkpoints",
     "failures",
@@ -240,3 +241,21 @@ def test_no_module_is_over_the_size_limit() -> None:
     over = [f"{path.relative_to(PACKAGE.parent)}: {lines} lines" for path, lines in sizes.items()
             if lines > MAX_MODULE_LINES]  # fmt: skip
     assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by concern): {over}"
+
+
+MAX_GUARDS_LINES = 3_500
+"""The most lines ``guards/`` may hold (issue 39 item 5): it holds guards only; what reads facts lives in
+``inspection``, what explains a stuck run in ``diagnose``."""
+
+
+def _lines_under(folder: Path) -> int:
+    return sum(len(path.read_text(encoding="utf-8").splitlines()) for path in folder.rglob("*.py"))
+
+
+def test_guards_hold_guards_only() -> None:
+    lines = _lines_under(PACKAGE / "guards")
+    assert lines <= MAX_GUARDS_LINES, (
+        f"guards/ holds {lines} lines, over {MAX_GUARDS_LINES}: move what is not a guard (a fact reader, a report) "
+        "to the package of what it is"
+    )
+    assert _lines_under(PACKAGE / "diagnose") > 0  # the hang report moved out of guards/runtime

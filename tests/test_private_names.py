@@ -291,7 +291,7 @@ def test_the_xla_flags_gate_what_the_simulation_turns_on() -> None:
 
 def test_the_hook_callers_name_the_hook_they_run(tmp_path: Path) -> None:
     """``HOOK_CALLERS`` are the Trainer's functions that run a user's hook, with the hook's name in their frame's
-    ``hook_name`` (diagnose mode reads it: ``guards.runtime.hangs``); ``_call_callbacks_state_dict`` is the one that
+    ``hook_name`` (diagnose mode reads it: ``diagnose.hangs``); ``_call_callbacks_state_dict`` is the one that
     runs a callback's ``state_dict`` when a checkpoint is saved. One step of a real fit on the CPU shows each."""
     import sys
 

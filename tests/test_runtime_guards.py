@@ -20,6 +20,8 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 from harness import SCRIPTS_PATH, run_job
 from lightning_presets import PresetWarning
+from lightning_presets.core.ranks import on_nodes, spans
+from lightning_presets.diagnose.hangs import describe
 from lightning_presets.guards.runtime import distributed, handshake_supported
 from lightning_presets.guards.runtime.handshake import (
     Fingerprint,
@@ -30,9 +32,7 @@ from lightning_presets.guards.runtime.handshake import (
     encode,
     handshake,
 )
-from lightning_presets.guards.runtime.hangs import describe
 from lightning_presets.guards.runtime.join import Schedule, Watchdog, schedule
-from lightning_presets.guards.runtime.ranks import on_nodes, spans
 from lightning_presets.registry import variables
 
 JOBS = (SCRIPTS_PATH,)
@@ -372,7 +372,7 @@ def test_the_canonical_form_sorts_sets_and_names_code_by_module_and_qualified_na
         "{'a': [set({'x', 'y'}), (None, 1.5)], 'b': frozenset({1, 2, 3})}"
     )
     assert canonical(functools.partial(spans, [1], key={2})) == (
-        "functools.partial(lightning_presets.guards.runtime.ranks.spans, [1], key=set({2}))"
+        "functools.partial(lightning_presets.core.ranks.spans, [1], key=set({2}))"
     )
     assert canonical(torch.nn.Linear) == "torch.nn.modules.linear.Linear"
     assert canonical(PresetWarning("x").with_traceback) == "PresetWarning('x').with_traceback"
@@ -505,7 +505,7 @@ def test_ranks_that_resume_from_copies_at_paths_of_their_own_train() -> None:
 
 
 def test_the_collective_limit_is_long_until_the_first_step_then_the_variable() -> None:
-    from lightning_presets.guards.runtime.hangs import Monitor, Recorder
+    from lightning_presets.diagnose.hangs import Monitor, Recorder
 
     recorder = Recorder()
     monitor = Monitor(recorder, rank=0, world=2, setup_limit=1620.0, step_limit=5.0)

@@ -46,9 +46,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from lightning_presets.guards.runtime.codes import COLLECTIVE_HANG
-from lightning_presets.guards.runtime.progress import Progress, cxx_wait, record_writes
-from lightning_presets.guards.runtime.report import Site, describe
+from lightning_presets.diagnose.codes import COLLECTIVE_HANG
+from lightning_presets.diagnose.progress import Progress, cxx_wait, record_writes
+from lightning_presets.diagnose.report import Site, describe
 from lightning_presets.registry import private, variables
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",

@@ -2,7 +2,7 @@
 its innermost Python frame called into a collective torch issues from C++ (:func:`cxx_wait`).
 
 A rank whose Python stack changes, whose process or DataLoader workers use the CPU, that reads or writes storage, or
-that writes a checkpoint is slow, not hung (:mod:`lightning_presets.guards.runtime.hangs` reads this before it
+that writes a checkpoint is slow, not hung (:mod:`lightning_presets.diagnose.hangs` reads this before it
 reports).
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 
 class Recorder(Protocol):
-    """What this module reads of diagnose mode's recorder (:class:`lightning_presets.guards.runtime.hangs.Recorder`):
+    """What this module reads of diagnose mode's recorder (:class:`lightning_presets.diagnose.hangs.Recorder`):
     the collective the rank waits in, and the checkpoint writes in flight."""
 
     current: dict[str, Any] | None

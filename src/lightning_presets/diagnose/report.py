@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_presets.guards.runtime.codes import COLLECTIVE_HANG
-from lightning_presets.guards.runtime.ranks import on_nodes
+from lightning_presets.core.ranks import on_nodes
+from lightning_presets.diagnose.codes import COLLECTIVE_HANG
 from lightning_presets.registry import variables
 
 

@@ -55,7 +55,7 @@ _FSDP, _FABRIC_FSDP = f"{_PL}.strategies.fsdp:FSDPStrategy", f"{_FABRIC}.strateg
 _MP = f"{_PL}.strategies.model_parallel:ModelParallelStrategy"
 _FABRIC_MP = f"{_FABRIC}.strategies.model_parallel:ModelParallelStrategy"
 _MODULE = f"{_PL}.core.module:LightningModule"
-_RUNTIME = ("guards.runtime.handshake", "guards.runtime.hangs")
+_RUNTIME = ("guards.runtime.handshake", "diagnose.hangs")
 _HOOK_CALLERS = ("_call_lightning_module_hook", "_call_callback_hooks", "_call_strategy_hook",
                  "_call_callbacks_state_dict")  # fmt: skip
 _XLA_FLAGS = ("_XLA_AVAILABLE", "_XLA_GREATER_EQUAL_2_1", "_XLA_GREATER_EQUAL_2_5")
@@ -98,7 +98,7 @@ LIGHTNING: tuple[Private, ...] = (
             ("strategies.deepspeed.parser",)),
     Private(_MODULE, "_trainer", "attribute", ("guards.strategy",)),
     Private(_MODULE, "_device_mesh", "attribute", ("tools.plan.trace", "tools.simulation.lightning")),
-    Private(_MODULE, "_current_fx_name", "attribute", ("guards.runtime.hangs",)),
+    Private(_MODULE, "_current_fx_name", "attribute", ("diagnose.hangs",)),
     Private(f"{_FABRIC}.connector", "_Connector", "import",
             ("inspection.arguments", "tools.check.construct", "tools.check.engine")),
     Private(f"{_FABRIC}.connector:_Connector", "_choose_auto_accelerator", "call", ("inspection.arguments",)),

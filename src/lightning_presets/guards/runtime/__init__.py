@@ -1,5 +1,6 @@
 """What the guards do once the job runs: the start-up handshake of fingerprints across ranks (``handshake``), the
-join watchdog while the process group forms (``join``) and, in diagnose mode, the hang report (``hangs``).
+join watchdog while the process group forms (``join``) and, in diagnose mode, the install of the hang report
+(:mod:`lightning_presets.diagnose`, below the guards: it explains a stuck run, it refuses nothing).
 
 ``guards.strategy.Guarded.setup_environment`` calls :func:`around_process_group` in every preset family, for the
 Trainer and Fabric. Nothing here may break a run that plain Lightning would have run: our own failures become the
@@ -97,7 +98,7 @@ def _initialized() -> bool:
 
 
 def _diagnose(strategy: Any) -> None:
-    from lightning_presets.guards.runtime.hangs import install
+    from lightning_presets.diagnose.hangs import install
 
     install(strategy)
 

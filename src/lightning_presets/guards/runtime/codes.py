@@ -1,8 +1,10 @@
-"""The runtime guards' codes: what the start-up handshake, the join watchdog and the hang report find."""
+"""The runtime guards' codes: what the start-up handshake and the join watchdog find, and diagnose mode's own failure
+(the hang report's finding, LP034, is declared in :mod:`lightning_presets.diagnose.codes`)."""
 
 from __future__ import annotations
 
 from lightning_presets.core.codes import Code
+from lightning_presets.diagnose.codes import COLLECTIVE_HANG
 
 RANKS_DISAGREE = Code(
     code="LP030", severity="error", stage="setup", title="the ranks of one job disagree on a setting that must agree",
@@ -37,14 +39,6 @@ RANKS_MISSING = Code(
 """Printed on stderr by each waiting rank's watchdog: a warning at its interval while the rank waits (a rank may join
 late, within the process group's timeout), an error when it ends the rank (the process group's timeout, or a shorter
 ``LIGHTNING_PRESETS_JOIN_TIMEOUT`` the user set)."""
-
-COLLECTIVE_HANG = Code(
-    code="LP034", severity="error", stage="setup", title="a collective that not every rank entered (diagnose mode)",
-    fails='if self.global_rank == 0:\n    self.log("x", value, sync_dist=True)   # in on_train_epoch_end',
-    fixed='self.log("x", value, sync_dist=True)   # on every rank',
-    evidence="runtime: without diagnose mode, the rank that entered it waits until gloo's own timeout",
-)  # fmt: skip
-"""Printed on stderr by the rank whose collective timed out (LIGHTNING_PRESETS_DIAGNOSE=1), which then ends."""
 
 DIAGNOSE_FAILED = Code(
     code="LP035", severity="warning", stage="setup", title="diagnose mode could not record the collectives",

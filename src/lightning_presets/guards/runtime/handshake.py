@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from lightning_presets.core.findings import Finding, report
+from lightning_presets.core.ranks import on_nodes
 from lightning_presets.guards.runtime.codes import HANDSHAKE_FAILED, RANKS_DIFFER, RANKS_DISAGREE
-from lightning_presets.guards.runtime.ranks import on_nodes
 from lightning_presets.registry import private, variables
 
 PROTOCOL = 2

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_presets.core.ranks import on_nodes, spans
 from lightning_presets.guards.runtime.codes import RANKS_MISSING
-from lightning_presets.guards.runtime.ranks import on_nodes, spans
 from lightning_presets.registry import private, variables
 
 EXIT_STATUS = 1
