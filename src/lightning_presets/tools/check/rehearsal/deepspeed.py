@@ -17,7 +17,7 @@ as ``bf16``: a CPU has no float16 loss scaling) and ``self.log`` (a no-op: there
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lightning_presets.tools.check.rehearsal.findings import StageRecord
@@ -27,18 +27,24 @@ from lightning_presets.tools.check.rehearsal.setup import (
     _first,
     _first_batch,
     _raised,
-    _strategy,
     mirror_world,
     unavailable,
 )
 
 
-def engine_config(job: SetupJob, trainer_kwargs: Mapping[str, Any], micro_batch: int) -> dict[str, Any]:
-    """The config the preset's strategy holds, with what Lightning's ``_format_config`` adds for the job: the
-    micro-batch, gradient clipping and the precision section (``16-mixed`` as ``bf16``)."""
+def engine_config(job: SetupJob, trainer_kwargs: Mapping[str, Any], micro_batch: int,
+                  target: str = "trainer") -> dict[str, Any]:  # fmt: skip
+    """The config the preset's strategy (the Trainer's or Fabric's, ``target``) holds, with what Lightning's
+    ``_format_config`` adds for the job: the micro-batch, gradient clipping and the precision section (``16-mixed``
+    as ``bf16``)."""
     import copy
 
-    strategy = _strategy(job)
+    import lightning_presets
+    from lightning_presets.registry import catalog
+
+    strategy: Any = job.strategy
+    if job.strategy in catalog.strategy_catalog().presets:
+        strategy = lightning_presets.strategy(job.strategy, target=target, **dict(job.overrides))
     config: dict[str, Any] = copy.deepcopy(dict(getattr(strategy, "config", None) or {}))
     config.setdefault("train_micro_batch_size_per_gpu", micro_batch)
     config.setdefault("zero_allow_untested_optimizer", True)
@@ -52,6 +58,13 @@ def engine_config(job: SetupJob, trainer_kwargs: Mapping[str, Any], micro_batch:
         config.pop("fp16")
         config["bf16"] = {"enabled": True}
     return config
+
+
+def described(config: Mapping[str, Any]) -> str:
+    """The ZeRO stage and offloading of ``config``, as the records name them."""
+    zero = config.get("zero_optimization", {})
+    return (f"ZeRO-{zero.get('stage', 0)}" + (", optimizer offloaded" if zero.get("offload_optimizer") else "")
+            + (", parameters offloaded" if zero.get("offload_param") else ""))  # fmt: skip
 
 
 class _TrainingStep:
@@ -81,16 +94,33 @@ def _silenced_logging(model: Any) -> None:
     model.log_dict = log
 
 
-def rehearse_deepspeed(
-    model: Any, job: SetupJob, trainer_kwargs: Mapping[str, Any], rank: int = 0, datamodule: Any = None
-) -> list[StageRecord]:
-    """DeepSpeed's ``initialize`` and one step of ``model`` (changed in place: pass a copy) as rank ``rank`` of the
-    job's world, with the preset's config."""
+class Stages:
+    """The records of a rehearsal as its stages complete, and the stage now running (named in the record of what
+    it raises)."""
+
+    def __init__(self, records: list[StageRecord]) -> None:
+        self.records = records
+        self.name, self.kind = "", "set-up"
+
+    def enter(self, name: str, kind: str = "set-up") -> None:
+        self.name, self.kind = name, kind
+
+    def done(self, name: str = "") -> None:
+        self.records.append(StageRecord(name=name or self.name))
+
+
+Prepared = tuple[Any, Any, Any, dict[str, Any], Callable[[Any, Any], Any]]
+"""What a job's preparation hands DeepSpeed: the module, its optimizer, the first batch, the config, and the loss of
+the engine on a batch."""
+
+
+def engine_stages(job: SetupJob, rank: int, records: list[StageRecord], prepare: Callable[[Stages], Prepared],
+                  step: str) -> list[StageRecord]:  # fmt: skip
+    """In the job's world as rank ``rank``: ``prepare`` (the job's own stages, the config), then DeepSpeed's
+    ``initialize`` over the module and optimizer it returns, and one step (``step`` names it): the loss through the
+    engine, ``engine.backward``, ``engine.step``. Trainer and Fabric jobs both run here."""
     import warnings
 
-    records = [StageRecord(name="Lightning's DeepSpeedStrategy on CPU", outcome="not rehearsed",
-                           detail="Lightning's DeepSpeed strategy runs only on CUDA GPUs; DeepSpeed's own engine is "
-                           "rehearsed instead on its CPU accelerator, with the preset's config")]  # fmt: skip
     try:
         import deepspeed
         import deepspeed.comm
@@ -101,46 +131,59 @@ def rehearse_deepspeed(
                                    f"{_first(error)})"))  # fmt: skip
         return records
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # a compiled optimisation of CPU collectives
-    stage = "config"
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore")
         try:
             stack.enter_context(mirror_world(job.world_size, rank, job.devices))
         except WorldUnavailable as unmade:
             return [*records, *unavailable(job, unmade)]
+        stages = Stages(records)
         try:
-            batch = _first_batch(model, datamodule)
-            config = engine_config(job, trainer_kwargs, _leading(batch))
-            zero = config.get("zero_optimization", {})
-            described = (f"ZeRO-{zero.get('stage', 0)}" + (", optimizer offloaded" if zero.get("offload_optimizer")
-                         else "") + (", parameters offloaded" if zero.get("offload_param") else ""))  # fmt: skip
-            records.append(StageRecord(name=f"DeepSpeed config of {job.strategy} ({described})"))
-            stage = "optimizers"
-            from lightning_presets.tools.simulation import user_model
-
-            optimizers = user_model.optimizers(model, type(model).__name__, "adamw")
-            records.append(StageRecord(name="configure_optimizers()"))
-            stage = "initialize"
-            _silenced_logging(model)
-            engine, *_ = deepspeed.initialize(model=_TrainingStep.wrap(model), optimizer=optimizers[0],
-                                              config=config, dist_init_required=False)  # fmt: skip
-            records.append(StageRecord(name=f"deepspeed.initialize ({described}, rank {rank} of {job.world_size}, "
-                                       f"{type(engine.optimizer).__name__})"))  # fmt: skip
-            stage = "step"
-            loss = _loss(engine(_as_engine_dtype(batch, config)))
-            engine.backward(loss)
+            module, optimizer, batch, config, loss_of = prepare(stages)
+            stages.enter("deepspeed.initialize with the preset's config")
+            engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=config,
+                                              dist_init_required=False)  # fmt: skip
+            stages.done(f"deepspeed.initialize ({described(config)}, rank {rank} of {job.world_size}, "
+                        f"{type(engine.optimizer).__name__})")  # fmt: skip
+            stages.enter(step.split(":")[0], "step")
+            engine.backward(loss_of(engine, _as_engine_dtype(batch, config)))
             engine.step()
-            records.append(StageRecord(name="first training step through DeepSpeed's engine: training_step, "
-                                       "engine.backward, engine.step"))  # fmt: skip
+            stages.done(step)
         except BaseException as error:
-            names = {"config": f"DeepSpeed config of {job.strategy}", "optimizers": "configure_optimizers()",
-                     "initialize": "deepspeed.initialize with the preset's config",
-                     "step": "first training step through DeepSpeed's engine"}  # fmt: skip
-            records.append(_raised(names[stage], "step" if stage == "step" else "set-up", error))
+            records.append(_raised(stages.name, stages.kind, error))
         finally:  # DeepSpeed's own teardown of the world, which releases the groups it cached
             with contextlib.suppress(Exception):
                 deepspeed.comm.destroy_process_group()
     return records
+
+
+def lightning_refusal() -> StageRecord:
+    return StageRecord(name="Lightning's DeepSpeedStrategy on CPU", outcome="not rehearsed",
+                       detail="Lightning's DeepSpeed strategy runs only on CUDA GPUs; DeepSpeed's own engine is "
+                       "rehearsed instead on its CPU accelerator, with the preset's config")  # fmt: skip
+
+
+def rehearse_deepspeed(
+    model: Any, job: SetupJob, trainer_kwargs: Mapping[str, Any], rank: int = 0, datamodule: Any = None
+) -> list[StageRecord]:
+    """DeepSpeed's ``initialize`` and one step of ``model`` (changed in place: pass a copy) as rank ``rank`` of the
+    job's world, with the preset's config."""
+
+    def prepare(stages: Stages) -> Prepared:
+        stages.enter(f"DeepSpeed config of {job.strategy}")
+        batch = _first_batch(model, datamodule)
+        config = engine_config(job, trainer_kwargs, _leading(batch))
+        stages.done(f"DeepSpeed config of {job.strategy} ({described(config)})")
+        stages.enter("configure_optimizers()")
+        from lightning_presets.tools.simulation import user_model
+
+        optimizers = user_model.optimizers(model, type(model).__name__, "adamw")
+        stages.done()
+        _silenced_logging(model)
+        return _TrainingStep.wrap(model), optimizers[0], batch, config, lambda engine, batch: _loss(engine(batch))
+
+    step = "first training step through DeepSpeed's engine: training_step, engine.backward, engine.step"
+    return engine_stages(job, rank, [lightning_refusal()], prepare, step)
 
 
 def _leaves(value: Any) -> list[Any]:

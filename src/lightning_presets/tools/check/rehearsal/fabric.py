@@ -17,8 +17,12 @@ with the job's devices, nodes and precision, in :func:`~.setup.mirror_world`; ``
 and device mesh of the real size, nothing launched), the user's function, ``fabric.setup(model, optimizer)`` (DDP's
 wrapper with the preset's options, FSDP2's ``fully_shard`` as the preset shards, the precision plugin's conversion),
 ``fabric.setup_dataloaders``, then one step: forward, ``fabric.backward``, ``optimizer.step()``. FSDP1 and DeepSpeed
-refuse a CPU in Lightning (said as not rehearsed). Every stage is a :class:`~.findings.StageRecord`, with the codes
-of :mod:`.setup` (LP750 set-up, LP751 step; LP743 where the rehearsal is the limit).
+refuse a CPU in Lightning (said, with Lightning's words): the user's function is given a stand-in
+``Fabric(strategy="ddp")`` of the same world (its process group, devices, precision and data loaders are the job's),
+and only the wrapper is replaced: torch's FSDP with the preset's options (:func:`.fsdp1.fsdp1_wrap`, as the Trainer
+rehearsal wraps) or DeepSpeed's engine with the preset's config (:func:`.deepspeed.engine_stages`), then one step.
+Every stage is a :class:`~.findings.StageRecord`, with the codes of :mod:`.setup` (LP750 set-up, LP751 step; LP743
+where the rehearsal is the limit).
 """
 
 from __future__ import annotations
@@ -81,6 +85,9 @@ def rehearse_fabric_in_process(function: Any, job: SetupJob, precision: str | No
     """The Fabric job's set-up and one step, as rank ``rank`` of ``job``'s world (in a :func:`mirror_world`)."""
     import warnings
 
+    family = _family(job)
+    if family in ("fsdp", "deepspeed"):
+        return _replaced_wrapper(function, job, precision, rank, family)
     records: list[StageRecord] = []
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore")
@@ -121,6 +128,118 @@ def rehearse_fabric_in_process(function: Any, job: SetupJob, precision: str | No
         except BaseException as error:  # the user's code may raise anything, SystemExit included
             records.append(_raised(name, stage, error))
     return records
+
+
+def _family(job: SetupJob) -> str | None:
+    import warnings
+
+    from lightning_presets.registry import catalog
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        preset = catalog.strategy_catalog().presets.get(job.strategy)
+    return preset.family if preset is not None else None
+
+
+def _stand_in(job: SetupJob, precision: str | None) -> Any:
+    """The Fabric the set-up function is given where the preset's own refuses a CPU: ``strategy="ddp"`` on the
+    job's devices, nodes and precision (the process group, ``setup_dataloaders``' sampler, ``world_size``: the
+    job's)."""
+    from lightning.fabric import Fabric
+
+    if precision and precision.startswith("16"):
+        precision = "bf16" + precision[2:]
+    return Fabric(strategy="ddp", accelerator="cpu", devices=job.devices, num_nodes=job.num_nodes,
+                  precision=precision or "32-true")  # fmt: skip
+
+
+def _job_stages(function: Any, job: SetupJob, precision: str | None, rank: int, stages: Any) -> Any:
+    """The stand-in Fabric's launch, the user's function and the first batch; returns what the function returned."""
+    stages.enter(f"fabric.launch(): process group as rank {rank} of {job.world_size} (a stand-in "
+                 "Fabric(strategy='ddp') for the set-up function)")  # fmt: skip
+    fabric = _stand_in(job, precision)
+    fabric.launch()
+    stages.done()
+    stages.enter("the user's set-up function")
+    model, optimizer, data, step = _unpacked(function(fabric))
+    stages.done()
+    stages.enter("fabric.setup_dataloaders and the first batch")
+    batch = _first_batch(fabric, data)
+    stages.done()
+    return fabric, model, optimizer, batch, step
+
+
+def _replaced_wrapper(function: Any, job: SetupJob, precision: str | None, rank: int,
+                      family: str) -> list[StageRecord]:  # fmt: skip
+    """FSDP1 and DeepSpeed Fabric jobs: Lightning's strategy refuses a CPU (its words quoted); the rest of the job
+    runs as it is, with torch's FSDP or DeepSpeed's engine in the strategy's place."""
+    from lightning.fabric import Fabric
+
+    from lightning_presets.tools.check.rehearsal import deepspeed as engine
+    from lightning_presets.tools.check.rehearsal import fsdp1
+
+    where = {"devices": job.devices, "num_nodes": job.num_nodes, "accelerator": "cpu"}
+    if family == "deepspeed":  # Lightning's Fabric constructs it, and refuses the CPU where the strategy sets up
+        refusal = fsdp1.lightning_refusal(lambda: Fabric(strategy="deepspeed", **where).strategy.setup_environment(),
+                                          "Lightning's Fabric DeepSpeedStrategy on CPU", "DeepSpeed's own engine runs "
+                                          "instead on its CPU accelerator, with the preset's config")  # fmt: skip
+
+        def prepare(stages: Any) -> Any:
+            _, model, optimizer, batch, step = _job_stages(function, job, precision, rank, stages)
+            stages.enter(f"DeepSpeed config of {job.strategy}")
+            config = engine.engine_config(job, {"precision": precision or "32-true"}, engine._leading(batch), "fabric")
+            stages.done(f"DeepSpeed config of {job.strategy} ({engine.described(config)})")
+            return model, optimizer, batch, config, lambda wrapped, each: _loss(wrapped, each, step)
+
+        named = "first step through DeepSpeed's engine: forward, engine.backward (fabric.backward), engine.step"
+        return engine.engine_stages(job, rank, [refusal], prepare, named)
+    refusal = fsdp1.lightning_refusal(lambda: Fabric(strategy="fsdp", **where),
+                                      "Lightning's Fabric FSDPStrategy on CPU")  # fmt: skip
+    return _fsdp1(function, job, precision or "32-true", rank, refusal)
+
+
+def _fsdp1(function: Any, job: SetupJob, precision: str, rank: int, refusal: StageRecord) -> list[StageRecord]:
+    """torch's FSDP with the preset's options over the set-up function's model (:func:`.fsdp1.fsdp1_wrap`, the
+    Trainer rehearsal's wrapper), its optimizer kept (``use_orig_params=True`` keeps the parameters it holds, as
+    Lightning's ``setup_module_and_optimizers`` relies on), one step."""
+    import warnings
+
+    from lightning_presets.registry import catalog
+    from lightning_presets.tools.check.rehearsal import fsdp1
+    from lightning_presets.tools.check.rehearsal.deepspeed import Stages
+
+    options = dict(catalog.strategy_catalog().presets[job.strategy].init_params)
+    sharding, offload, checkpointing = fsdp1.fsdp1_options(job, options)
+    records = [refusal]
+    with warnings.catch_warnings(), contextlib.ExitStack() as stack:
+        warnings.simplefilter("ignore")
+        try:
+            stack.enter_context(mirror_world(job.world_size, rank, job.devices))
+        except WorldUnavailable as unmade:
+            return [*records, *unavailable(job, unmade)]
+        stages = Stages(records)
+        try:
+            fabric, model, optimizer, batch, step = _job_stages(function, job, precision, rank, stages)
+            stages.enter(f"torch's FullyShardedDataParallel(sharding_strategy={sharding}, device_id=cpu)")
+            model = fabric.strategy.precision.convert_module(model)  # '-true' precisions, as Fabric's FSDP converts
+            mesh, _ = fsdp1.fsdp1_mesh(job, sharding, rank)
+            wrapped, name = fsdp1.fsdp1_wrap(model, sharding, offload, precision, mesh, checkpointing)
+            stages.done(name + " in fabric.setup's place, the function's optimizer kept")
+            stages.enter("first step through the FSDP root: forward, backward (fabric.backward), optimizer.step",
+                         "step")  # fmt: skip
+            with fsdp1.autocast(precision):
+                loss = _loss(wrapped, batch, step)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            stages.done()
+        except BaseException as error:  # the user's code may raise anything, SystemExit included
+            records.append(_raised(stages.name.split(":")[0], stages.kind, error))
+    return records
+
+
+def _loss(model: Any, batch: Any, step: Any) -> Any:
+    return step(model, batch) if step is not None else _summed(model, batch)
 
 
 class FabricSetupError(Exception):
