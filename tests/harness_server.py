@@ -40,7 +40,7 @@ PRELOAD = (
     "lightning_fabric",
     "lightning_presets",
     "lightning_presets.strategies.ddp",
-    "lightning_presets.strategies.fsdp2",
+    "lightning_presets.strategies.model_parallel.fsdp2",
     "lightning_presets.strategies.model_parallel",
     "lightning_presets.plugins.presets",
     "models",

@@ -19,8 +19,8 @@ from harness import run_job
 from helpers import NAMESPACE_IDS, NAMESPACES, QUIET, SCRIPTS, context
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
 from lightning_presets.core.versions import recorded
-from lightning_presets.strategies import fsdp2
-from lightning_presets.strategies import model_parallel as mp
+from lightning_presets.strategies.model_parallel import fsdp2
+from lightning_presets.strategies.model_parallel import rules as mp
 from lightning_presets.tools.simulation import SimulatedGPU
 from models import FlatMLP, TinyTransformer
 
@@ -356,7 +356,7 @@ def test_fabric_with_the_presets_parallelize_fn(tmp_path: Path, preset: str) -> 
 
 def test_lp216_guards_fsdp2_with_a_tensor_dimension() -> None:
     """fsdp2 takes tensor_parallel_size too: anomaly mode fails on its DTensors as it does on tp2d_hybrid's."""
-    from lightning_presets.strategies.fsdp2 import FSDP2 as PRESET
+    from lightning_presets.strategies.model_parallel import FSDP2 as PRESET
 
     assert "LP216" in {each.code for each in PRESET.rules}
     anomaly = {"detect_anomaly": True}

@@ -26,7 +26,8 @@ def test_a_rule_code_names_its_function_file_and_presets(capsys: pytest.CaptureF
     code, out = _show(capsys, "lp201", "--json")
     assert code == 0
     data = json.loads(out)["code"]
-    assert data["function"] == "lightning_presets.strategies.model_parallel.sizes_cover_world[LP201]"  # not .check
+    function = "lightning_presets.strategies.model_parallel.rules.sizes_cover_world[LP201]"
+    assert data["function"] == function  # not .check
     path, _, line = data["file"].rpartition(":")
     source = (ROOT / path).read_text().splitlines()
     assert any('"LP201"' in text for text in source[int(line) - 1 : int(line) + 3])

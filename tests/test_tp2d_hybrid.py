@@ -29,7 +29,7 @@ import lightning_presets
 from harness import Job, run_job
 from helpers import QUIET, context
 from lightning_presets import Context, Options, PresetConfigError, PresetWarning
-from lightning_presets.strategies import model_parallel as mp
+from lightning_presets.strategies.model_parallel import rules as mp
 from lightning_presets.tools.examples import check_examples
 from lightning_presets.tools.simulation import SimulatedGPU
 from models import TinyTransformer, parallelize

@@ -10,7 +10,7 @@ import dataclasses
 
 from lightning_presets import Context, Problem, rule
 from lightning_presets.core.rules import Setting
-from lightning_presets.strategies.fsdp2 import FSDP2
+from lightning_presets.strategies.model_parallel import FSDP2
 
 GPUS_PER_NODE = 8
 """Every Acme training node has 8 GPUs, allocated whole."""

@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_map_only
 from lightning_presets.inspection.blocks import find_repeated_blocks
 from lightning_presets.inspection.hooks import overrides
 from lightning_presets.registry import private
-from lightning_presets.strategies import fsdp2
+from lightning_presets.strategies.model_parallel import fsdp2
 from lightning_presets.tools.plan import depth, tracking
 from lightning_presets.tools.plan.attention import CudaAttention
 from lightning_presets.tools.plan.counting import OpCounter

@@ -1,4 +1,5 @@
-"""FSDP2 (``fully_shard``) presets through ``ModelParallelStrategy``: ``fsdp2`` and ``fsdp2_offload_ckpt``.
+"""The FSDP2 (``fully_shard``) presets' own rules and their sharding, through ``ModelParallelStrategy``: ``fsdp2``
+and ``fsdp2_offload_ckpt`` (their hooks are in :mod:`.hooks`, the presets in :mod:`.presets`).
 
 No change to the user's model: when the LightningModule does not shard itself in ``configure_model``
 (Trainer) and no ``parallelize_fn`` is given (Fabric), the strategy applies ``fully_shard`` to the
@@ -7,53 +8,22 @@ repeated blocks it finds and to the root, over a 1-D data-parallel mesh of the w
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any
 
 from torch import nn
 
 from lightning_presets.core.context import Context
 from lightning_presets.core.mesh import DATA_PARALLEL_WORLD
-from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule
-from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import one_device, repeated_block
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
-from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.inspection.blocks import find_repeated_blocks
 from lightning_presets.inspection.hooks import overrides
-from lightning_presets.registry import private
-from lightning_presets.strategies.model_parallel import (
-    MODEL_PARALLEL_FAMILY,
-    anomaly_detection_without_tensor_parallel,
-    batch_norm_synchronised,
-    clipping_by_norm_on_one_mesh,
-    fabric_parallelize_fn,
-    model_parallel_accelerator,
-    model_parallel_precision,
-    resolved_sizes,
-    sizes_are_positive,
-    sizes_cover_world,
-    sync_batch_norm_on_gpus,
-)
+from lightning_presets.strategies.model_parallel import rules as family_rules  # the module: their codes are its
 
-TESTED_WITH = tested(
-    "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes; construction on simulated CUDA",
-    construction="Trainer, Fabric and the standalone packages on CPU: data parallel over the whole world",
-    runtime_cpu="Trainer.fit on 2 processes (gloo): the losses equal ddp_static_graph's on the same model, data and "
-    "seed",
-)
-TESTED_WITH_OFFLOAD = tested(
-    "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, offload policy without pinned memory and "
-    "activation checkpointing; construction on simulated CUDA",
-    construction="the Trainer on 2 simulated nodes of 8 CUDA devices: data parallel over all 16",
-    runtime_cpu="Trainer.fit on 2 processes (gloo), bf16-mixed: half of the parameters on each rank, CPUOffloadPolicy "
-    "on the root, every block run twice per step (activation checkpointing), losses within 2% of fp32's",
-)
 # The modules this preset sharded itself (their root needs the steps routed through it); never kept alive.
 _SHARDED_BY_PRESET: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 _STEPS = {
@@ -75,7 +45,7 @@ _STEPS = {
     'Trainer(strategy="fsdp2", accelerator="cuda", devices=8).fit(Model())',
 )  # fmt: skip
 def tensor_dimension_used(ctx: Context, model: nn.Module) -> Problem | None:
-    _, tensor = resolved_sizes(ctx, DATA_PARALLEL_WORLD)
+    _, tensor = family_rules.resolved_sizes(ctx, DATA_PARALLEL_WORLD)
     if not isinstance(tensor, int) or tensor < 2 or overrides(model, "configure_model"):
         return None
     return Problem(
@@ -87,7 +57,7 @@ def tensor_dimension_used(ctx: Context, model: nn.Module) -> Problem | None:
     )
 
 
-data_parallel_is_world = sizes_cover_world(
+data_parallel_is_world = family_rules.sizes_cover_world(
     "LP211", DATA_PARALLEL_WORLD,
     fails='Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=4), accelerator="cpu", devices=2)',
     fixed='Trainer(strategy=lightning_presets.strategy("fsdp2", data_parallel_size=1, tensor_parallel_size=2), '
@@ -164,15 +134,15 @@ def preset_applies_its_layout(ctx: Context, model: nn.Module) -> Problem | None:
 
 
 RULES: tuple[Rule, ...] = (
-    sizes_are_positive,
+    family_rules.sizes_are_positive,
     tensor_dimension_used,
-    anomaly_detection_without_tensor_parallel,
-    batch_norm_synchronised,
-    sync_batch_norm_on_gpus,
-    clipping_by_norm_on_one_mesh,
+    family_rules.anomaly_detection_without_tensor_parallel,
+    family_rules.batch_norm_synchronised,
+    family_rules.sync_batch_norm_on_gpus,
+    family_rules.clipping_by_norm_on_one_mesh,
     data_parallel_is_world,
-    model_parallel_precision,
-    model_parallel_accelerator,
+    family_rules.model_parallel_precision,
+    family_rules.model_parallel_accelerator,
     fsdp2_has_peers,
     fsdp2_found_blocks,
     half_weights_have_a_scaler,
@@ -260,116 +230,3 @@ def _configure_model_defined(module: nn.Module) -> Iterator[None]:
 
 def _sharded_by_preset() -> None:
     """Stands in for ``configure_model`` on a module the preset sharded."""
-
-
-class _DataParallelWorld(PresetHooks):
-    """``data_parallel_size='auto'`` means the whole world here (Lightning's own 'auto' means nodes)."""
-
-    def _lp_before_launcher(self) -> None:
-        context = self._lp_context
-        data, tensor = private.parallel_sizes_of(self)
-        if context is not None and data == "auto":
-            data = context.world_size
-        private.set_parallel_sizes(self, data, 1 if tensor == "auto" else tensor)
-        super()._lp_before_launcher()
-
-
-class FSDP2TrainerHooks(_DataParallelWorld):
-    """Trainer side: shards after ``configure_model`` when the module did not, then routes steps through the root.
-
-    FSDP2 gathers the root's own parameters in the root's forward hooks; Lightning calls
-    ``training_step`` directly, so the steps go through the root's ``__call__`` the way Lightning
-    routes them through a DDP or FSDP wrapper.
-    """
-
-    model: nn.Module | None
-    lightning_module: Any
-    device_mesh: Any
-    precision_plugin: Any
-
-    @property
-    def _lp_sharded_root(self) -> bool:
-        return self.lightning_module in _SHARDED_BY_PRESET
-
-    def setup(self, trainer: Any) -> None:
-        """Runs for every ``fit``/``validate``/``test``/``predict``; shards once, the first time."""
-        model = self.model
-        if model is not None:
-            self._lp_check_setup(model)
-        if model is not None and not is_parallelized(model):
-            preset = self._lp_preset
-            shard_blocks_and_root(
-                model,
-                self.device_mesh["data_parallel"],
-                offload=preset.cpu_offload,
-                checkpoint=preset.activation_checkpointing,
-            )
-        if not self._lp_sharded_root:
-            super().setup(trainer)
-            return
-        with _configure_model_defined(self.lightning_module):
-            super().setup(trainer)
-
-    def _lp_step(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        if not self._lp_sharded_root:
-            return getattr(super(), name)(*args, **kwargs)
-        module = self.lightning_module
-        with getattr(self.precision_plugin, _STEPS[name])():
-            return private.forward_redirection_of(self)(module, module, name, *args, **kwargs)
-
-    def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        return self._lp_step("training_step", *args, **kwargs)
-
-    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
-        return self._lp_step("validation_step", *args, **kwargs)
-
-    def test_step(self, *args: Any, **kwargs: Any) -> Any:
-        return self._lp_step("test_step", *args, **kwargs)
-
-    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
-        return self._lp_step("predict_step", *args, **kwargs)
-
-
-class FSDP2FabricHooks(_DataParallelWorld):
-    """Fabric side: the preset's ``parallelize_fn`` shards as the preset says; its setup rules run just before."""
-
-    def _lp_before_launcher(self) -> None:
-        if private.parallelize_fn_of(self) is shard_by_preset:
-            preset = self._lp_preset
-            private.set_parallelize_fn(
-                self,
-                functools.partial(parallelize, offload=preset.cpu_offload, checkpoint=preset.activation_checkpointing),
-            )
-        super()._lp_before_launcher()
-
-    def setup_module(self, module: nn.Module) -> nn.Module:
-        function = private.parallelize_fn_of(self)
-        if isinstance(function, functools.partial) and function.func is parallelize and not is_parallelized(module):
-            self._lp_check_setup(module)
-        return cast(nn.Module, super().setup_module(module))
-
-
-FSDP2 = Preset(
-    name="fsdp2",
-    description="FSDP2 (fully_shard) over every device through ModelParallelStrategy, with no change to the "
-    "model: the repeated blocks and the root are sharded when the model does not shard itself.",
-    family=MODEL_PARALLEL_FAMILY,
-    strategy=every_kind("ModelParallelStrategy"),
-    init_params={"data_parallel_size": "auto", "tensor_parallel_size": 1},
-    rules=RULES,
-    mixins={"trainer": FSDP2TrainerHooks, "fabric": FSDP2FabricHooks},
-    prepare=fabric_parallelize_fn(shard_by_preset),
-    mesh=DATA_PARALLEL_WORLD,
-    tested_with=TESTED_WITH,
-)
-
-FSDP2_OFFLOAD_CKPT = dataclasses.replace(
-    FSDP2,
-    name="fsdp2_offload_ckpt",
-    description="fsdp2 plus CPU offload of the sharded parameters, gradients and optimizer step, and "
-    "activation checkpointing of every repeated block. For models that do not fit even sharded.",
-    rules=OFFLOAD_RULES,
-    activation_checkpointing=True,
-    cpu_offload=True,
-    tested_with=TESTED_WITH_OFFLOAD,
-)

@@ -1,57 +1,26 @@
-"""``ModelParallelStrategy`` presets (tensor parallel and FSDP2): ``tp2d_hybrid``."""
+"""The ``ModelParallelStrategy`` family's rules (the mesh sizes, precision, accelerator, batch norm, clipping) and
+``tp2d_hybrid``'s (:data:`RULES`); ``fsdp2``'s own are in :mod:`.fsdp2`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
 from lightning_presets.core.codes import Setting
 from lightning_presets.core.context import Context, Options
-from lightning_presets.core.family import Checkpoints, Family, Layout, Memory, Placement
 from lightning_presets.core.mesh import MODEL_PARALLEL, MeshSpec
-from lightning_presets.core.namespaces import Kind
-from lightning_presets.core.preset import Preset, every_kind
 from lightning_presets.core.rules import Problem, Rule, rule
-from lightning_presets.core.versions import tested
 from lightning_presets.guards.builders import needs_accelerator
 from lightning_presets.guards.precision_rules import STRATEGY_HARDWARE_RULES, half_weights_have_a_scaler
-from lightning_presets.guards.strategy import PresetHooks
 from lightning_presets.inspection.hooks import overrides
 from lightning_presets.inspection.models import batch_norm_layers, parameter_meshes, sync_batch_norm_layers
+from lightning_presets.strategies.model_parallel.options import _SIZES, ModelParallelOptions
 
 MODEL_PARALLEL_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true", "64-true")
 """What ModelParallelStrategy trains with: Lightning's own list for the strategy object, and 64-true, which Lightning's
 list leaves out but which trains (the executed evidence: two steps in float64 on CPU)."""
 MODEL_PARALLEL_ACCELERATORS = ("cpu", "cuda")
-_SIZES = ("data_parallel_size", "tensor_parallel_size")
-
-
-@dataclass(frozen=True, slots=True)
-class ModelParallelOptions:
-    """The ``ModelParallelStrategy`` presets' arguments as their rules read them: each key, and Lightning's default
-    when it is absent, once (the family's options view)."""
-
-    values: Mapping[str, Any]
-    """The preset's arguments (defaults merged with the user's overrides)."""
-
-    @classmethod
-    def of(cls, source: Options | Context | Mapping[str, Any]) -> ModelParallelOptions:
-        """The view of an :class:`Options`, a :class:`Context`'s options or the arguments a strategy was built with."""
-        if isinstance(source, Options):
-            return cls(source.values)
-        return cls(source.options if isinstance(source, Context) else source)
-
-    def size(self, key: str) -> Any:
-        """``data_parallel_size`` or ``tensor_parallel_size`` as written; Lightning's ``"auto"`` when absent."""
-        return self.values.get(key, "auto")
-
-    @property
-    def parallelize_fn(self) -> Any:
-        """Fabric's ``parallelize_fn(module, device_mesh)``; ``None`` when absent."""
-        return self.values.get("parallelize_fn")
 
 
 def resolved_sizes(ctx: Context, mesh: MeshSpec = MODEL_PARALLEL) -> tuple[Any, Any]:
@@ -385,76 +354,4 @@ RULES: tuple[Rule, ...] = (
     model_has_configure_model,
     half_weights_have_a_scaler,
     *STRATEGY_HARDWARE_RULES,
-)
-
-
-class ModelParallelTrainerHooks(PresetHooks):
-    """Trainer side: the setup rules run on the model ``configure_model`` parallelized, before Lightning's setup."""
-
-    model: nn.Module | None
-
-    def setup(self, trainer: Any) -> None:
-        if self.model is not None:
-            self._lp_check_setup(self.model)
-        super().setup(trainer)
-
-
-def fabric_parallelize_fn(placeholder: Callable[[nn.Module, Any], nn.Module]) -> Callable[..., dict[str, Any]]:
-    """A ``Preset.prepare`` for Fabric's ``ModelParallelStrategy``, which needs a ``parallelize_fn``: the user's, or
-    ``placeholder`` (which the preset replaces, or a rule reports, before anything calls it)."""
-
-    def prepare(kind: Kind, values: dict[str, Any]) -> dict[str, Any]:
-        if kind == "fabric" and ModelParallelOptions(values).parallelize_fn is None:
-            values["parallelize_fn"] = placeholder
-        return values
-
-    return prepare
-
-
-def _missing_parallelize_fn(module: nn.Module, device_mesh: Any) -> nn.Module:
-    raise RuntimeError("tp2d_hybrid was built without a parallelize_fn (rule LP207 should have stopped this)")
-
-
-def _mesh_layout(preset: Preset) -> Layout | None:
-    """Where a ModelParallelStrategy preset keeps its model states: tensor parallel when its mesh has a tensor
-    dimension, else FSDP2 over every device (in CPU memory with ``cpu_offload``); no mesh: not planned."""
-    if preset.mesh is None:
-        return None
-    tensor_parallel = preset.mesh.auto[1] != "one"
-    placement: Placement = "tensor" if tensor_parallel else ("offload_all" if preset.cpu_offload else "full")
-    return Layout(placement=placement, tensor_parallel=tensor_parallel)
-
-
-MODEL_PARALLEL_FAMILY = Family(
-    "model_parallel",
-    checkpoints=Checkpoints(
-        loads=frozenset({"file", "distributed"}),
-        writes=frozenset({"file", "distributed"}),
-        trainer_model_key="state_dict",
-    ),
-    memory=Memory(title="FSDP2", rank=1, traceable=True, compute="autocast", place=_mesh_layout, on_mesh=True),
-    fp16_loss_scaler=False,
-)
-"""``ModelParallelStrategy`` (FSDP2 and tensor parallel on a device mesh): one file or a sharded folder, the
-Trainer's weights under ``state_dict``; traced under fake tensors; no fp16 loss scaler for ``16-mixed``."""
-
-TP2D_HYBRID = Preset(
-    name="tp2d_hybrid",
-    description="2D parallelism with ModelParallelStrategy: tensor parallel inside a node, FSDP2 data parallel "
-    "across nodes (data = nodes, tensor = devices per node unless given). Runs on CUDA, and on CPU with gloo.",
-    family=MODEL_PARALLEL_FAMILY,
-    strategy=every_kind("ModelParallelStrategy"),
-    init_params={"data_parallel_size": "auto", "tensor_parallel_size": "auto"},
-    rules=RULES,
-    mixins={"trainer": ModelParallelTrainerHooks},
-    prepare=fabric_parallelize_fn(_missing_parallelize_fn),
-    mesh=MODEL_PARALLEL,
-    tested_with=tested(
-        "runtime: Trainer.fit and Fabric on CPU (gloo), 2 processes, 1×2 and 2×1 meshes; construction on simulated "
-        "CUDA",
-        construction="Trainer (by name) and Fabric (with a parallelize_fn) in the four namespaces on 8 simulated CUDA "
-        "devices: the (1, 8) mesh of one node",
-        runtime_cpu="Trainer.fit by name on 2 processes (gloo), registered by the start-up hook alone: a 1×2 mesh, "
-        "DTensor shards on each rank, decreasing losses",
-    ),
 )
