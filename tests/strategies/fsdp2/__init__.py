@@ -1,1 +1,0 @@
-"""Tests mirroring ``lightning_presets.strategies.fsdp2``."""
