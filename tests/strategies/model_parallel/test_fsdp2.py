@@ -1,5 +1,5 @@
-"""``lightning_presets.strategies.fsdp2``: LP211's executed proofs (``proves``), its accepted neighbours (run, and the
-rule widened, by ``neighbours.neighbour_tests``).
+"""``lightning_presets.strategies.model_parallel.fsdp2``: LP211's executed proofs (``proves``), its accepted
+neighbours (run, and the rule widened, by ``neighbours.neighbour_tests``).
 
 The refused mesh sizes, run on CPU with the guard switched off, fail in Lightning after the process group exists (one
 gloo process suffices).
