@@ -51,7 +51,8 @@ def main() -> None:
     from lightning_presets.core import hardware
     from lightning_presets.core.machine import Build
     from lightning_presets.core.rules import run_rules
-    from lightning_presets.guards import machine
+    from lightning_presets.guards.machine import MACHINE_RULES
+    from lightning_presets.inspection import machine
     from lightning_presets.tools.simulation import simulated_cuda
 
     start = time.perf_counter()
@@ -81,8 +82,8 @@ def main() -> None:
             os.environ["LIGHTNING_PRESETS_SKIP"] = CODES
             without.append(median_ms(construct, 9))
         os.environ.pop("LIGHTNING_PRESETS_SKIP", None)
-        rules_simulated = median_ms(lambda: run_rules(machine.MACHINE_RULES, "construction", contexts[-1]), 200)
-    rules_real = median_ms(lambda: run_rules(machine.MACHINE_RULES, "construction", contexts[-1]), 200)
+        rules_simulated = median_ms(lambda: run_rules(MACHINE_RULES, "construction", contexts[-1]), 200)
+    rules_real = median_ms(lambda: run_rules(MACHINE_RULES, "construction", contexts[-1]), 200)
     lines = [
         f"machine: {platform.machine()} {platform.processor() or ''}; python {platform.python_version()}; "
         f"torch {torch.__version__}; NVML read: {hardware.nvml_gpus() is not None}",

@@ -139,7 +139,7 @@ def _check_parser() -> argparse.ArgumentParser:
 
 def _run_check(command: str) -> Result:
     from lightning_presets.cli import _check
-    from lightning_presets.guards.machine import simulating_target
+    from lightning_presets.inspection.machine import simulating_target
     from lightning_presets.tools.check.machine import target_from
     from lightning_presets.tools.verdict import run_check
 

@@ -369,7 +369,7 @@ def _machine_doctor(monkeypatch: pytest.MonkeyPatch, gpus: tuple[tuple[int, int]
     from lightning_presets.cli._doctor import _machine
     from lightning_presets.cli._output import fields
     from lightning_presets.core import machine as m
-    from lightning_presets.guards import machine as guards
+    from lightning_presets.inspection import machine as guards
 
     facts = m.Machine(tuple(m.GPU(i, cap, "NVIDIA B200") for i, cap in enumerate(gpus)), driver, env)
     monkeypatch.setattr(guards, "observed_machine", lambda env=None: facts)

@@ -20,7 +20,8 @@ import pytest
 from lightning_presets.core import hardware
 from lightning_presets.core import machine as m
 from lightning_presets.core.findings import PresetConfigError
-from lightning_presets.guards import machine as guards
+from lightning_presets.guards.machine import MACHINE_RULES
+from lightning_presets.inspection import machine as guards
 from lightning_presets.tools.check import machine as check_machine
 from lightning_presets.tools.simulation import simulated_cuda
 
@@ -381,7 +382,7 @@ def test_the_machine_rules_cost_little_beside_the_construction_itself(quiet: Non
             construct()
             whole.append(time.perf_counter() - start)
             start = time.perf_counter()
-            run_rules(guards.MACHINE_RULES, "construction", contexts[-1])
+            run_rules(MACHINE_RULES, "construction", contexts[-1])
             rules.append(time.perf_counter() - start)
     share = statistics.median(rules) / statistics.median(whole)
     print(

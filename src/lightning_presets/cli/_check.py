@@ -294,7 +294,7 @@ def render(report: _check.CheckReport, strict: bool) -> Group:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lightning_presets.guards.machine import simulating_target
+    from lightning_presets.inspection.machine import simulating_target
     from lightning_presets.tools.check.machine import target_from
 
     machine = target_from(args.driver_cuda, args.torch_cuda, args.torch_arch_list, args.torch_without_nccl)

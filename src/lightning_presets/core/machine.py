@@ -2,7 +2,7 @@
 the scheduler assigned with what the installed torch was built for.
 
 Nothing here reads the machine or imports torch: a :class:`Machine` and a :class:`Build` are passed in as data
-(``guards.machine`` reads them, ``check`` simulates them), and each comparison returns a :class:`Verdict` with the
+(``inspection.machine`` reads them, ``check`` simulates them), and each comparison returns a :class:`Verdict` with the
 fix. ``doctor`` prints every verdict, construction (``guards.machine``) and ``check`` report the ones that are off.
 
 What each comparison knows and how:

@@ -1,30 +1,17 @@
-"""The machine against the torch build at ``Trainer``/``Fabric`` construction (LP120-LP124), and the facts ``doctor``
-and ``check`` compare (:func:`installed_build`, :func:`observed_machine`).
+"""The machine against the torch build at ``Trainer``/``Fabric`` construction (LP120-LP124).
 
-The comparisons are ``core.machine``'s; this module reads their inputs without a CUDA context: the GPUs and the
-driver's CUDA version from NVML (``core.hardware``, read once per ``CUDA_VISIBLE_DEVICES`` and cached), the build
-from torch's compiled-in facts (``torch.version.cuda``, the architecture flags, ``is_nccl_available``; cached). Under a
-simulation (``check``, the documented examples) the GPUs are the simulated ones and the driver and build those
-:func:`simulating_target` gives; without them nothing about the build is compared (a laptop's torch is not the
-cluster's). A rule never raises: what cannot be read is not compared.
+The comparisons are ``core.machine``'s; their inputs, the GPUs, the driver and the torch build (or the simulated
+target's), are read by :mod:`lightning_presets.inspection.machine`, without a CUDA context. A rule never raises: what
+cannot be read is not compared.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
-import platform
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any
 
 from lightning_presets.core import hardware
 from lightning_presets.core.context import Context
 from lightning_presets.core.machine import (
-    ASSIGNMENT_VARIABLES,
-    GPU,
     Build,
     Machine,
     Verdict,
@@ -33,100 +20,17 @@ from lightning_presets.core.machine import (
     driver_verdict,
     kernel_verdicts,
     nccl_verdict,
-    nvcc_arch_list,
 )
 from lightning_presets.core.rules import Problem, Rule, rule
+from lightning_presets.inspection import machine as inspected
 
-__all__ = ["MACHINE_RULES", "SimulatedTarget", "installed_build", "observed_machine", "simulating_target"]
-
-
-@dataclass(frozen=True, slots=True)
-class SimulatedTarget:
-    """The target's driver and torch build, as ``check``'s flags describe them (``None``: not said)."""
-
-    driver_cuda: tuple[int, int] | None = None
-    build: Build | None = None
-
-
-_targets: list[SimulatedTarget] = []
-
-
-@contextlib.contextmanager
-def simulating_target(target: SimulatedTarget) -> Iterator[SimulatedTarget]:
-    """Make ``target`` the driver and build the rules compare while the block runs (under a simulated machine)."""
-    _targets.append(target)
-    try:
-        yield target
-    finally:
-        _targets.pop()
-
-
-def arch_list(torch: Any) -> list[str]:
-    """The architectures the installed torch was built for, without touching the driver: ``get_arch_list()`` where it
-    only reads the build's flags; where it asks ``is_available()`` first (torch before 2.9: ``cudaGetDeviceCount``,
-    which initialises the driver in this process), the NVCC flags of ``torch.__config__.show()``."""
-    if torch.version.cuda is None:
-        return []
-    get = torch.cuda.get_arch_list
-    if "is_available" in getattr(getattr(get, "__code__", None), "co_names", ("is_available",)):
-        return nvcc_arch_list(torch.__config__.show())
-    return list(get())
-
-
-@functools.cache
-def installed_build() -> Build:
-    """The installed torch's build (cached: it cannot change in a process)."""
-    import torch
-    import torch.distributed as dist
-
-    releases: Mapping[str, Any] = getattr(torch.cuda, "PYTORCH_RELEASES_CODE_CC", {})  # torch 2.13+
-    host = "aarch64" if platform.machine().lower() == "aarch64" else "x86_64"  # as torch's _host_arch_key
-    return Build(
-        version=str(torch.__version__),
-        cuda=torch.version.cuda,
-        arch_list=tuple(arch_list(torch)),
-        nccl=bool(dist.is_available() and dist.is_nccl_available()),
-        releases=MappingProxyType({cuda: tuple(sorted(by.get(host, ()))) for cuda, by in releases.items()}),
-    )
-
-
-def _variables(env: Mapping[str, str]) -> Mapping[str, str]:
-    names = (*ASSIGNMENT_VARIABLES, "CUDA_VISIBLE_DEVICES")
-    return MappingProxyType({name: env[name] for name in names if name in env})
-
-
-def observed_machine(env: Mapping[str, str] | None = None) -> Machine:
-    """This node as the driver reports it (NVML, cached), or the simulated one."""
-    env = os.environ if env is None else env
-    simulated = hardware.current()
-    if simulated is not None:
-        target = _targets[-1] if _targets else None
-        capability = simulated.capability
-        gpus = tuple(GPU(index, capability) for index in range(simulated.count)) if capability else ()
-        return Machine(gpus, target.driver_cuda if target else None, _variables(env))
-    read = hardware.nvml_gpus(env)
-    if read is None:
-        return Machine(None, None, _variables(env))
-    capabilities = read.capabilities or ((read.capability,) * read.count if read.capability else ())
-    gpus = tuple(
-        GPU(index, capability, read.names[index] if index < len(read.names) else "",
-            read.mig[index] if index < len(read.mig) else False)
-        for index, capability in enumerate(capabilities)
-    )  # fmt: skip
-    return Machine(gpus, read.driver_cuda, _variables(env))
-
-
-def target_build() -> Build | None:
-    """The build to compare: the simulated target's under a simulation (``None`` when not said), else the installed."""
-    if hardware.current() is not None:
-        return _targets[-1].build if _targets else None
-    return installed_build()
+__all__ = ["MACHINE_RULES"]
 
 
 def _facts() -> tuple[Machine, Build] | None:
     try:
-        build = target_build()
-        return (observed_machine(), build) if build is not None else None
+        build = inspected.target_build()
+        return (inspected.observed_machine(), build) if build is not None else None
     except Exception:  # reading the machine failed: ours, never the user's; nothing is compared
         return None
 
@@ -198,7 +102,8 @@ _TARGET_NO_NCCL = (
     "--torch-arch-list sm_90 --torch-without-nccl"
 )
 """LP123's examples as ``check`` runs them off the node: the build is the target's (``--torch-*``), which a
-construction under simulation does not compare (:func:`target_build`); on the node, the installed torch is read."""
+construction under simulation does not compare (``inspection.machine.target_build``); on the node, the installed torch
+is read."""
 
 
 @rule(
@@ -212,7 +117,7 @@ def nccl_is_built(ctx: Context) -> Problem | None:
     """Off CUDA without a backend given (XLA's jobs among them) nothing asks for NCCL: ``nccl_verdict`` says
     nothing."""
     try:
-        build = target_build()
+        build = inspected.target_build()
     except Exception:  # the build could not be read: nothing compared
         return None
     return None if build is None else _problem(ctx, nccl_verdict(requested_backend(ctx), build), "accelerator")
@@ -234,7 +139,7 @@ def gpus_assigned(ctx: Context) -> Problem | None:
         env = os.environ
         if hardware.current() is not None and "CUDA_VISIBLE_DEVICES" not in env:
             return None
-        verdict = assignment_verdict(observed_machine(env), ctx.devices_per_node)
+        verdict = assignment_verdict(inspected.observed_machine(env), ctx.devices_per_node)
     except Exception:  # reading the machine failed: nothing compared
         return None
     return _problem(ctx, verdict, "accelerator", "devices")
@@ -253,7 +158,8 @@ def gpus_usable(ctx: Context) -> Problem | None:
     try:
         import torch
 
-        verdict = cpu_build_verdict(observed_machine(), installed_build(), hip=torch.version.hip is not None)
+        machine, build = inspected.observed_machine(), inspected.installed_build()
+        verdict = cpu_build_verdict(machine, build, hip=torch.version.hip is not None)
     except Exception:  # reading the machine failed: nothing compared
         return None
     return _problem(ctx, verdict, "accelerator")

@@ -128,12 +128,12 @@ def gpus_section() -> dict[str, Any]:
 
 def _arch_list() -> list[str]:
     """The architectures the installed torch was built for (its flags: no CUDA context, no driver call), empty without
-    torch (``guards.machine.arch_list``)."""
+    torch (``inspection.machine.arch_list``)."""
     try:
         import torch
     except ImportError:
         return []
-    from lightning_presets.guards.machine import arch_list
+    from lightning_presets.inspection.machine import arch_list
 
     return arch_list(torch)
 
@@ -149,9 +149,10 @@ def machine_section() -> tuple[dict[str, Any], list[Finding]]:
 
     from lightning_presets.core import machine as _machine
     from lightning_presets.guards import machine as _guards
+    from lightning_presets.inspection import machine as _facts
 
-    build = _guards.installed_build()
-    facts = _guards.observed_machine()
+    build = _facts.installed_build()
+    facts = _facts.observed_machine()
     verdicts = _machine.compare(facts, build)
     if torch.version.hip is not None:
         verdicts = [each for each in verdicts if each.check != "kernels"]

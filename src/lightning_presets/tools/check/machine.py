@@ -11,7 +11,7 @@ from types import MappingProxyType
 from lightning_presets.core.findings import Finding, UsageError
 from lightning_presets.core.machine import Build, assigned, mig_instances, version_tuple
 from lightning_presets.core.rules import Problem, Rule, rule, run_rules
-from lightning_presets.guards.machine import SimulatedTarget, installed_build
+from lightning_presets.inspection.machine import SimulatedTarget, installed_build
 from lightning_presets.tools.check.request import COMMAND as CHECK
 from lightning_presets.tools.check.target import Target
 
