@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from lightning_presets.checkpoints import read_checkpoint
+from lightning_presets.checkpoints.conversions import to_universal
 from lightning_presets.cli import main
 from lightning_presets.guards.resume import command_line, render, to_one_file
-from lightning_presets.guards.resume.conversions import to_universal
 from lightning_presets.tools import convert as convert_module
 from lightning_presets.tools.convert import ConvertError, convert, loading, writing
 

@@ -4,7 +4,7 @@ The rules (stage ``resume``, :mod:`~lightning_presets.guards.resume.rules`) are 
 :class:`~lightning_presets.core.context.Context` and a :class:`~lightning_presets.guards.resume.state.Resume`: the
 checkpoint's facts (:mod:`lightning_presets.checkpoints`) and how the job loads it. Every rank reads the same
 files and the same configuration, so every rank reaches the same verdict without communicating. A refusal's hint
-names a :class:`~lightning_presets.guards.resume.conversions.Conversion` (:func:`conversion_for` gives the object
+names a :class:`~lightning_presets.checkpoints.conversions.Conversion` (:func:`conversion_for` gives the object
 itself); the rules' documented examples are in :mod:`~lightning_presets.guards.resume.examples`.
 
 :func:`resume_findings` is the one entry point: the strategies' ``load_checkpoint`` hook
@@ -19,11 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightning_presets.checkpoints import MAX_TEXT, CheckpointReadError, clean, local_path, read_checkpoint
-from lightning_presets.core.context import Context
-from lightning_presets.core.environment import skipped_rules
-from lightning_presets.core.findings import Finding
-from lightning_presets.core.rules import Rule, run_rules
-from lightning_presets.guards.resume.conversions import (
+from lightning_presets.checkpoints.conversions import (
     Command,
     Conversion,
     Python,
@@ -32,6 +28,10 @@ from lightning_presets.guards.resume.conversions import (
     render,
     to_one_file,
 )
+from lightning_presets.core.context import Context
+from lightning_presets.core.environment import skipped_rules
+from lightning_presets.core.findings import Finding
+from lightning_presets.core.rules import Rule, run_rules
 from lightning_presets.guards.resume.rules import CONVERSIONS, RESUME_RULES, conversion_for
 from lightning_presets.guards.resume.state import Resume, checkpoints_of, loadable, resumable
 

@@ -1,6 +1,6 @@
 """The resume rules (stage ``resume``, LP801-LP809): pure functions of the job's
 :class:`~lightning_presets.core.context.Context` and a :class:`~lightning_presets.guards.resume.state.Resume`, each
-refusal with the conversion that makes the checkpoint loadable (:mod:`~lightning_presets.guards.resume.conversions`).
+refusal with the conversion that makes the checkpoint loadable (:mod:`~lightning_presets.checkpoints.conversions`).
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from lightning_presets.checkpoints import CheckpointFacts
-from lightning_presets.core.context import Context
-from lightning_presets.core.rules import Problem, Rule, rule
-from lightning_presets.guards.resume.conversions import (
+from lightning_presets.checkpoints.conversions import (
     Conversion,
     integer_keys,
     render,
     to_one_file,
     to_universal,
 )
+from lightning_presets.core.context import Context
+from lightning_presets.core.rules import Problem, Rule, rule
 from lightning_presets.guards.resume.examples import CPU_NODE, FULL, MODEL, deepspeed_folder, resumes, trainer_folder
 from lightning_presets.guards.resume.state import FORMAT_NAMES, Resume, checkpoints_of, loadable
 

@@ -336,7 +336,7 @@ def _to_universal(
     facts: CheckpointFacts, src: Path, dst: Path, *, force: bool, verify_result: bool, strategy: str | None,
     devices: int, num_nodes: int, started: float,
 ) -> Converted:  # fmt: skip
-    from lightning_presets.guards.resume.conversions import deepspeed_root
+    from lightning_presets.checkpoints.conversions import deepspeed_root
     from lightning_presets.tools.convert import universal
 
     root, tag = deepspeed_root(facts)

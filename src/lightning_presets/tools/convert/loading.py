@@ -96,7 +96,7 @@ def _load_deepspeed(facts: CheckpointFacts) -> Loaded:
     Trainer's state beside the weights. ZeRO's optimizer shards convert to no other strategy's optimizer state."""
     import tempfile
 
-    from lightning_presets.guards.resume.conversions import deepspeed_root
+    from lightning_presets.checkpoints.conversions import deepspeed_root
 
     dropped = (
         ("the ZeRO optimizer state (DeepSpeed's partitions load into DeepSpeed only)",) if facts.zero_shards else ()

@@ -78,7 +78,7 @@ def checkpoint_bytes(facts: CheckpointFacts) -> int | None:
             return path.stat().st_size
         if facts.format == "distributed":
             return _indexed_bytes(path) + sum(each.stat().st_size for each in path.glob("meta.pt"))
-        from lightning_presets.guards.resume.conversions import deepspeed_root
+        from lightning_presets.checkpoints.conversions import deepspeed_root
 
         root, tag = deepspeed_root(facts)
         return sum(each.stat().st_size for each in (Path(root) / tag).glob("*.pt"))
