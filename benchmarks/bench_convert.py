@@ -72,6 +72,10 @@ def main() -> int:
     shutil.rmtree(folder, ignore_errors=True)
     subprocess.run([sys.executable, "-c", _MAKE, str(folder), str(args.gigabytes)], check=True)
     size = sum(path.stat().st_size for path in folder.iterdir()) / 2**30
+    from lightning_presets.checkpoints import read_checkpoint
+    from lightning_presets.tools.convert import memory
+
+    estimated = memory.checkpoint_bytes(read_checkpoint(folder)) or 0  # from .metadata, before loading
     runs: dict[str, list[dict[str, float]]] = {"torch": [], "convert --no-verify": [], "convert": []}
     for _ in range(2):
         for kind, name in (("torch", "torch"), ("unverified", "convert --no-verify"), ("convert", "convert")):
@@ -85,6 +89,13 @@ def main() -> int:
             f"{name:22s} {figures['seconds']:7.1f} s ({figures['seconds'] / reference['seconds']:.2f}x)   "
             f"peak {figures['peak_mb']:8.0f} MB ({figures['peak_mb'] / reference['peak_mb']:.2f}x)"
         )
+    mb = 2**20
+    lines.append(
+        f"convert's estimate before loading (from .metadata): checkpoint {estimated / mb:.0f} MB; needs "
+        f"{estimated / mb:.0f} MB with --no-verify (measured peak {best['convert --no-verify']['peak_mb']:.0f} MB), "
+        f"{2 * estimated / mb:.0f} MB verified (measured peak {best['convert']['peak_mb']:.0f} MB); the peaks include "
+        "the interpreter's own resident memory"
+    )
     text = "\n".join(lines) + "\n"
     print(text, end="")
     RESULTS.write_text(text, encoding="utf-8")

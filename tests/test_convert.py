@@ -431,3 +431,52 @@ def test_the_memory_needed_is_said_before_loading_and_warned_when_short(
     with pytest.warns(convert_module.MemoryShortWarning, match="more than the 0.0 MiB available"):
         unverified = convert(folder, tmp_path / "three.ckpt", verify_result=False)  # the API warns too
     assert unverified.memory_needed_bytes == size  # held once
+
+
+@pytest.mark.distributed
+def test_a_two_process_fsdp2_folder_becomes_a_folder_that_tp2d_hybrid_resumes(
+    fsdp2_folder: tuple[Path, dict[str, float]], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """folder -> folder for real: the 2-process fsdp2 fit's folder (its 2 writers' shards, Adam's state keyed by name)
+    rewritten as the Trainer's sharded layout for ``--strategy tp2d_hybrid --devices 2`` (the optimizer state read
+    back by position and named again through the model); the result holds, by torch's own reader, the source's
+    weights and Adam's state tensor by tensor, and tp2d_hybrid on 2 processes resumes it with the uninterrupted
+    run's losses."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    source, losses = fsdp2_folder
+    before = digest(source)
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    out = tmp_path / "tp2d.ckpt"
+    arguments = [str(source), str(out), "--strategy", "tp2d_hybrid", "--devices", "2", "--model",
+                 "convert_model:module", "--json"]  # fmt: skip
+    assert main(["convert", *arguments]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["target"], report["verified"], report["dropped"]) == ("folder", True, [])
+    assert "Trainer(strategy='tp2d_hybrid', devices=2, num_nodes=1) resumes it" in report["guard"]
+    assert digest(source) == before
+
+    dcp_to_torch_save(source, tmp_path / "source.pt")  # torch's own reader of both folders
+    dcp_to_torch_save(out, tmp_path / "result.pt")
+    want = torch.load(tmp_path / "source.pt", weights_only=False)
+    got = torch.load(tmp_path / "result.pt", weights_only=False)
+    for key in ("state_dict", "optimizer_0"):
+        expected, written = dict(verify_tensors(want[key])), dict(verify_tensors(got[key]))
+        assert expected.keys() == written.keys(), key
+        assert all(torch.equal(written[name], value) for name, value in expected.items()), key
+    unordered = [  # the same groups and hyper-parameters; the names in the model's order, torch's reader sorts them
+        [{**group, "params": sorted(group["params"])} for group in each["optimizer_0"]["param_groups"]]
+        for each in (want, got)
+    ]
+    assert unordered[0] == unordered[1]
+
+    resumed, _ = bench.run(["resume", "--strategy", "tp2d_hybrid", "--devices", "2", "--ckpt", str(out)], guards=True)
+    assert resumed["error"] is None, resumed
+    assert bench._outcome(resumed, losses)[0] == "resumes", resumed
+
+
+def verify_tensors(tree: Any) -> Any:
+    from lightning_presets.tools.convert.verify import tensors
+
+    return tensors(tree)
