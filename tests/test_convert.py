@@ -246,6 +246,8 @@ def test_deepspeed_zero_folders_written_by_its_engine_on_cpu(tmp_path: Path) -> 
         folder = tmp_path / f"zero{stage}"
         result = convert(folder, tmp_path / f"zero{stage}.pt")
         assert f"ZeRO-{stage}" in result.source_layout
+        shards = folder / str(read_checkpoint(folder).tag)  # the memory said before loading: its shard files, twice
+        assert result.memory_needed_bytes == 2 * sum(each.stat().st_size for each in shards.glob("*.pt"))
         assert any("ZeRO optimizer state" in each for each in result.dropped)
         written = torch.load(tmp_path / f"zero{stage}.pt", weights_only=True)
         held = torch.load(tmp_path / f"zero{stage}.held.pt", weights_only=True)
