@@ -7,7 +7,7 @@ size makes every collective a no-op with the right output shapes; torch's own tr
 storage to parameters, gradients, optimizer state, activations and temporaries as the step runs.
 
 What is wrapped is what the preset does: ``configure_model`` with the preset's device mesh, then the
-preset's own FSDP2 sharding (``strategies.fsdp2.shard_blocks_and_root``: the repeated blocks, activation
+preset's own FSDP2 sharding (``strategies.model_parallel.fsdp2.shard_blocks_and_root``: the repeated blocks, activation
 checkpointing and the CPU offload policy); a DDP replica is the unwrapped module with its gradients kept
 between steps (DDP's gradient buckets, ``gradient_as_bucket_view=True``). The optimizer state is created
 by a step on zero gradients, whose gradients stay alive as a real step's do; then one training step is

@@ -92,7 +92,7 @@ def _first_batch(model: Any, spec: str, mode: Any, datamodule: str | None) -> tu
     owner: Any = None
     with unset_fake_temporarily():
         if datamodule:
-            from lightning_presets.tools.check.rehearsal.child import _datamodule
+            from lightning_presets.tools.check.rehearsal.common import _datamodule
 
             owner = _datamodule(datamodule)
         elif type(model).train_dataloader is not LightningModule.train_dataloader:
@@ -183,7 +183,7 @@ def rehearse_fake(
             "collectives": tuple(calls), "not_rehearsed": (*NOT_UNDER_FAKE, *NOT_ON_CPU)}  # fmt: skip
     if error is None:
         return Rehearsal(**done)  # type: ignore[arg-type]
-    from lightning_presets.tools.check.rehearsal.child import _limitation
+    from lightning_presets.tools.check.rehearsal.common import _limitation
 
     limitation = _fake_limit(error) or _limitation(error)
     if limitation:
@@ -197,7 +197,7 @@ def rehearse_fake(
 
 @contextlib.contextmanager
 def _rank_zero(rank: int) -> Any:
-    from lightning_presets.tools.check.rehearsal.child import _rank_zero as ranked
+    from lightning_presets.tools.check.rehearsal.common import _rank_zero as ranked
 
     with ranked(rank):
         yield
