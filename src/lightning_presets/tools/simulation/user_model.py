@@ -25,6 +25,13 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 class ModelError(Exception):
     """The model named by ``--model`` cannot be planned; the message says why and what to change."""
 
+    untraceable: bool = False
+    """Raised by an operation fake tensors cannot run (a value the shapes alone do not give)."""
+
+
+class Untraceable(ModelError):
+    untraceable = True
+
 
 def split_spec(spec: str, noun: str = "--model") -> tuple[str, str]:
     """``my_project.models:build`` -> (``my_project.models``, ``build``); a bad form is a :class:`ModelError`."""
@@ -82,7 +89,7 @@ def contained(what: str) -> Iterator[None]:
     except BaseException as error:  # the user's code may raise anything: report it, never a traceback
         reason = untraceable_reason(error)
         if reason:
-            raise ModelError(f"{what} cannot run under fake tensors (shapes, no values): {reason}") from None
+            raise Untraceable(f"{what} cannot run under fake tensors (shapes, no values): {reason}") from None
         text = str(error).strip().splitlines()
         raise ModelError(f"{what} raised {type(error).__name__}" + (f": {text[0]}" if text else "")) from None
     finally:
@@ -115,12 +122,37 @@ def load_factory(spec: str, noun: str = "--model") -> Callable[[], Any]:
 
 
 def build(factory: Callable[[], Any], spec: str) -> nn.Module:
-    """Call the factory (the caller holds the fake-tensor mode) and check it returned an ``nn.Module``."""
-    with contained(f"the factory {spec}"):
-        model = factory()
+    """Call the factory (the caller holds the fake-tensor mode) and check it returned an ``nn.Module``.
+
+    Under fake tensors a weight has a shape and no value, so an initialiser that reads values (``trunc_normal_``
+    tests ``mask.any()``) cannot run: the factory is then called again with ``torch.nn.init``'s initialisers
+    leaving the weights as they are, which changes no shape, dtype or device of what it builds."""
+    try:
+        with contained(f"the factory {spec}"):
+            model = factory()
+    except Untraceable:
+        with contained(f"the factory {spec}"), _initialisers_skipped():
+            model = factory()
     if not isinstance(model, nn.Module):
         raise ModelError(f"the factory {spec} returned a {type(model).__name__}, not a LightningModule or nn.Module")
     return model
+
+
+@contextlib.contextmanager
+def _initialisers_skipped() -> Iterator[None]:
+    """``torch.nn.init``'s in-place initialisers (``normal_``, ``trunc_normal_``, ``kaiming_uniform_``...) return
+    their tensor untouched for the duration."""
+    from unittest import mock
+
+    def untouched(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return tensor
+
+    names = [name for name in vars(nn.init) if name.endswith("_") and not name.startswith("_")
+             and callable(getattr(nn.init, name))]  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            stack.enter_context(mock.patch.object(nn.init, name, untouched))
+        yield
 
 
 @dataclass(frozen=True, slots=True)
