@@ -21,6 +21,16 @@ class TruncNormal(nn.Module):
         nn.init.trunc_normal_(self.cls_token, std=0.02)
 
 
+KEPT_AT_IMPORT = {"trunc_normal_": nn.init.trunc_normal_}  # as transformers keeps torch's initialisers
+
+
+class KeptAtImport(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 16)
+        KEPT_AT_IMPORT["trunc_normal_"](self.linear.weight, std=0.02)
+
+
 class ReadsAValue(nn.Module):
     """A factory that itself branches on a weight's value: no initialiser to skip, so it stays untraceable."""
 
@@ -40,6 +50,12 @@ def test_a_value_reading_initialiser_builds_under_fake_tensors_with_the_real_sha
     ]
     assert nn.init.trunc_normal_.__name__ == "trunc_normal_"  # restored after the build
     assert bool(torch.isfinite(real.linear.weight).all())  # outside the build, the initialiser runs
+
+
+def test_an_initialiser_a_library_kept_at_import_builds_under_fake_tensors() -> None:
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = build(KeptAtImport, "models:KeptAtImport")
+    assert model.linear.weight.shape == (16, 8)
 
 
 def test_a_factory_that_reads_a_value_itself_is_still_said_untraceable() -> None:

@@ -147,8 +147,11 @@ def _initialisers_skipped() -> Iterator[None]:
     def untouched(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return tensor
 
-    names = [name for name in vars(nn.init) if name.endswith("_") and not name.startswith("_")
-             and callable(getattr(nn.init, name))]  # fmt: skip
+    public = [name for name in vars(nn.init) if name.endswith("_") and not name.startswith("_")]
+    # the writers they call, looked up at call time: a library that kept the public functions at import
+    # (transformers' TORCH_INIT_FUNCTIONS) reaches them only here
+    writers = ["_no_grad_uniform_", "_no_grad_normal_", "_no_grad_trunc_normal_", "_no_grad_fill_", "_no_grad_zero_"]
+    names = [name for name in (*public, *writers) if callable(getattr(nn.init, name, None))]
     with contextlib.ExitStack() as stack:
         for name in names:
             stack.enter_context(mock.patch.object(nn.init, name, untouched))
