@@ -17,13 +17,32 @@ ray = pytest.importorskip("ray", reason="Ray Train is the optional [ray] extra (
 pytest.importorskip("ray.train.lightning", reason="Ray without its Train library (pip install 'ray[train]')")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster() -> Any:
+    """One local Ray cluster for this module's tests, shut down when they end (before the worker's next test files,
+    which fork processes of their own)."""
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # read by the driver and inherited by every Ray process it starts
     ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
     yield ray
-    ray.shutdown()
+    _shut_down()
+
+
+def _shut_down(timeout_s: float = 60.0) -> None:
+    """``ray.shutdown()``, bounded: in a whole-suite run it once waited forever for the driver's listener thread; then
+    the processes of the node this driver started are killed and Ray's own exit hook, which would wait the same way
+    when the interpreter exits, is taken off."""
+    import atexit
+    import threading
+
+    stopping = threading.Thread(target=ray.shutdown, daemon=True)
+    stopping.start()
+    stopping.join(timeout_s)
+    if stopping.is_alive():
+        atexit.unregister(ray.shutdown)
+        node = getattr(ray._private.worker, "_global_node", None)
+        if node is not None:
+            node.kill_all_processes(check_alive=False, allow_graceful=False)
 
 
 def _train(config: dict[str, Any]) -> None:
@@ -148,7 +167,7 @@ def page_example() -> str:
     return section.partition("```python\n")[2].partition("```")[0]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def trained(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     """One Ray job of two workers that trains each of :data:`PRESETS` in turn, then runs the page's example (one set
     of workers for all)."""
