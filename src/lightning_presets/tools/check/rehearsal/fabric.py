@@ -85,9 +85,9 @@ def rehearse_fabric_in_process(function: Any, job: SetupJob, precision: str | No
     """The Fabric job's set-up and one step, as rank ``rank`` of ``job``'s world (in a :func:`mirror_world`)."""
     import warnings
 
-    family = _family(job)
-    if family in ("fsdp", "deepspeed"):
-        return _replaced_wrapper(function, job, precision, rank, family)
+    how = _rehearsal(job)
+    if how in ("fsdp1", "deepspeed_engine"):
+        return _replaced_wrapper(function, job, precision, rank, how)
     records: list[StageRecord] = []
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore")
@@ -130,7 +130,9 @@ def rehearse_fabric_in_process(function: Any, job: SetupJob, precision: str | No
     return records
 
 
-def _family(job: SetupJob) -> str | None:
+def _rehearsal(job: SetupJob) -> str:
+    """How the job's family is rehearsed (its family's ``rehearsal`` field; Lightning's own set-up when the strategy
+    is no preset)."""
     import warnings
 
     from lightning_presets.registry import catalog
@@ -138,7 +140,7 @@ def _family(job: SetupJob) -> str | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         preset = catalog.strategy_catalog().presets.get(job.strategy)
-    return preset.family if preset is not None else None
+    return preset.family.rehearsal if preset is not None else "lightning"
 
 
 def _stand_in(job: SetupJob, precision: str | None) -> Any:
@@ -170,7 +172,7 @@ def _job_stages(function: Any, job: SetupJob, precision: str | None, rank: int, 
 
 
 def _replaced_wrapper(function: Any, job: SetupJob, precision: str | None, rank: int,
-                      family: str) -> list[StageRecord]:  # fmt: skip
+                      how: str) -> list[StageRecord]:  # fmt: skip
     """FSDP1 and DeepSpeed Fabric jobs: Lightning's strategy refuses a CPU (its words quoted); the rest of the job
     runs as it is, with torch's FSDP or DeepSpeed's engine in the strategy's place."""
     from lightning.fabric import Fabric
@@ -179,7 +181,7 @@ def _replaced_wrapper(function: Any, job: SetupJob, precision: str | None, rank:
     from lightning_presets.tools.check.rehearsal import fsdp1
 
     where = {"devices": job.devices, "num_nodes": job.num_nodes, "accelerator": "cpu"}
-    if family == "deepspeed":  # Lightning's Fabric constructs it, and refuses the CPU where the strategy sets up
+    if how == "deepspeed_engine":  # Lightning's Fabric constructs it, and refuses the CPU where the strategy sets up
         refusal = fsdp1.lightning_refusal(lambda: Fabric(strategy="deepspeed", **where).strategy.setup_environment(),
                                           "Lightning's Fabric DeepSpeedStrategy on CPU", "DeepSpeed's own engine runs "
                                           "instead on its CPU accelerator, with the preset's config")  # fmt: skip

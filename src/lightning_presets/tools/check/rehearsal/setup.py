@@ -137,10 +137,10 @@ def rehearse_setup(model: Any, job: SetupJob, trainer_kwargs: Mapping[str, Any] 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         preset = catalog.strategy_catalog().presets.get(job.strategy)
-    family = preset.family if preset is not None else None
-    if family == "fsdp" and preset is not None:
+    how = preset.family.rehearsal if preset is not None else "lightning"  # the family's field, not its name
+    if how == "fsdp1" and preset is not None:
         return _fsdp1(model, job, dict(preset.init_params), dict(trainer_kwargs or {}), rank, datamodule)
-    if family == "deepspeed":  # its module builds on this one's world: loaded by name, as the child loads plug-ins
+    if how == "deepspeed_engine":  # its module builds on this one's world: loaded by name, as the child loads plug-ins
         import importlib
 
         deepspeed = importlib.import_module(f"{__package__}.deepspeed")
