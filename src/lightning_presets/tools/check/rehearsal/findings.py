@@ -62,6 +62,9 @@ STAGES = ("set-up", "first validation step", "first training step")
 """The stages a failure is blamed on (each has its code); :attr:`Rehearsal.steps` lists the finer ones completed."""
 _BY_STAGE = dict(zip(STAGES, (SETUP_FAILS, VALIDATION_STEP_FAILS, TRAINING_STEP_FAILS), strict=True))
 
+FORKED_CHILD = "LIGHTNING_PRESETS_REHEARSAL_FORKED"
+"""Set in a forked rehearsal child: a process that ends with the rehearsal, so nothing of it needs putting back (and
+torch's C++ caches may hold a lock another thread of the parent held at the fork)."""
 FORKED_AUTOGRAD = "autograd's threads do not survive a fork"
 """The limitation a forked rehearsal reports when the checking process had run autograd before (torch refuses the
 backward pass in such a child): the rehearsal is then run in a fresh interpreter instead."""

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from lightning_presets.tools.check.rehearsal.findings import StageRecord
+from lightning_presets.tools.check.rehearsal.findings import FORKED_CHILD, StageRecord
 from lightning_presets.tools.check.rehearsal.job import SetupJob, _first
 
 
@@ -192,8 +192,13 @@ def world_available() -> bool:
 
 def _forget_meshes() -> None:
     """DTensor's sharding caches, which keep the device meshes (and their groups' names) of a world destroyed since:
-    another world in this process would find them there (tests rehearse several ranks in one process)."""
+    another world in this process would find them there (tests rehearse several ranks in one process). Not in a
+    forked rehearsal child, which ends with its rehearsal: there the fast-path cache's clearing once waited forever on
+    a lock a thread of the parent held at the fork."""
     import importlib
+
+    if os.environ.get(FORKED_CHILD):
+        return
 
     for module, name in (("torch.distributed.tensor.debug", "_clear_sharding_prop_cache"),
                          ("torch.distributed.tensor._redistribute", "_gen_transform_infos")):  # fmt: skip

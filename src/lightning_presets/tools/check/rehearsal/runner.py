@@ -19,6 +19,7 @@ from typing import IO, Any
 from lightning_presets.tools.check.rehearsal.child import rehearsal_kind
 from lightning_presets.tools.check.rehearsal.findings import (
     FORKED_AUTOGRAD,
+    FORKED_CHILD,
     Rehearsal,
     RehearsalCrashed,
     RehearsalFailed,
@@ -225,6 +226,7 @@ def _forked_child(payload: dict[str, Any], results: int, result_end: int, output
         import torch
 
         torch.set_num_threads(1)  # as torch's DataLoader workers do: OpenMP's pool does not survive a fork
+        os.environ[FORKED_CHILD] = "1"
         empty = os.open(os.devnull, os.O_RDONLY)
         os.dup2(empty, 0)
         os.close(empty)
