@@ -3,8 +3,9 @@
 model whose layers are narrower than the checkpoint's raises Lightning's strict load error on both ranks; the
 accepted neighbour (the model that saved it) resumes for real and is accepted by the check.
 
-The models live here so that the fork server's jobs (``run_job("test_resume:...", ...)``) and the rehearsal run the
-very same code.
+The models live here so that the fork server's jobs (``run_job("test_resume_load:...", ...)``) and the rehearsal run the
+very same code; both import this module by its name, which no other test module may have (``tests/test_resume.py``
+took its place in a whole-suite run).
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def resume(model_name: str, path: str) -> None:
 def _real(*args: str) -> Any:
     from harness import run_job
 
-    return run_job(f"test_resume:{args[0]}", *args[1:], timeout=180,
+    return run_job(f"test_resume_load:{args[0]}", *args[1:], timeout=180,
                    path=(str(HERE), str(TESTS / "evidence"), str(TESTS)))  # fmt: skip
 
 
@@ -114,7 +115,7 @@ def _check(model_name: str, path: Path | str, monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.syspath_prepend(str(HERE))
     request = CheckRequest(arguments={"strategy": PRESET, "accelerator": "cpu", "devices": 2},
-                           model=f"test_resume:{model_name}", resume_from=str(path))  # fmt: skip
+                           model=f"test_resume_load:{model_name}", resume_from=str(path))  # fmt: skip
     report = run_check(request)
     return [each.finding for each in report.reported], report
 
