@@ -13,6 +13,7 @@ import pickle
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,11 +26,28 @@ from lightning_presets.tools.plan import PlanRequest, plan
 from lightning_presets.tools.plan.layouts import layout_of
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples" / "acme-presets" / "src"))
 sys.path.insert(0, str(ROOT / "tests" / "scripts"))
 
-from acme_presets.replica import ACME_REPLICA, ACME_REPLICA_DDP  # noqa: E402
 from checkpoint_layouts import LIGHTNING_STATE, fsdp_folder  # noqa: E402
+
+
+def _acme_replica() -> tuple[Family, Any]:
+    """The example distribution's family and preset, imported from its source and then forgotten (its path off
+    ``sys.path``, its modules out of ``sys.modules``): other tests judge whether acme-presets is installed, and
+    write packages of that name of their own."""
+    source = str(ROOT / "examples" / "acme-presets" / "src")
+    sys.path.insert(0, source)
+    try:
+        from acme_presets.replica import ACME_REPLICA, ACME_REPLICA_DDP
+
+        return ACME_REPLICA, ACME_REPLICA_DDP
+    finally:
+        sys.path.remove(source)
+        for name in [name for name in sys.modules if name == "acme_presets" or name.startswith("acme_presets.")]:
+            del sys.modules[name]
+
+
+ACME_REPLICA, ACME_REPLICA_DDP = _acme_replica()
 
 BARE = dataclasses.replace(ACME_REPLICA_DDP, family=Family("acme_undeclared"))
 """The same preset, of a family that declares nothing."""
@@ -112,8 +130,7 @@ def test_no_family_name_is_compared_outside_the_family_definitions() -> None:
     found = [
         f"{path.relative_to(package)}:{number}: {line.strip()}"
         for path in sorted(package.rglob("*.py"))
-        if path.relative_to(package).parts[0] != "strategies"
-        and str(path.relative_to(package)) not in DEFINITIONS
+        if path.relative_to(package).parts[0] != "strategies" and str(path.relative_to(package)) not in DEFINITIONS
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if FAMILY_NAMES.search(line)
     ]
