@@ -622,5 +622,7 @@ def test_without_torch_or_lightning_every_command_says_so(fresh: Fresh, argv: li
     assert "internal error" not in result.stderr
     assert "Traceback" not in result.stderr
     if argv[0] in ("check", "matrix"):  # both are missing here: either one named, with the line that installs it
-        assert any(f"{argv[0]} needs {name}, which is not installed: pip install {name}" in result.stderr
-                   for name in ("torch", "lightning")), result.stderr[-2000:]
+        assert any(
+            f"{argv[0]} needs {name}, which is not installed: pip install {name}" in result.stderr
+            for name in ("torch", "lightning")
+        ), result.stderr[-2000:]
